@@ -1,0 +1,48 @@
+#include "kernels/core/bucket_pool.h"
+
+#include <cstring>
+#include <stdexcept>
+
+namespace tfps {
+namespace core {
+
+BucketPool::BucketPool(int64_t stride, int64_t rows_per_block)
+    : stride_(stride), rows_per_block_(rows_per_block), next_in_block_(rows_per_block) {
+  if (stride < 2 || rows_per_block < 1) throw std::invalid_argument("BucketPool: bad stride");
+}
+
+float* BucketPool::Allocate() {
+  tbb::spin_mutex::scoped_lock lock(mu_);
+  ++in_use_;
+  if (free_list_ != nullptr) {
+    float* row = free_list_;
+    std::memcpy(&free_list_, row, sizeof(float*));
+    return row;
+  }
+  if (next_in_block_ == rows_per_block_) {
+    blocks_.emplace_back(new float[rows_per_block_ * stride_]);
+    next_in_block_ = 0;
+  }
+  return blocks_.back().get() + (next_in_block_++) * stride_;
+}
+
+void BucketPool::Free(float* row) {
+  tbb::spin_mutex::scoped_lock lock(mu_);
+  --in_use_;
+  std::memcpy(row, &free_list_, sizeof(float*));
+  free_list_ = row;
+}
+
+int64_t BucketPool::rows_in_use() const {
+  tbb::spin_mutex::scoped_lock lock(mu_);
+  return in_use_;
+}
+
+int64_t BucketPool::bytes_reserved() const {
+  tbb::spin_mutex::scoped_lock lock(mu_);
+  return static_cast<int64_t>(blocks_.size()) * rows_per_block_ * stride_ *
+         static_cast<int64_t>(sizeof(float));
+}
+
+}  // namespace core
+}  // namespace tfps

@@ -1,0 +1,49 @@
+// BucketPool: fixed-stride rows carved from large blocks; freed rows are
+// recycled through an intrusive free list, so memory per row stays at the
+// stride. Thread-safe: Allocate/Free take an internal spin lock. A row pointer
+// stays valid until it is freed or the pool is destroyed (blocks never move).
+// The pool owns all block memory.
+#ifndef TFPS_KERNELS_CORE_BUCKET_POOL_H_
+#define TFPS_KERNELS_CORE_BUCKET_POOL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <tbb/spin_mutex.h>
+
+#include "kernels/core/config.h"
+
+namespace tfps {
+namespace core {
+
+class BucketPool {
+ public:
+  // stride: floats per row (at least 2, so a free row can hold a pointer).
+  explicit BucketPool(int64_t stride, int64_t rows_per_block = kRowsPerBlock);
+  BucketPool(const BucketPool&) = delete;
+  BucketPool& operator=(const BucketPool&) = delete;
+
+  // A row of `stride` uninitialised floats.
+  float* Allocate();
+  // Returns a row obtained from Allocate() to the pool.
+  void Free(float* row);
+
+  int64_t stride() const { return stride_; }
+  int64_t rows_in_use() const;
+  int64_t bytes_reserved() const;
+
+ private:
+  const int64_t stride_;
+  const int64_t rows_per_block_;
+  mutable tbb::spin_mutex mu_;
+  std::vector<std::unique_ptr<float[]>> blocks_;
+  int64_t next_in_block_;   // rows handed out of the newest block
+  float* free_list_ = nullptr;
+  int64_t in_use_ = 0;
+};
+
+}  // namespace core
+}  // namespace tfps
+
+#endif  // TFPS_KERNELS_CORE_BUCKET_POOL_H_

@@ -1,0 +1,343 @@
+#include "kernels/core/embedding_table.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include "kernels/core/hash.h"
+
+namespace tfps {
+namespace core {
+
+namespace {
+constexpr int kNumShards = 1 << kShardBits;
+using ReadLock = tbb::spin_rw_mutex::scoped_lock;
+}  // namespace
+
+void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n < kParallelThreshold) {
+    if (n > 0) fn(0, n);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, kParallelGrain),
+                    [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end()); });
+}
+
+EmbeddingTable::EmbeddingTable(int64_t dim, const InitSpec& init)
+    : dim_(dim), init_(init), pool_(new BucketPool(dim + 2)), shards_(new Shard[kNumShards]) {
+  for (int i = 0; i < kNumShards; ++i) {
+    shards_[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
+  }
+}
+
+EmbeddingTable::~EmbeddingTable() = default;
+
+int EmbeddingTable::num_slots() const {
+  ReadLock lock(shards_[0].mu, /*write=*/false);
+  return num_slots_;
+}
+
+int64_t EmbeddingTable::size() const {
+  int64_t n = 0;
+  for (int i = 0; i < kNumShards; ++i) {
+    ReadLock lock(shards_[i].mu, false);
+    n += shards_[i].size;
+  }
+  return n;
+}
+
+int64_t EmbeddingTable::Find(const Shard& s, uint64_t h, int64_t key) {
+  const int64_t mask = static_cast<int64_t>(s.slots.size()) - 1;
+  for (int64_t pos = static_cast<int64_t>(h) & mask;; pos = (pos + 1) & mask) {
+    const Slot& slot = s.slots[pos];
+    if (slot.row == nullptr) return -1;
+    if (slot.key == key) return pos;
+  }
+}
+
+void EmbeddingTable::InsertLocked(Shard* s, uint64_t h, int64_t key, float* row) {
+  if (static_cast<double>(s->size + 1) > kMaxLoadFactor * static_cast<double>(s->slots.size())) {
+    std::vector<Slot> old(s->slots.size() * 2, Slot{0, nullptr});
+    old.swap(s->slots);
+    const int64_t mask = static_cast<int64_t>(s->slots.size()) - 1;
+    for (const Slot& e : old) {
+      if (e.row == nullptr) continue;
+      int64_t pos = static_cast<int64_t>(HashKey(e.key)) & mask;
+      while (s->slots[pos].row != nullptr) pos = (pos + 1) & mask;
+      s->slots[pos] = e;
+    }
+  }
+  const int64_t mask = static_cast<int64_t>(s->slots.size()) - 1;
+  int64_t pos = static_cast<int64_t>(h) & mask;
+  while (s->slots[pos].row != nullptr) pos = (pos + 1) & mask;
+  s->slots[pos] = Slot{key, row};
+  ++s->size;
+}
+
+void EmbeddingTable::EraseLocked(Shard* s, int64_t pos) {
+  // Backward-shift deletion keeps every probe chain unbroken without tombstones.
+  const int64_t mask = static_cast<int64_t>(s->slots.size()) - 1;
+  int64_t hole = pos;
+  for (int64_t next = (hole + 1) & mask; s->slots[next].row != nullptr; next = (next + 1) & mask) {
+    const int64_t home = static_cast<int64_t>(HashKey(s->slots[next].key)) & mask;
+    // Move the entry into the hole when its home is not in (hole, next].
+    const bool stays = (hole < next) ? (home > hole && home <= next) : (home > hole || home <= next);
+    if (!stays) {
+      s->slots[hole] = s->slots[next];
+      hole = next;
+    }
+  }
+  s->slots[hole] = Slot{0, nullptr};
+  --s->size;
+}
+
+float* EmbeddingTable::NewRow(int64_t key) {
+  float* row = pool_->Allocate();
+  InitRow(init_, key, dim_, row);
+  for (int j = 0; j < num_slots_; ++j) {
+    std::fill(row + dim_ * (1 + j), row + dim_ * (2 + j), slot_init_[j]);
+  }
+  uint32_t* meta = Meta(row);
+  meta[0] = 0;
+  meta[1] = 0;
+  return row;
+}
+
+int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, const int32_t* counts, bool insert,
+                               bool missing_zeros, float* out) {
+  std::atomic<int64_t> inserted{0};
+  const size_t row_bytes = sizeof(float) * dim_;
+  ParallelRange(n, [&](int64_t begin, int64_t end) {
+    int64_t local_inserted = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t key = keys[i];
+      const uint64_t h = HashKey(key);
+      Shard& s = shards_[ShardOf(h)];
+      float* dst = out + i * dim_;
+      const uint32_t c = counts ? static_cast<uint32_t>(counts[i]) : 1u;
+      {
+        ReadLock lock(s.mu, false);
+        const int64_t pos = Find(s, h, key);
+        if (pos >= 0) {
+          float* row = s.slots[pos].row;
+          std::memcpy(dst, row, row_bytes);
+          if (insert) __atomic_fetch_add(&Meta(row)[0], c, __ATOMIC_RELAXED);
+          continue;
+        }
+      }
+      if (!insert) {
+        if (missing_zeros) std::fill(dst, dst + dim_, 0.f);
+        else InitRow(init_, key, dim_, dst);
+        continue;
+      }
+      ReadLock lock(s.mu, true);
+      int64_t pos = Find(s, h, key);
+      float* row;
+      if (pos >= 0) {
+        row = s.slots[pos].row;
+      } else {
+        row = NewRow(key);
+        InsertLocked(&s, h, key, row);
+        ++local_inserted;
+      }
+      std::memcpy(dst, row, row_bytes);
+      Meta(row)[0] += c;
+    }
+    inserted += local_inserted;
+  });
+  return inserted.load();
+}
+
+void EmbeddingTable::Assign(const int64_t* keys, int64_t n, const float* values) {
+  const size_t row_bytes = sizeof(float) * dim_;
+  ParallelRange(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint64_t h = HashKey(keys[i]);
+      Shard& s = shards_[ShardOf(h)];
+      ReadLock lock(s.mu, true);
+      const int64_t pos = Find(s, h, keys[i]);
+      float* row;
+      if (pos >= 0) {
+        row = s.slots[pos].row;
+      } else {
+        row = NewRow(keys[i]);
+        InsertLocked(&s, h, keys[i], row);
+      }
+      std::memcpy(row, values + i * dim_, row_bytes);
+    }
+  });
+}
+
+int64_t EmbeddingTable::Remove(const int64_t* keys, int64_t n) {
+  int64_t removed = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t h = HashKey(keys[i]);
+    Shard& s = shards_[ShardOf(h)];
+    ReadLock lock(s.mu, true);
+    const int64_t pos = Find(s, h, keys[i]);
+    if (pos < 0) continue;
+    pool_->Free(s.slots[pos].row);
+    EraseLocked(&s, pos);
+    ++removed;
+  }
+  return removed;
+}
+
+int64_t EmbeddingTable::Update(const int64_t* keys, int64_t n, int64_t step,
+                               const std::function<void(int64_t, float*)>& fn) {
+  std::atomic<int64_t> updated{0};
+  const uint32_t step32 = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(step, UINT32_MAX)));
+  ParallelRange(n, [&](int64_t begin, int64_t end) {
+    int64_t local = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      const uint64_t h = HashKey(keys[i]);
+      Shard& s = shards_[ShardOf(h)];
+      ReadLock lock(s.mu, true);
+      const int64_t pos = Find(s, h, keys[i]);
+      if (pos < 0) continue;
+      float* row = s.slots[pos].row;
+      fn(i, row);
+      Meta(row)[1] = step32;
+      ++local;
+    }
+    updated += local;
+  });
+  return updated.load();
+}
+
+void EmbeddingTable::LockAll() const {
+  for (int i = 0; i < kNumShards; ++i) shards_[i].mu.lock();
+}
+
+void EmbeddingTable::UnlockAll() const {
+  for (int i = kNumShards - 1; i >= 0; --i) shards_[i].mu.unlock();
+}
+
+bool EmbeddingTable::EnsureSlots(int k, const float* slot_init, std::string* error) {
+  LockAll();
+  bool ok = true;
+  if (k == num_slots_) {
+    slot_init_.assign(slot_init, slot_init + k);
+  } else if (num_slots_ != 0 || k < 0) {
+    *error = "table has " + std::to_string(num_slots_) + " optimizer slots per row, asked for " +
+             std::to_string(k) + " (one table serves one optimizer)";
+    ok = false;
+  } else {
+    const int64_t old_meta = dim_;
+    std::unique_ptr<BucketPool> pool(new BucketPool(dim_ * (1 + k) + 2));
+    for (int i = 0; i < kNumShards; ++i) {
+      for (Slot& e : shards_[i].slots) {
+        if (e.row == nullptr) continue;
+        float* row = pool->Allocate();
+        std::memcpy(row, e.row, sizeof(float) * dim_);
+        for (int j = 0; j < k; ++j) std::fill(row + dim_ * (1 + j), row + dim_ * (2 + j), slot_init[j]);
+        std::memcpy(row + dim_ * (1 + k), e.row + old_meta, 2 * sizeof(uint32_t));
+        e.row = row;
+      }
+    }
+    pool_.swap(pool);
+    num_slots_ = k;
+    slot_init_.assign(slot_init, slot_init + k);
+  }
+  UnlockAll();
+  return ok;
+}
+
+void EmbeddingTable::Export(TableSnapshot* snap) const {
+  snap->dim = dim_;
+  snap->keys.clear();
+  snap->values.clear();
+  snap->slots.clear();
+  snap->freq.clear();
+  snap->last_step.clear();
+  for (int i = 0; i < kNumShards; ++i) {
+    ReadLock lock(shards_[i].mu, false);
+    if (i == 0) {
+      snap->num_slots = num_slots_;
+      snap->slot_init = slot_init_;
+    }
+    const int64_t slot_floats = dim_ * num_slots_;
+    for (const Slot& e : shards_[i].slots) {
+      if (e.row == nullptr) continue;
+      snap->keys.push_back(e.key);
+      snap->values.insert(snap->values.end(), e.row, e.row + dim_);
+      snap->slots.insert(snap->slots.end(), e.row + dim_, e.row + dim_ + slot_floats);
+      const uint32_t* meta = Meta(e.row);
+      snap->freq.push_back(meta[0]);
+      snap->last_step.push_back(meta[1]);
+    }
+  }
+}
+
+void EmbeddingTable::Clear() {
+  LockAll();
+  for (int i = 0; i < kNumShards; ++i) {
+    for (Slot& e : shards_[i].slots) {
+      if (e.row != nullptr) pool_->Free(e.row);
+    }
+    shards_[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
+    shards_[i].size = 0;
+  }
+  UnlockAll();
+}
+
+bool EmbeddingTable::Import(const TableSnapshot& snap, std::string* error) {
+  const int64_t n = static_cast<int64_t>(snap.keys.size());
+  const int64_t slot_floats = dim_ * snap.num_slots;
+  if (snap.dim != dim_) {
+    *error = "dim " + std::to_string(snap.dim) + " does not match the table's dim " + std::to_string(dim_);
+    return false;
+  }
+  if (snap.num_slots < 0 || static_cast<int64_t>(snap.values.size()) != n * dim_ ||
+      static_cast<int64_t>(snap.slots.size()) != n * slot_floats ||
+      static_cast<int64_t>(snap.freq.size()) != n || static_cast<int64_t>(snap.last_step.size()) != n ||
+      static_cast<int64_t>(snap.slot_init.size()) != snap.num_slots) {
+    *error = "snapshot parts have inconsistent sizes";
+    return false;
+  }
+  LockAll();
+  // The old rows die with the old pool; the snapshot fixes the row layout.
+  pool_.reset(new BucketPool(dim_ * (1 + snap.num_slots) + 2));
+  num_slots_ = snap.num_slots;
+  slot_init_ = snap.slot_init;
+  for (int i = 0; i < kNumShards; ++i) {
+    shards_[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
+    shards_[i].size = 0;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t key = snap.keys[i];
+    const uint64_t h = HashKey(key);
+    Shard& s = shards_[ShardOf(h)];
+    const int64_t pos = Find(s, h, key);
+    float* row = pos >= 0 ? s.slots[pos].row : pool_->Allocate();
+    std::memcpy(row, &snap.values[i * dim_], sizeof(float) * dim_);
+    if (slot_floats > 0) std::memcpy(row + dim_, &snap.slots[i * slot_floats], sizeof(float) * slot_floats);
+    uint32_t* meta = Meta(row);
+    meta[0] = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(snap.freq[i], UINT32_MAX)));
+    meta[1] = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(snap.last_step[i], UINT32_MAX)));
+    if (pos < 0) InsertLocked(&s, h, key, row);
+  }
+  UnlockAll();
+  return true;
+}
+
+TableStats EmbeddingTable::Stats() const {
+  TableStats st;
+  int64_t index_bytes = 0;
+  LockAll();
+  for (int i = 0; i < kNumShards; ++i) {
+    st.rows += shards_[i].size;
+    index_bytes += static_cast<int64_t>(shards_[i].slots.size() * sizeof(Slot));
+  }
+  st.row_bytes = pool_->stride() * static_cast<int64_t>(sizeof(float));
+  st.bytes_reserved = pool_->bytes_reserved() + index_bytes;
+  st.bytes_in_use = st.rows * st.row_bytes + index_bytes;
+  UnlockAll();
+  return st;
+}
+
+}  // namespace core
+}  // namespace tfps

@@ -1,0 +1,134 @@
+// EmbeddingTable: int64 key -> one row [value dim | slots k*dim | freq | last_step].
+//
+// Index: 2^kShardBits shards of open addressing (linear probing, backward-shift
+// deletion), each under a tbb::spin_rw_mutex; the shard is chosen by the high
+// bits of Mix64(key), the slot by the low bits. Rows come from one BucketPool.
+// (Measured against tbb::concurrent_hash_map and std::unordered_map+mutex in
+// tests/cc/bench_index.cc; see README "Design measurements".)
+//
+// Thread-safety: every public method may be called concurrently. Row contents
+// are read and written only under their shard's lock (reads under the shared
+// lock, updates through Update()'s callback under the exclusive lock); no row
+// pointer escapes the table. freq is bumped atomically under the shared lock.
+// EnsureSlots() and Import() take every shard lock.
+#ifndef TFPS_KERNELS_CORE_EMBEDDING_TABLE_H_
+#define TFPS_KERNELS_CORE_EMBEDDING_TABLE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <tbb/spin_rw_mutex.h>
+
+#include "kernels/core/bucket_pool.h"
+#include "kernels/core/config.h"
+#include "kernels/core/initializer.h"
+
+namespace tfps {
+namespace core {
+
+struct TableStats {
+  int64_t rows = 0;
+  int64_t bytes_reserved = 0;  // pool blocks + index slots
+  int64_t bytes_in_use = 0;    // rows * row bytes + index slots
+  int64_t row_bytes = 0;
+};
+
+// Everything Export() returns; Import() takes the same.
+struct TableSnapshot {
+  int64_t dim = 0;
+  int num_slots = 0;
+  std::vector<int64_t> keys;
+  std::vector<float> values;     // [n, dim]
+  std::vector<float> slots;      // [n, num_slots * dim]
+  std::vector<int64_t> freq;     // [n]
+  std::vector<int64_t> last_step;// [n]
+  std::vector<float> slot_init;  // [num_slots]
+};
+
+class EmbeddingTable {
+ public:
+  EmbeddingTable(int64_t dim, const InitSpec& init);
+  ~EmbeddingTable();
+  EmbeddingTable(const EmbeddingTable&) = delete;
+  EmbeddingTable& operator=(const EmbeddingTable&) = delete;
+
+  int64_t dim() const { return dim_; }
+  int num_slots() const;
+  int64_t size() const;
+  const InitSpec& init() const { return init_; }
+
+  // Copies the value of keys[i] to out[i*dim]. A missing key: with `insert`,
+  // gets a new row (initializer values, slot init) and its value is copied;
+  // without, out gets the initializer value (or zeros with missing_zeros) and
+  // the table is unchanged. With `insert`, freq += counts[i] (1 if counts is
+  // null). Returns the number of rows inserted.
+  int64_t Lookup(const int64_t* keys, int64_t n, const int32_t* counts, bool insert,
+                 bool missing_zeros, float* out);
+
+  // Inserts or overwrites the value of each key (slots of new rows get their init).
+  void Assign(const int64_t* keys, int64_t n, const float* values);
+
+  // Removes the keys present; their rows go back to the pool. Returns how many.
+  int64_t Remove(const int64_t* keys, int64_t n);
+
+  // Calls fn(i, row) under the exclusive lock of keys[i]'s shard for every key
+  // present (row points at [value | slots]), then sets its last_step = step.
+  // Missing keys are skipped. Returns the number of rows updated.
+  int64_t Update(const int64_t* keys, int64_t n, int64_t step,
+                 const std::function<void(int64_t, float*)>& fn);
+
+  // Gives the table k optimizer slots per row, new slot j starting at
+  // slot_init[j]. From 0 slots, existing rows are re-laid out. Returns false
+  // (and sets *error) when the table already has a different nonzero count.
+  bool EnsureSlots(int k, const float* slot_init, std::string* error);
+
+  // Every row, each copied under its shard lock (value and slots of one row
+  // come from one moment).
+  void Export(TableSnapshot* snap) const;
+  // Replaces the contents with the snapshot (validated by the caller).
+  bool Import(const TableSnapshot& snap, std::string* error);
+  void Clear();
+
+  TableStats Stats() const;
+
+ private:
+  struct Slot {
+    int64_t key;
+    float* row;  // nullptr: empty slot
+  };
+  struct alignas(64) Shard {
+    mutable tbb::spin_rw_mutex mu;
+    std::vector<Slot> slots;
+    int64_t size = 0;
+  };
+
+  static int ShardOf(uint64_t h) { return static_cast<int>(h >> (64 - kShardBits)); }
+  static int64_t Find(const Shard& s, uint64_t h, int64_t key);  // slot index or -1
+  void InsertLocked(Shard* s, uint64_t h, int64_t key, float* row);
+  void EraseLocked(Shard* s, int64_t pos);
+  float* NewRow(int64_t key);  // allocated and initialised, freq=last_step=0
+  int64_t stride_floats() const { return dim_ * (1 + num_slots_) + 2; }
+  uint32_t* Meta(float* row) const {
+    return reinterpret_cast<uint32_t*>(row + dim_ * (1 + num_slots_));
+  }
+  void LockAll() const;
+  void UnlockAll() const;
+
+  const int64_t dim_;
+  const InitSpec init_;
+  int num_slots_ = 0;                 // changes only with every shard locked
+  std::vector<float> slot_init_;
+  std::unique_ptr<BucketPool> pool_;  // replaced only with every shard locked
+  std::unique_ptr<Shard[]> shards_;
+};
+
+// Runs fn(begin, end) over [0, n), in parallel with tbb above kParallelThreshold.
+void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace core
+}  // namespace tfps
+
+#endif  // TFPS_KERNELS_CORE_EMBEDDING_TABLE_H_

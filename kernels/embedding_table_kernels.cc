@@ -1,0 +1,277 @@
+// Kernels of the TfpsTable* ops: thin adapters from tensors to core::EmbeddingTable.
+#include <cstring>
+#include <vector>
+
+#include "kernels/core/unique.h"
+#include "kernels/table_resource.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace tfps {
+namespace {
+
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Status;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+using tensorflow::core::ScopedUnref;
+namespace errors = tensorflow::errors;
+
+// Creates the table on first use (like TF's MutableHashTable), then outputs its handle.
+class TableHandleOp : public OpKernel {
+ public:
+  explicit TableHandleOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("container", &container_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &name_));
+    if (name_.empty()) name_ = name();
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+    OP_REQUIRES(ctx, dim_ > 0, errors::InvalidArgument("TfpsTableHandle: dim must be > 0, got ", dim_));
+    std::string kind;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("initializer", &kind));
+    OP_REQUIRES(ctx, core::ParseInitKind(kind, &init_.kind),
+                errors::InvalidArgument("TfpsTableHandle: unknown initializer '", kind, "'"));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_a", &init_.a));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_b", &init_.b));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &init_.seed));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const tensorflow::ResourceHandle handle =
+        tensorflow::MakeResourceHandle<TableResource>(ctx, container_, name_);
+    TableResource* table = nullptr;
+    OP_REQUIRES_OK(ctx, tensorflow::LookupOrCreateResource<TableResource>(
+                            ctx, handle, &table, [this](TableResource** t) {
+                              *t = new TableResource(dim_, init_);
+                              return tensorflow::OkStatus();
+                            }));
+    ScopedUnref unref(table);
+    OP_REQUIRES(ctx, table->table().dim() == dim_,
+                errors::InvalidArgument("TfpsTableHandle: table '", name_, "' exists with dim ",
+                                        table->table().dim(), ", this op asks for dim ", dim_));
+    Tensor* out = nullptr;
+    tensorflow::AllocatorAttributes attr;
+    attr.set_on_host(true);
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out, attr));
+    out->scalar<tensorflow::ResourceHandle>()() = handle;
+  }
+
+ private:
+  std::string container_, name_;
+  int64_t dim_ = 0;
+  core::InitSpec init_;
+};
+
+class TableFindOp : public OpKernel {
+ public:
+  explicit TableFindOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("insert", &insert_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("missing_zeros", &missing_zeros_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* res = nullptr;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    ScopedUnref unref(res);
+    const Tensor& keys = ctx->input(1);
+    OP_REQUIRES_OK(ctx, CheckKeys(ctx, keys));
+    const int64_t n = keys.dim_size(0), dim = res->table().dim();
+    Tensor* values = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim}), &values));
+    res->table().Lookup(keys.flat<int64_t>().data(), n, nullptr, insert_, missing_zeros_,
+                        values->flat<float>().data());
+  }
+
+ private:
+  bool insert_ = true, missing_zeros_ = false;
+};
+
+// Dedups ids, probes the table once per distinct id: (unique_ids, inverse, unique_values).
+class TableLookupUniqueOp : public OpKernel {
+ public:
+  explicit TableLookupUniqueOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("insert", &insert_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("missing_zeros", &missing_zeros_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* res = nullptr;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    ScopedUnref unref(res);
+    const Tensor& ids = ctx->input(1);
+    OP_REQUIRES_OK(ctx, CheckKeys(ctx, ids));
+    const int64_t n = ids.dim_size(0), dim = res->table().dim();
+    OP_REQUIRES(ctx, n < (int64_t{1} << 31),
+                errors::InvalidArgument("TfpsTableLookupUnique: batch of ", n, " ids exceeds 2^31 - 1"));
+    Tensor* inverse = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n}), &inverse));
+    std::vector<int64_t> uniq;
+    std::vector<int32_t> counts;
+    core::UniqueWithCounts(ids.flat<int64_t>().data(), n, inverse->flat<int32_t>().data(), &uniq,
+                           &counts);
+    const int64_t u = static_cast<int64_t>(uniq.size());
+    Tensor *uniq_t = nullptr, *values = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u}), &uniq_t));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({u, dim}), &values));
+    if (u > 0) std::memcpy(uniq_t->flat<int64_t>().data(), uniq.data(), sizeof(int64_t) * u);
+    res->table().Lookup(uniq.data(), u, counts.data(), insert_, missing_zeros_,
+                        values->flat<float>().data());
+  }
+
+ private:
+  bool insert_ = true, missing_zeros_ = false;
+};
+
+class TableAssignOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* res = nullptr;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    ScopedUnref unref(res);
+    const Tensor& keys = ctx->input(1);
+    const Tensor& values = ctx->input(2);
+    OP_REQUIRES_OK(ctx, CheckKeys(ctx, keys));
+    OP_REQUIRES_OK(ctx, CheckRows(ctx, "values", values, keys.dim_size(0), res->table().dim()));
+    res->table().Assign(keys.flat<int64_t>().data(), keys.dim_size(0), values.flat<float>().data());
+  }
+};
+
+class TableRemoveOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* res = nullptr;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    ScopedUnref unref(res);
+    const Tensor& keys = ctx->input(1);
+    OP_REQUIRES_OK(ctx, CheckKeys(ctx, keys));
+    Tensor* removed = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &removed));
+    removed->scalar<int64_t>()() = res->table().Remove(keys.flat<int64_t>().data(), keys.dim_size(0));
+  }
+};
+
+class TableSizeOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* res = nullptr;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    ScopedUnref unref(res);
+    Tensor* size = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &size));
+    size->scalar<int64_t>()() = res->table().size();
+  }
+};
+
+template <typename T, typename U>
+void CopyOut(OpKernelContext* ctx, int index, const std::vector<U>& src, TensorShape shape) {
+  Tensor* out = nullptr;
+  OP_REQUIRES_OK(ctx, ctx->allocate_output(index, shape, &out));
+  T* dst = out->flat<T>().data();
+  for (size_t i = 0; i < src.size(); ++i) dst[i] = static_cast<T>(src[i]);
+}
+
+class TableExportOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* res = nullptr;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    ScopedUnref unref(res);
+    core::TableSnapshot snap;
+    res->table().Export(&snap);
+    const int64_t n = static_cast<int64_t>(snap.keys.size());
+    CopyOut<int64_t>(ctx, 0, snap.keys, TensorShape({n}));
+    CopyOut<float>(ctx, 1, snap.values, TensorShape({n, snap.dim}));
+    CopyOut<float>(ctx, 2, snap.slots, TensorShape({n, snap.dim * snap.num_slots}));
+    CopyOut<int64_t>(ctx, 3, snap.freq, TensorShape({n}));
+    CopyOut<int64_t>(ctx, 4, snap.last_step, TensorShape({n}));
+    CopyOut<float>(ctx, 5, snap.slot_init, TensorShape({snap.num_slots}));
+  }
+};
+
+class TableImportOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* res = nullptr;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    ScopedUnref unref(res);
+    const Tensor& keys = ctx->input(1);
+    const Tensor& values = ctx->input(2);
+    const Tensor& slots = ctx->input(3);
+    const Tensor& freq = ctx->input(4);
+    const Tensor& last_step = ctx->input(5);
+    const Tensor& slot_init = ctx->input(6);
+    const int64_t dim = res->table().dim();
+    OP_REQUIRES_OK(ctx, CheckKeys(ctx, keys));
+    const int64_t n = keys.dim_size(0);
+    OP_REQUIRES(ctx, values.dims() == 2 && values.dim_size(1) == dim,
+                errors::InvalidArgument("TfpsTableImport: values have shape ", values.shape().DebugString(),
+                                        " but the table has dim ", dim));
+    OP_REQUIRES_OK(ctx, CheckRows(ctx, "values", values, n, dim));
+    OP_REQUIRES(ctx, slot_init.dims() == 1,
+                errors::InvalidArgument("TfpsTableImport: slot_init must be a vector, got ",
+                                        slot_init.shape().DebugString()));
+    const int64_t k = slot_init.dim_size(0);
+    OP_REQUIRES_OK(ctx, CheckRows(ctx, "slots", slots, n, dim * k));
+    OP_REQUIRES(ctx, freq.dims() == 1 && freq.dim_size(0) == n && last_step.dims() == 1 &&
+                         last_step.dim_size(0) == n,
+                errors::InvalidArgument("TfpsTableImport: freq ", freq.shape().DebugString(),
+                                        " and last_step ", last_step.shape().DebugString(),
+                                        " must be [", n, "] like keys"));
+    core::TableSnapshot snap;
+    snap.dim = dim;
+    snap.num_slots = static_cast<int>(k);
+    auto vec = [](const Tensor& t, auto* out) {
+      using V = typename std::remove_pointer_t<decltype(out)>::value_type;
+      const V* p = t.flat<V>().data();
+      out->assign(p, p + t.NumElements());
+    };
+    vec(keys, &snap.keys);
+    vec(values, &snap.values);
+    vec(slots, &snap.slots);
+    vec(freq, &snap.freq);
+    vec(last_step, &snap.last_step);
+    vec(slot_init, &snap.slot_init);
+    std::string error;
+    OP_REQUIRES(ctx, res->table().Import(snap, &error),
+                errors::InvalidArgument("TfpsTableImport: ", error));
+  }
+};
+
+class TableMemoryStatsOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* res = nullptr;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    ScopedUnref unref(res);
+    const core::TableStats st = res->table().Stats();
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({4}), &out));
+    auto v = out->vec<int64_t>();
+    v(0) = st.rows;
+    v(1) = st.bytes_reserved;
+    v(2) = st.bytes_in_use;
+    v(3) = st.row_bytes;
+  }
+};
+
+#define TFPS_CPU_KERNEL(name, cls) \
+  REGISTER_KERNEL_BUILDER(Name(name).Device(tensorflow::DEVICE_CPU), cls)
+TFPS_CPU_KERNEL("TfpsTableHandle", TableHandleOp);
+TFPS_CPU_KERNEL("TfpsTableFind", TableFindOp);
+TFPS_CPU_KERNEL("TfpsTableLookupUnique", TableLookupUniqueOp);
+TFPS_CPU_KERNEL("TfpsTableAssign", TableAssignOp);
+TFPS_CPU_KERNEL("TfpsTableRemove", TableRemoveOp);
+TFPS_CPU_KERNEL("TfpsTableSize", TableSizeOp);
+TFPS_CPU_KERNEL("TfpsTableExport", TableExportOp);
+TFPS_CPU_KERNEL("TfpsTableImport", TableImportOp);
+TFPS_CPU_KERNEL("TfpsTableMemoryStats", TableMemoryStatsOp);
+#undef TFPS_CPU_KERNEL
+
+}  // namespace
+}  // namespace tfps

@@ -1,0 +1,56 @@
+// The TF resource that owns one core::EmbeddingTable, and helpers shared by
+// the kernels that adapt tensors to it.
+#ifndef TFPS_KERNELS_TABLE_RESOURCE_H_
+#define TFPS_KERNELS_TABLE_RESOURCE_H_
+
+#include <string>
+
+#include "kernels/core/embedding_table.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+
+namespace tfps {
+
+class TableResource : public tensorflow::ResourceBase {
+ public:
+  TableResource(int64_t dim, const core::InitSpec& init) : table_(dim, init) {}
+  std::string DebugString() const override {
+    return "TfpsEmbeddingTable(dim=" + std::to_string(table_.dim()) + ")";
+  }
+  int64_t MemoryUsed() const override { return table_.Stats().bytes_reserved; }
+  core::EmbeddingTable& table() { return table_; }
+
+ private:
+  core::EmbeddingTable table_;
+};
+
+// Looks up the table behind input 0; the returned ref must be Unref()'d
+// (use tensorflow::core::ScopedUnref).
+inline tensorflow::Status GetTable(tensorflow::OpKernelContext* ctx, TableResource** table) {
+  return tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, 0), table);
+}
+
+// Checks that `t` is a vector of keys.
+inline tensorflow::Status CheckKeys(const tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& t) {
+  if (!tensorflow::TensorShapeUtils::IsVector(t.shape())) {
+    return tensorflow::errors::InvalidArgument(ctx->op_kernel().type_string(),
+                                               ": keys must be a vector, got shape ",
+                                               t.shape().DebugString());
+  }
+  return tensorflow::OkStatus();
+}
+
+// Checks that `t` is [n, dim] float rows.
+inline tensorflow::Status CheckRows(const tensorflow::OpKernelContext* ctx, const char* what,
+                                    const tensorflow::Tensor& t, int64_t n, int64_t dim) {
+  if (t.dims() != 2 || t.dim_size(0) != n || t.dim_size(1) != dim) {
+    return tensorflow::errors::InvalidArgument(ctx->op_kernel().type_string(), ": ", what, " must be [",
+                                               n, ", ", dim, "] to match keys and the table dim, got ",
+                                               t.shape().DebugString());
+  }
+  return tensorflow::OkStatus();
+}
+
+}  // namespace tfps
+
+#endif  // TFPS_KERNELS_TABLE_RESOURCE_H_

@@ -1,0 +1,182 @@
+// REGISTER_OP, shape functions and docs of the hash-table embedding ops.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace tfps {
+namespace {
+
+using tensorflow::Status;
+using tensorflow::shape_inference::DimensionHandle;
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+Status KeysVector(InferenceContext* c, int input, DimensionHandle* n) {
+  ShapeHandle keys;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(input), 1, &keys));
+  *n = c->Dim(keys, 0);
+  return tensorflow::OkStatus();
+}
+
+Status RowsOutput(InferenceContext* c) {
+  DimensionHandle n;
+  TF_RETURN_IF_ERROR(KeysVector(c, 1, &n));
+  c->set_output(0, c->Matrix(n, InferenceContext::kUnknownDim));
+  return tensorflow::OkStatus();
+}
+
+}  // namespace
+
+REGISTER_OP("TfpsTableHandle")
+    .Output("table: resource")
+    .Attr("container: string = ''")
+    .Attr("shared_name: string = ''")
+    .Attr("dim: int")
+    .Attr("initializer: string = 'zeros'")
+    .Attr("init_a: float = 0.0")
+    .Attr("init_b: float = 0.0")
+    .Attr("seed: int = 0")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Handle of a hash-table embedding: int64 key -> float row of `dim` values plus
+optimizer slots. The table is created on the first run (a later run finds it by
+container/shared_name, like MutableHashTable) and grows with the keys it sees.
+
+table: scalar resource handle.
+dim: embedding width.
+initializer: zeros | constant | uniform | normal | truncated_normal; the value of a
+  new key is a pure function of (key, seed), see kernels/core/initializer.h.
+init_a: constant value | minval | mean.
+init_b: maxval | stddev.
+)doc");
+
+REGISTER_OP("TfpsTableFind")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Output("values: float")
+    .Attr("insert: bool = true")
+    .Attr("missing_zeros: bool = false")
+    .SetShapeFn(RowsOutput)
+    .Doc(R"doc(
+Rows of `keys`: values [N, dim] for keys [N].
+
+insert: true (training): a missing key gets a new, initialised row and its freq
+  counts this sighting. false (serving): the table is unchanged and a missing key
+  reads as its initializer value, or zeros with missing_zeros.
+)doc");
+
+REGISTER_OP("TfpsTableLookupUnique")
+    .Input("table: resource")
+    .Input("ids: int64")
+    .Output("unique_ids: int64")
+    .Output("inverse: int32")
+    .Output("unique_values: float")
+    .Attr("insert: bool = true")
+    .Attr("missing_zeros: bool = false")
+    .SetShapeFn([](InferenceContext* c) {
+      DimensionHandle n;
+      TF_RETURN_IF_ERROR(KeysVector(c, 1, &n));
+      c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+      c->set_output(1, c->Vector(n));
+      c->set_output(2, c->Matrix(InferenceContext::kUnknownDim, InferenceContext::kUnknownDim));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Deduplicates ids [N] and probes the table once per distinct id.
+
+unique_ids: int64 [U], distinct ids (see kernels/core/unique.h for the order).
+inverse: int32 [N], unique_ids[inverse] == ids.
+unique_values: float [U, dim], the row of each unique id; gather by `inverse`
+  to get [N, dim]. With insert, each id's freq grows by its count in the batch.
+)doc");
+
+REGISTER_OP("TfpsTableAssign")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("values: float")
+    .SetShapeFn([](InferenceContext* c) {
+      DimensionHandle n;
+      TF_RETURN_IF_ERROR(KeysVector(c, 1, &n));
+      ShapeHandle values;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 2, &values));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Inserts or overwrites the values [N, dim] of keys [N]; slots of new rows start at
+their init value, slots of existing rows are kept.
+)doc");
+
+REGISTER_OP("TfpsTableRemove")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Output("removed: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      DimensionHandle n;
+      TF_RETURN_IF_ERROR(KeysVector(c, 1, &n));
+      c->set_output(0, c->Scalar());
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Removes keys [N] (absent keys are ignored); their rows return to the BucketPool.
+removed: how many keys were present.
+)doc");
+
+REGISTER_OP("TfpsTableSize")
+    .Input("table: resource")
+    .Output("size: int64")
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc("Number of keys in the table.");
+
+REGISTER_OP("TfpsTableExport")
+    .Input("table: resource")
+    .Output("keys: int64")
+    .Output("values: float")
+    .Output("slots: float")
+    .Output("freq: int64")
+    .Output("last_step: int64")
+    .Output("slot_init: float")
+    .SetShapeFn([](InferenceContext* c) {
+      DimensionHandle n = c->UnknownDim();
+      c->set_output(0, c->Vector(n));
+      c->set_output(1, c->Matrix(n, InferenceContext::kUnknownDim));
+      c->set_output(2, c->Matrix(n, InferenceContext::kUnknownDim));
+      c->set_output(3, c->Vector(n));
+      c->set_output(4, c->Vector(n));
+      c->set_output(5, c->Vector(InferenceContext::kUnknownDim));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Every row: keys [N], values [N, dim], slots [N, k*dim], freq [N], last_step [N],
+and slot_init [k] (the value new slots start at). Each row is copied under its
+shard lock, so value and slots of a key come from one moment.
+)doc");
+
+REGISTER_OP("TfpsTableImport")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("values: float")
+    .Input("slots: float")
+    .Input("freq: int64")
+    .Input("last_step: int64")
+    .Input("slot_init: float")
+    .SetShapeFn([](InferenceContext*) { return tensorflow::OkStatus(); })
+    .Doc(R"doc(
+Replaces the table's contents with what TfpsTableExport produced. Shapes are
+checked against each other and against the table's dim (InvalidArgument names
+the mismatch); the number of slots comes from slot_init.
+)doc");
+
+REGISTER_OP("TfpsTableMemoryStats")
+    .Input("table: resource")
+    .Output("stats: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(4));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+stats: int64 [4] = (rows, bytes_reserved, bytes_in_use, row_bytes); bytes count the
+BucketPool blocks and the index.
+)doc");
+
+}  // namespace tfps

@@ -1,0 +1,99 @@
+"""Builds tfps and its one custom-op library, tfps/_tfps_ops.so.
+
+`python setup.py build_ops` compiles ops/*.cc and kernels/**/*.cc with the flags
+TensorFlow reports (tf.sysconfig), -O3, and links the system oneTBB (-ltbb).
+`python setup.py print_core_flags` prints the flags of the TF-free core for the
+C++ tests. This file is the one place that owns build flags; BUILD mirrors it.
+"""
+import concurrent.futures
+import glob
+import json
+import os
+import subprocess
+import sys
+
+from setuptools import Command, find_packages, setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(ROOT, "tfps", "_tfps_ops.so")
+BUILD_INFO = os.path.join(ROOT, "tfps", "_build_info.json")
+OBJ_DIR = os.path.join(ROOT, "build", "obj")
+
+CORE_FLAGS = ["-std=c++17", "-fPIC", "-I" + ROOT, "-Wall", "-Wextra"]
+OPT_FLAGS = ["-O3", "-DNDEBUG", "-march=x86-64-v2"]
+TBB_LINK = ["-ltbb"]
+
+
+def sources():
+    return sorted(glob.glob(os.path.join(ROOT, "ops", "*.cc")) +
+                  glob.glob(os.path.join(ROOT, "kernels", "**", "*.cc"), recursive=True))
+
+
+def tf_flags():
+    import tensorflow as tf
+    # TF's headers go in as system headers so -Wall -Wextra speak only of ours.
+    compile_flags = ["-isystem" + f[2:] if f.startswith("-I") else f for f in tf.sysconfig.get_compile_flags()]
+    return compile_flags, tf.sysconfig.get_link_flags(), tf.__version__
+
+
+def _compile(args):
+    src, obj, flags = args
+    os.makedirs(os.path.dirname(obj), exist_ok=True)
+    deps = [src] + glob.glob(os.path.join(ROOT, "kernels", "**", "*.h"), recursive=True)
+    if os.path.exists(obj) and os.path.getmtime(obj) >= max(os.path.getmtime(d) for d in deps):
+        return obj
+    cmd = ["g++", "-c", src, "-o", obj] + flags
+    subprocess.run(cmd, check=True)
+    return obj
+
+
+def build_ops(jobs=2):
+    compile_flags, link_flags, version = tf_flags()
+    flags = CORE_FLAGS + OPT_FLAGS + compile_flags
+    work = [(s, os.path.join(OBJ_DIR, os.path.relpath(s, ROOT)[:-3] + ".o"), flags) for s in sources()]
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        objs = list(pool.map(_compile, work))
+    subprocess.run(["g++", "-shared", "-o", OUT] + objs + link_flags + TBB_LINK + ["-O3"], check=True)
+    with open(BUILD_INFO, "w") as f:
+        json.dump({"tensorflow": version, "python": sys.version.split()[0]}, f)
+    print("built", os.path.relpath(OUT, ROOT), "for TensorFlow", version)
+
+
+class BuildOps(Command):
+    description = "compile tfps/_tfps_ops.so"
+    user_options = []
+
+    def initialize_options(self):
+        pass
+
+    def finalize_options(self):
+        pass
+
+    def run(self):
+        build_ops()
+
+
+class PrintCoreFlags(Command):
+    description = "print the compile flags of the TF-free core (for tests/cc)"
+    user_options = []
+
+    def initialize_options(self):
+        pass
+
+    def finalize_options(self):
+        pass
+
+    def run(self):
+        print(" ".join(CORE_FLAGS + ["-Werror"]), "LINK:", " ".join(TBB_LINK))
+
+
+if __name__ == "__main__":
+    setup(
+        name="tfps",
+        version="0.1.0",
+        packages=find_packages(include=["tfps", "tfps.*"]),
+        package_data={"tfps": ["_tfps_ops.so", "_build_info.json"]},
+        entry_points={"console_scripts": ["tfps = tfps.cli:main"]},
+        python_requires=">=3.11",
+        cmdclass={"build_ops": BuildOps, "print_core_flags": PrintCoreFlags},
+    )

@@ -1,0 +1,65 @@
+"""Wrappers of the TfpsTable* ops (kernels/embedding_table_kernels.cc).
+
+Shapes: keys int64 [N]; values float32 [N, dim]; slots float32 [N, k*dim].
+"""
+import tensorflow as tf
+
+from tfps.ops._loader import load
+
+_INITIALIZERS = ("zeros", "constant", "uniform", "normal", "truncated_normal")
+
+for _op in ("TfpsTableHandle", "TfpsTableFind", "TfpsTableLookupUnique", "TfpsTableAssign",
+            "TfpsTableRemove", "TfpsTableSize", "TfpsTableExport", "TfpsTableImport",
+            "TfpsTableMemoryStats"):
+    tf.no_gradient(_op)
+
+
+def table_handle(dim, initializer="zeros", init_a=0.0, init_b=0.0, seed=0, shared_name="",
+                 container="", name=None):
+    """Handle of a table (created on first run). Returns: resource scalar."""
+    if initializer not in _INITIALIZERS:
+        raise ValueError(f"table_handle: initializer must be one of {_INITIALIZERS}, got {initializer!r}")
+    return load().tfps_table_handle(dim=int(dim), initializer=initializer, init_a=float(init_a),
+                                    init_b=float(init_b), seed=int(seed), shared_name=shared_name,
+                                    container=container, name=name)
+
+
+def table_find(table, keys, insert=True, missing_zeros=False, name=None):
+    """keys: int64 [N] -> values: float32 [N, dim]."""
+    return load().tfps_table_find(table, keys, insert=insert, missing_zeros=missing_zeros, name=name)
+
+
+def table_lookup_unique(table, ids, insert=True, missing_zeros=False, name=None):
+    """ids: int64 [N] -> (unique_ids int64 [U], inverse int32 [N], unique_values float32 [U, dim])."""
+    return load().tfps_table_lookup_unique(table, ids, insert=insert, missing_zeros=missing_zeros,
+                                           name=name)
+
+
+def table_assign(table, keys, values, name=None):
+    """keys: int64 [N], values: float32 [N, dim]. Returns the op."""
+    return load().tfps_table_assign(table, keys, values, name=name)
+
+
+def table_remove(table, keys, name=None):
+    """keys: int64 [N] -> removed: int64 scalar."""
+    return load().tfps_table_remove(table, keys, name=name)
+
+
+def table_size(table, name=None):
+    """-> int64 scalar."""
+    return load().tfps_table_size(table, name=name)
+
+
+def table_export(table, name=None):
+    """-> (keys [N], values [N, dim], slots [N, k*dim], freq [N], last_step [N], slot_init [k])."""
+    return load().tfps_table_export(table, name=name)
+
+
+def table_import(table, keys, values, slots, freq, last_step, slot_init, name=None):
+    """Replaces the table's contents (the inverse of table_export). Returns the op."""
+    return load().tfps_table_import(table, keys, values, slots, freq, last_step, slot_init, name=name)
+
+
+def table_memory_stats(table, name=None):
+    """-> int64 [4]: rows, bytes_reserved, bytes_in_use, row_bytes."""
+    return load().tfps_table_memory_stats(table, name=name)
