@@ -4,10 +4,8 @@
 #include <atomic>
 #include <cstring>
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include "kernels/core/hash.h"
+#include "kernels/core/parallel.h"
 
 namespace tfps {
 namespace core {
@@ -16,15 +14,6 @@ namespace {
 constexpr int kNumShards = 1 << kShardBits;
 using ReadLock = tbb::spin_rw_mutex::scoped_lock;
 }  // namespace
-
-void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-  if (n < kParallelThreshold) {
-    if (n > 0) fn(0, n);
-    return;
-  }
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, kParallelGrain),
-                    [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end()); });
-}
 
 EmbeddingTable::EmbeddingTable(int64_t dim, const InitSpec& init)
     : dim_(dim), init_(init), pool_(new BucketPool(dim + 2)), shards_(new Shard[kNumShards]) {
@@ -144,7 +133,7 @@ int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, const int32_t* co
         ++local_inserted;
       }
       std::memcpy(dst, row, row_bytes);
-      Meta(row)[0] += c;
+      __atomic_fetch_add(&Meta(row)[0], c, __ATOMIC_RELAXED);
     }
     inserted += local_inserted;
   });
@@ -266,7 +255,7 @@ void EmbeddingTable::Export(TableSnapshot* snap) const {
       snap->values.insert(snap->values.end(), e.row, e.row + dim_);
       snap->slots.insert(snap->slots.end(), e.row + dim_, e.row + dim_ + slot_floats);
       const uint32_t* meta = Meta(e.row);
-      snap->freq.push_back(meta[0]);
+      snap->freq.push_back(__atomic_load_n(&meta[0], __ATOMIC_RELAXED));  // bumped under shared locks
       snap->last_step.push_back(meta[1]);
     }
   }

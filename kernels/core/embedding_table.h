@@ -125,9 +125,6 @@ class EmbeddingTable {
   std::unique_ptr<Shard[]> shards_;
 };
 
-// Runs fn(begin, end) over [0, n), in parallel with tbb above kParallelThreshold.
-void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
-
 }  // namespace core
 }  // namespace tfps
 

@@ -2,11 +2,9 @@
 
 #include <algorithm>
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include "kernels/core/config.h"
 #include "kernels/core/hash.h"
+#include "kernels/core/parallel.h"
 
 namespace tfps {
 namespace core {
@@ -74,7 +72,7 @@ void UniqueWithCounts(const int64_t* ids, int64_t n, int32_t* inverse, std::vect
   }
   std::vector<int64_t> part_uniq[kUniqueParts];
   std::vector<int32_t> part_counts[kUniqueParts];
-  tbb::parallel_for(0, kUniqueParts, [&](int p) {
+  ParallelTasks(kUniqueParts, [&](int p) {
     IdSet set(n / (8 * kUniqueParts));
     for (int64_t i = 0; i < n; ++i) {
       const uint64_t h = HashKey(ids[i]);
@@ -94,13 +92,12 @@ void UniqueWithCounts(const int64_t* ids, int64_t n, int32_t* inverse, std::vect
     uniq->insert(uniq->end(), part_uniq[p].begin(), part_uniq[p].end());
     counts->insert(counts->end(), part_counts[p].begin(), part_counts[p].end());
   }
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, kParallelGrain),
-                    [&](const tbb::blocked_range<int64_t>& r) {
-                      for (int64_t i = r.begin(); i < r.end(); ++i) {
-                        const uint64_t h = HashKey(ids[i]);
-                        inverse[i] += offset[(h >> 32) * kUniqueParts >> 32];
-                      }
-                    });
+  ParallelRange(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint64_t h = HashKey(ids[i]);
+      inverse[i] += offset[(h >> 32) * kUniqueParts >> 32];
+    }
+  });
 }
 
 }  // namespace core

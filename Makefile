@@ -1,0 +1,64 @@
+# make demo | make test: each sets up everything from a clean clone.
+PY      := .venv/bin/python
+SO      := tfps/_tfps_ops.so
+CXX     ?= g++
+CC_SRCS := $(wildcard kernels/core/*.cc)
+CC_BIN  := build/cc
+CC_FLAGS = -std=c++17 -I. -Wall -Wextra -Werror -g -O1 -pthread
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+
+.PHONY: demo test build setup deps cc-test py-test bench clean
+
+demo: build
+	$(PY) -m tfps.cli train --config configs/demo.yaml
+
+test: build cc-test py-test
+
+# System packages: oneTBB headers and library.
+deps:
+	@if [ ! -f /usr/include/oneapi/tbb.h ]; then \
+	  echo "installing libtbb-dev"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libtbb-dev; \
+	fi
+
+.venv/.installed: requirements.txt | deps
+	python3.11 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+setup: deps .venv/.installed
+
+$(SO): .venv/.installed setup.py $(wildcard ops/*.cc kernels/*.cc kernels/*.h kernels/core/*.cc kernels/core/*.h)
+	$(PY) setup.py -q build_ops
+
+build: setup $(SO)
+
+# C++ core: unit and 2-thread stress tests, once under ASan+UBSan, once under TSan.
+$(CC_BIN)/core_asan: $(CC_SRCS) $(wildcard kernels/core/*.h tests/cc/*.cc tests/cc/*.h) | deps
+	@mkdir -p $(CC_BIN)
+	$(CXX) $(CC_FLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all \
+	  $(CC_SRCS) tests/cc/test_main.cc tests/cc/test_core.cc tests/cc/stress_test.cc -o $@ -ltbb
+$(CC_BIN)/core_tsan: $(CC_SRCS) $(wildcard kernels/core/*.h tests/cc/*.cc tests/cc/*.h) | deps
+	@mkdir -p $(CC_BIN)
+	$(CXX) $(CC_FLAGS) -fsanitize=thread -DTFPS_STD_THREAD_FORK_JOIN \
+	  $(CC_SRCS) tests/cc/test_main.cc tests/cc/test_core.cc tests/cc/stress_test.cc -o $@ -ltbb
+$(CC_BIN)/bench_index: $(CC_SRCS) $(wildcard kernels/core/*.h) benchmarks/bench_index.cc | deps
+	@mkdir -p $(CC_BIN)
+	$(CXX) -std=c++17 -I. -O3 -DNDEBUG -march=x86-64-v2 -pthread $(CC_SRCS) benchmarks/bench_index.cc -o $@ -ltbb
+
+cc-test: $(CC_BIN)/core_asan $(CC_BIN)/core_tsan
+	ASAN_OPTIONS=detect_leaks=1 $(CC_BIN)/core_asan
+	TSAN_OPTIONS=halt_on_error=1 $(CC_BIN)/core_tsan
+
+py-test: build
+	$(PY) -m pytest -q tests
+
+bench: build $(CC_BIN)/bench_index
+	$(CC_BIN)/bench_index
+	$(PY) benchmarks/bench_table.py
+	$(PY) benchmarks/bench_step.py
+
+clean:
+	rm -rf build $(SO) tfps/_build_info.json

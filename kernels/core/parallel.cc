@@ -1,0 +1,47 @@
+#include "kernels/core/parallel.h"
+
+#include "kernels/core/config.h"
+
+#ifdef TFPS_STD_THREAD_FORK_JOIN
+#include <algorithm>
+#include <thread>
+#include <vector>
+#else
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#endif
+
+namespace tfps {
+namespace core {
+
+void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n < kParallelThreshold) {
+    if (n > 0) fn(0, n);
+    return;
+  }
+#ifdef TFPS_STD_THREAD_FORK_JOIN
+  const int64_t chunks = (n + kParallelGrain - 1) / kParallelGrain;
+  ParallelTasks(static_cast<int>(std::min<int64_t>(chunks, 4)), [&](int t) {
+    for (int64_t c = t; c < chunks; c += std::min<int64_t>(chunks, 4)) {
+      fn(c * kParallelGrain, std::min(n, (c + 1) * kParallelGrain));
+    }
+  });
+#else
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, kParallelGrain),
+                    [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end()); });
+#endif
+}
+
+void ParallelTasks(int k, const std::function<void(int)>& fn) {
+#ifdef TFPS_STD_THREAD_FORK_JOIN
+  std::vector<std::thread> threads;
+  for (int t = 1; t < k; ++t) threads.emplace_back(fn, t);
+  if (k > 0) fn(0);
+  for (auto& th : threads) th.join();
+#else
+  tbb::parallel_for(0, k, [&](int t) { fn(t); });
+#endif
+}
+
+}  // namespace core
+}  // namespace tfps

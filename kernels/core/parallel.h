@@ -1,0 +1,27 @@
+// Fork/join helpers over tbb::parallel_for.
+//
+// Under ThreadSanitizer (TFPS_STD_THREAD_FORK_JOIN, set by the TSan test build)
+// the same splits run on std::thread instead: Debian's libtbb is not
+// instrumented, so TSan cannot see its join and reports false races on
+// everything the caller touches afterwards. The table's own locks (tbb spin
+// mutexes are header-only) stay under TSan either way.
+#ifndef TFPS_KERNELS_CORE_PARALLEL_H_
+#define TFPS_KERNELS_CORE_PARALLEL_H_
+
+#include <cstdint>
+#include <functional>
+
+namespace tfps {
+namespace core {
+
+// Runs fn(begin, end) over [0, n): one call when n < kParallelThreshold,
+// else chunks of kParallelGrain spread over threads.
+void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+
+// Runs fn(0) ... fn(k - 1), in parallel.
+void ParallelTasks(int k, const std::function<void(int)>& fn);
+
+}  // namespace core
+}  // namespace tfps
+
+#endif  // TFPS_KERNELS_CORE_PARALLEL_H_

@@ -1,0 +1,186 @@
+// Unit tests of kernels/core: BucketPool, initializer, EmbeddingTable, UniqueWithCounts.
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <unordered_map>
+
+#include "kernels/core/bucket_pool.h"
+#include "kernels/core/embedding_table.h"
+#include "kernels/core/initializer.h"
+#include "kernels/core/unique.h"
+#include "tests/cc/test_main.h"
+
+using namespace tfps::core;
+
+TEST(PoolRecyclesFreedRows) {
+  BucketPool pool(4, 8);
+  std::set<float*> rows;
+  for (int i = 0; i < 20; ++i) rows.insert(pool.Allocate());
+  CHECK_EQ(rows.size(), 20u);
+  CHECK_EQ(pool.rows_in_use(), 20);
+  CHECK_EQ(pool.bytes_reserved(), 3 * 8 * 4 * 4);  // 3 blocks of 8 rows
+  float* freed = *rows.begin();
+  pool.Free(freed);
+  CHECK_EQ(pool.Allocate(), freed);
+  CHECK_EQ(pool.bytes_reserved(), 3 * 8 * 4 * 4);
+}
+
+TEST(InitializerIsDeterministicAndShaped) {
+  InitSpec spec;
+  spec.kind = InitSpec::kTruncatedNormal;
+  spec.a = 0.5f;
+  spec.b = 2.0f;
+  spec.seed = 7;
+  float a[8], b[8];
+  InitRow(spec, 42, 8, a);
+  InitRow(spec, 42, 8, b);
+  CHECK(std::memcmp(a, b, sizeof(a)) == 0);
+  InitRow(spec, 43, 8, b);
+  CHECK(std::memcmp(a, b, sizeof(a)) != 0);
+  // Moments and the 2-stddev truncation over many keys.
+  double sum = 0, sq = 0;
+  const int n = 20000;
+  for (int k = 0; k < n; ++k) {
+    InitRow(spec, k, 1, a);
+    CHECK(a[0] >= 0.5f - 4.0f && a[0] <= 0.5f + 4.0f);
+    sum += a[0];
+    sq += (a[0] - 0.5) * (a[0] - 0.5);
+  }
+  CHECK(std::fabs(sum / n - 0.5) < 0.05);
+  // Truncated at 2 sigma: stddev is 0.88 sigma.
+  CHECK(std::fabs(std::sqrt(sq / n) - 0.88 * 2.0) < 0.05);
+  spec.kind = InitSpec::kUniform;
+  spec.a = -1.f;
+  spec.b = 3.f;
+  for (int k = 0; k < 1000; ++k) {
+    InitRow(spec, k, 1, a);
+    CHECK(a[0] >= -1.f && a[0] < 3.f);
+  }
+  InitSpec kind;
+  CHECK(ParseInitKind("normal", &kind.kind) && kind.kind == InitSpec::kNormal);
+  CHECK(!ParseInitKind("glorot", &kind.kind));
+}
+
+TEST(TableLookupInsertAssignRemove) {
+  InitSpec spec;
+  spec.kind = InitSpec::kNormal;
+  spec.b = 1.f;
+  EmbeddingTable t(3, spec);
+  const int64_t keys[] = {0, -1, LLONG_MIN, LLONG_MAX, 5};
+  float out[15], expect[3];
+  CHECK_EQ(t.Lookup(keys, 5, nullptr, /*insert=*/false, false, out), 0);
+  CHECK_EQ(t.size(), 0);
+  InitRow(spec, LLONG_MIN, 3, expect);
+  CHECK(std::memcmp(out + 6, expect, sizeof(expect)) == 0);
+  CHECK_EQ(t.Lookup(keys, 5, nullptr, true, false, out), 5);
+  CHECK_EQ(t.size(), 5);
+  CHECK(std::memcmp(out + 6, expect, sizeof(expect)) == 0);
+  CHECK_EQ(t.Lookup(keys, 5, nullptr, true, false, out), 0);
+  const float v[3] = {1, 2, 3};
+  t.Assign(keys + 3, 1, v);
+  t.Lookup(keys + 3, 1, nullptr, false, false, out);
+  CHECK(out[0] == 1 && out[1] == 2 && out[2] == 3);
+  CHECK_EQ(t.Remove(keys, 2), 2);
+  CHECK_EQ(t.Remove(keys, 2), 0);
+  CHECK_EQ(t.size(), 3);
+  t.Lookup(keys, 1, nullptr, false, /*missing_zeros=*/true, out);
+  CHECK(out[0] == 0 && out[1] == 0 && out[2] == 0);
+}
+
+TEST(TableGrowsAndRemovesManyKeys) {
+  EmbeddingTable t(2, InitSpec());
+  std::vector<int64_t> keys;
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 50000; ++i) keys.push_back(static_cast<int64_t>(rng()));
+  std::vector<float> vals(keys.size() * 2);
+  for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(i);
+  t.Assign(keys.data(), keys.size(), vals.data());
+  CHECK_EQ(t.size(), 50000);
+  // Remove every other key, then all values of the rest must be intact.
+  std::vector<int64_t> odd, even;
+  for (size_t i = 0; i < keys.size(); ++i) (i % 2 ? odd : even).push_back(keys[i]);
+  CHECK_EQ(t.Remove(odd.data(), odd.size()), 25000);
+  std::vector<float> out(even.size() * 2);
+  t.Lookup(even.data(), even.size(), nullptr, false, true, out.data());
+  for (size_t i = 0; i < even.size(); ++i) CHECK(out[2 * i] == static_cast<float>(4 * i));
+  t.Lookup(odd.data(), odd.size(), nullptr, false, true, out.data());
+  for (size_t i = 0; i < odd.size(); ++i) CHECK(out[2 * i] == 0.f);
+  // Freed rows are reused: re-inserting does not grow the pool.
+  const int64_t reserved = t.Stats().bytes_reserved;
+  t.Assign(odd.data(), odd.size(), vals.data());
+  CHECK_EQ(t.Stats().bytes_reserved, reserved);
+}
+
+TEST(TableSlotsUpdateExportImport) {
+  InitSpec spec;
+  spec.kind = InitSpec::kConstant;
+  spec.a = 0.5f;
+  EmbeddingTable t(2, spec);
+  const int64_t keys[] = {10, 20, 30};
+  float out[6];
+  const int32_t counts[] = {1, 2, 3};
+  t.Lookup(keys, 3, counts, true, false, out);
+  const float init = 0.1f;
+  std::string error;
+  CHECK(t.EnsureSlots(1, &init, &error));
+  CHECK(!t.EnsureSlots(2, &init, &error));
+  CHECK(!error.empty());
+  CHECK_EQ(t.Update(keys, 2, 9, [](int64_t i, float* row) {
+    row[0] += 1.f + i;
+    row[2] += 1.f;  // slot 0
+  }), 2);
+  const int64_t missing = 99;
+  CHECK_EQ(t.Update(&missing, 1, 9, [](int64_t, float*) {}), 0);
+  TableSnapshot snap;
+  t.Export(&snap);
+  CHECK_EQ(snap.keys.size(), 3u);
+  CHECK_EQ(snap.num_slots, 1);
+  std::map<int64_t, int> at;
+  for (size_t i = 0; i < snap.keys.size(); ++i) at[snap.keys[i]] = static_cast<int>(i);
+  CHECK(snap.values[2 * at[10]] == 1.5f && snap.values[2 * at[20]] == 2.5f && snap.values[2 * at[30]] == 0.5f);
+  CHECK(snap.slots[2 * at[10]] == 1.1f && snap.slots[2 * at[30]] == 0.1f);
+  CHECK(snap.freq[at[30]] == 3 && snap.last_step[at[10]] == 9 && snap.last_step[at[30]] == 0);
+  EmbeddingTable u(2, spec);
+  CHECK(u.Import(snap, &error));
+  TableSnapshot again;
+  u.Export(&again);
+  std::map<int64_t, int> at2;
+  for (size_t i = 0; i < again.keys.size(); ++i) at2[again.keys[i]] = static_cast<int>(i);
+  for (int64_t k : keys) {
+    CHECK(std::memcmp(&snap.values[2 * at[k]], &again.values[2 * at2[k]], 8) == 0);
+    CHECK(std::memcmp(&snap.slots[2 * at[k]], &again.slots[2 * at2[k]], 8) == 0);
+    CHECK(snap.freq[at[k]] == again.freq[at2[k]]);
+  }
+  EmbeddingTable wrong(3, spec);
+  CHECK(!wrong.Import(snap, &error));
+  snap.freq.pop_back();
+  CHECK(!u.Import(snap, &error));
+}
+
+TEST(UniqueMatchesReference) {
+  std::mt19937_64 rng(3);
+  for (int64_t n : {0, 1, 7, 1000, 50000, 300000}) {
+    std::vector<int64_t> ids(n);
+    for (auto& x : ids) x = rng() % 7 == 0 ? LLONG_MIN + static_cast<int64_t>(rng() % 3)
+                                             : static_cast<int64_t>(rng() % 5000) - 2500;
+    std::vector<int32_t> inverse(n);
+    std::vector<int64_t> uniq;
+    std::vector<int32_t> counts;
+    UniqueWithCounts(ids.data(), n, inverse.data(), &uniq, &counts);
+    std::unordered_map<int64_t, int> ref;
+    for (auto x : ids) ++ref[x];
+    CHECK_EQ(uniq.size(), ref.size());
+    for (size_t u = 0; u < uniq.size(); ++u) CHECK_EQ(counts[u], ref[uniq[u]]);
+    for (int64_t i = 0; i < n; ++i) CHECK_EQ(uniq[inverse[i]], ids[i]);
+    if (n < 16384) {  // small inputs: first-occurrence order
+      std::set<int64_t> seen;
+      size_t next = 0;
+      for (auto x : ids) {
+        if (seen.insert(x).second) CHECK_EQ(uniq[next++], x);
+      }
+    }
+  }
+}

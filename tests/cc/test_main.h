@@ -1,0 +1,38 @@
+// A minimal test harness: TEST(name) registers a function, CHECK* fail loudly.
+#ifndef TFPS_TESTS_CC_TEST_MAIN_H_
+#define TFPS_TESTS_CC_TEST_MAIN_H_
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tfps_test {
+struct Registry {
+  static std::vector<std::pair<std::string, std::function<void()>>>& Get() {
+    static std::vector<std::pair<std::string, std::function<void()>>> tests;
+    return tests;
+  }
+};
+struct Register {
+  Register(const char* name, std::function<void()> fn) { Registry::Get().emplace_back(name, fn); }
+};
+}  // namespace tfps_test
+
+#define TEST(name)                                                  \
+  static void name();                                               \
+  static ::tfps_test::Register register_##name(#name, name);        \
+  static void name()
+
+#define CHECK(cond)                                                              \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
+      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                              \
+    }                                                                            \
+  } while (0)
+
+#define CHECK_EQ(a, b) CHECK((a) == (b))
+
+#endif  // TFPS_TESTS_CC_TEST_MAIN_H_

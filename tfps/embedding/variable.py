@@ -1,0 +1,206 @@
+"""EmbeddingVariable: a dynamic hash-table embedding, sharded over k tables."""
+import dataclasses
+import weakref
+
+import tensorflow as tf
+
+from tfps.embedding import initializers
+from tfps.embedding.saveable import TableSaveable
+from tfps.ops import embedding_table as table_ops
+
+# graph -> {full name: EmbeddingVariable}, in creation order. Kept off the graph's collections
+# so that exporting a MetaGraph does not try to serialize Python objects.
+_GRAPH_VARIABLES = weakref.WeakKeyDictionary()
+
+
+@dataclasses.dataclass
+class LookupRecord:
+    """One training lookup: unique_ids int64 [U] of shard `shard` and their rows float32 [U, dim]."""
+    shard: int
+    unique_ids: tf.Tensor
+    unique_values: tf.Tensor
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TableShard:
+    """The (grad, var) 'var' of a table shard in an optimizer's grads_and_vars."""
+    variable: "EmbeddingVariable"
+    shard: int
+
+    @property
+    def name(self):
+        return f"{self.variable.name}/shard_{self.shard}"
+
+    @property
+    def handle(self):
+        return self.variable.handles[self.shard]
+
+    @property
+    def dtype(self):
+        return tf.float32
+
+
+class EmbeddingVariable:
+    """A table of int64 (or hashed string) key -> float32 [dim] row that grows with the data.
+
+    Build with `tfps.get_embedding_variable`. Rows of new keys come from the initializer as a
+    pure function of (key, seed). With num_shards=k, key x lives in shard floormod(x, k).
+    """
+
+    def __init__(self, name, embedding_dim, initializer, key_dtype, num_shards, trainable):
+        if int(embedding_dim) <= 0:
+            raise ValueError(f"get_embedding_variable({name!r}): embedding_dim must be > 0, got {embedding_dim}")
+        if int(num_shards) <= 0:
+            raise ValueError(f"get_embedding_variable({name!r}): num_shards must be > 0, got {num_shards}")
+        if key_dtype not in (tf.int64, tf.string):
+            raise ValueError(f"get_embedding_variable({name!r}): key_dtype must be tf.int64 or tf.string, "
+                             f"got {key_dtype!r}")
+        self.name = name
+        self.dim = int(embedding_dim)
+        self.key_dtype = key_dtype
+        self.num_shards = int(num_shards)
+        self.trainable = trainable
+        self.initializer_spec = initializers.init_spec(initializer, self.dim, name)
+        kind, a, b, seed = self.initializer_spec
+        self.handles = []
+        self.saveables = []
+        for i in range(self.num_shards):
+            shard_name = f"{name}/shard_{i}"
+            handle = table_ops.table_handle(self.dim, kind, a, b, seed, shared_name=shard_name,
+                                            name=f"shard_{i}")
+            self.handles.append(handle)
+            self.saveables.append(TableSaveable(handle, shard_name))
+        self.records = []
+
+    # -- lookups -------------------------------------------------------------------------
+    def lookup(self, ids, insert=True):
+        """ids of any shape -> float32 ids.shape + [dim]; see tfps.embedding_lookup."""
+        from tfps.embedding.lookup import embedding_lookup
+        return embedding_lookup(self, ids, insert=insert)
+
+    def to_keys(self, ids):
+        """ids -> int64 keys (strings hashed, int32 widened); anything else is InvalidArgumentError."""
+        if isinstance(ids, tf.SparseTensor):
+            raise tf.errors.InvalidArgumentError(None, None, f"{self.name}: use embedding_lookup_sparse for "
+                                                 f"SparseTensor ids")
+        ids = tf.convert_to_tensor(ids)
+        if self.key_dtype == tf.string:
+            if ids.dtype != tf.string:
+                raise tf.errors.InvalidArgumentError(
+                    None, None, f"{self.name}: ids must be tf.string for a string-keyed embedding, got {ids.dtype.name}")
+            return tf.strings.to_hash_bucket_fast(ids, 2**63 - 1)
+        if ids.dtype == tf.int64:
+            return ids
+        if ids.dtype in (tf.int32, tf.int16, tf.int8, tf.uint8, tf.uint16, tf.uint32):
+            return tf.cast(ids, tf.int64)
+        raise tf.errors.InvalidArgumentError(
+            None, None, f"{self.name}: ids must be an integer tensor (int64 keys), got {ids.dtype.name}")
+
+    def shard_of(self, keys):
+        """int32 shard index of each int64 key (floormod(key, num_shards))."""
+        return tf.cast(tf.math.floormod(keys, self.num_shards), tf.int32)
+
+    # -- table maintenance ---------------------------------------------------------------------
+    def _per_shard(self, keys, *tensors):
+        """Splits keys [N] and row tensors [N, ...] by shard: list of (handle, keys_i, *tensors_i)."""
+        keys = self.to_keys(keys)
+        if self.num_shards == 1:
+            return [(self.handles[0], keys) + tuple(tensors)]
+        shard = self.shard_of(keys)
+        parts = [tf.dynamic_partition(t, shard, self.num_shards) for t in (keys,) + tuple(tensors)]
+        return [(h,) + tuple(p[i] for p in parts) for i, h in enumerate(self.handles)]
+
+    def assign(self, keys, values):
+        """Sets the rows of keys [N] to values float32 [N, dim]; returns the op."""
+        values = tf.convert_to_tensor(values, tf.float32)
+        return tf.group(*[table_ops.table_assign(h, k, v) for h, k, v in self._per_shard(keys, values)])
+
+    def remove(self, keys):
+        """Removes keys [N]; returns the int64 number removed."""
+        return tf.add_n([table_ops.table_remove(h, k) for h, k in self._per_shard(keys)])
+
+    def size(self):
+        """int64 number of keys over all shards."""
+        return tf.add_n([table_ops.table_size(h) for h in self.handles])
+
+    def export(self):
+        """Every row: dict of keys [N], values [N, dim], slots [N, k*dim], freq [N], last_step [N], slot_init [k]."""
+        parts = [table_ops.table_export(h) for h in self.handles]
+        out = {name: tf.concat([p[i] for p in parts], 0) for i, name in enumerate(
+            ("keys", "values", "slots", "freq", "last_step"))}
+        out["slot_init"] = parts[0][5]
+        return out
+
+    def load(self, exported):
+        """Replaces the contents with an `export()` dict (keys are re-sharded); returns the op."""
+        rows = [exported[n] for n in ("values", "slots", "freq", "last_step")]
+        return tf.group(*[table_ops.table_import(h, k, v, s, f, l, exported["slot_init"])
+                          for h, k, v, s, f, l in self._per_shard(exported["keys"], *rows)])
+
+    def memory_stats(self):
+        """dict of int64 scalars: rows, bytes_reserved, bytes_in_use (summed over shards), row_bytes."""
+        stats = tf.add_n([table_ops.table_memory_stats(h) for h in self.handles])
+        return {"rows": stats[0], "bytes_reserved": stats[1], "bytes_in_use": stats[2],
+                "row_bytes": table_ops.table_memory_stats(self.handles[0])[3]}
+
+
+def _registry(graph):
+    return _GRAPH_VARIABLES.setdefault(graph, {})
+
+
+def get_embedding_variable(name, embedding_dim, initializer=None, key_dtype=tf.int64, num_shards=1,
+                           trainable=True, collections=None):
+    """Gets or creates a hash-table embedding variable, like tf.compat.v1.get_variable.
+
+    Honours tf.compat.v1.variable_scope (name prefix, reuse=True/AUTO_REUSE) and device scopes
+    (the tables are placed where the handles are created).
+
+    Args:
+      name: name within the current variable scope.
+      embedding_dim: width D of each row.
+      initializer: TF initializer (zeros/ones/constant/uniform/normal/truncated_normal) or None
+        for truncated_normal(stddev=1/sqrt(D)).
+      key_dtype: tf.int64, or tf.string (strings are hashed to int64).
+      num_shards: number of tables; key x lives in shard floormod(x, num_shards).
+      trainable: whether tfps optimizers train it.
+      collections: extra graph collections to add it to.
+
+    Returns:
+      tfps.EmbeddingVariable. Example:
+        ev = tfps.get_embedding_variable("item", 8)
+        vecs = tfps.embedding_lookup(ev, ids)     # ids int64 [B, L] -> [B, L, 8]
+    """
+    scope = tf.compat.v1.get_variable_scope()
+    full_name = f"{scope.name}/{name}" if scope.name else name
+    graph = tf.compat.v1.get_default_graph()
+    registry = _registry(graph)
+    reuse = scope.reuse
+    if full_name in registry:
+        if reuse is True or reuse == tf.compat.v1.AUTO_REUSE:
+            existing = registry[full_name]
+            if existing.dim != int(embedding_dim):
+                raise ValueError(f"embedding variable {full_name!r} exists with dim {existing.dim}, "
+                                 f"asked for {embedding_dim}")
+            return existing
+        raise ValueError(f"embedding variable {full_name!r} already exists; use "
+                         f"tf.compat.v1.variable_scope(..., reuse=True) or AUTO_REUSE to share it")
+    if reuse is True:
+        raise ValueError(f"embedding variable {full_name!r} does not exist and the scope has reuse=True")
+    with tf.compat.v1.name_scope(None), tf.compat.v1.name_scope(full_name + "/"):
+        ev = EmbeddingVariable(full_name, embedding_dim, initializer, key_dtype, num_shards, trainable)
+    registry[full_name] = ev
+    for coll in collections or []:
+        graph.add_to_collection(coll, ev)
+    for saveable in ev.saveables:
+        graph.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, saveable)
+    return ev
+
+
+def embedding_variables(graph=None):
+    """Every EmbeddingVariable of the graph."""
+    return list(_registry(graph or tf.compat.v1.get_default_graph()).values())
+
+
+def trainable_embedding_variables(graph=None):
+    """The trainable EmbeddingVariables of the graph."""
+    return [ev for ev in embedding_variables(graph) if ev.trainable]

@@ -1,0 +1,100 @@
+"""The part every tfps optimizer shares: dense variables as TF does them, tables by fused sparse-apply ops.
+
+compute_gradients builds one backward pass for dense variables and table lookups together;
+each table shard's gradient becomes IndexedSlices(values=[U, dim] rows, indices=[U] keys),
+one row per distinct key (duplicates summed).
+"""
+import tensorflow as tf
+
+from tfps.embedding.variable import EmbeddingVariable, TableShard, trainable_embedding_variables
+
+
+def _rows_per_unique(grad, num_unique):
+    """Gradient w.r.t. unique_values [U, dim] as a dense [U, dim] tensor."""
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.math.unsorted_segment_sum(grad.values, grad.indices, num_unique)
+    return grad
+
+
+def _merge_by_key(keys, rows):
+    """Sums rows of equal keys: (unique keys [U], rows [U, dim])."""
+    uniq, idx = tf.unique(keys)
+    return uniq, tf.math.unsorted_segment_sum(rows, idx, tf.size(uniq))
+
+
+class TableOptimizerMixin:
+    """Mixed into a tf.compat.v1.train optimizer; subclasses define _apply_table."""
+
+    def _apply_table(self, shard, keys, grads, lr, step):
+        raise NotImplementedError
+
+    def compute_gradients(self, loss, var_list=None, gate_gradients=tf.compat.v1.train.Optimizer.GATE_OP,
+                          aggregation_method=None, colocate_gradients_with_ops=False, grad_loss=None):
+        if callable(loss):
+            raise ValueError("tfps optimizers run in graph mode; pass a loss tensor")
+        if var_list is None:
+            dense = (tf.compat.v1.trainable_variables() +
+                     tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_RESOURCE_VARIABLES))
+            dense = list(dict.fromkeys(dense))
+            tables = trainable_embedding_variables()
+        else:
+            var_list = tf.nest.flatten(var_list)
+            dense = [v for v in var_list if not isinstance(v, EmbeddingVariable)]
+            tables = [v for v in var_list if isinstance(v, EmbeddingVariable)]
+        records = [(ev, r) for ev in tables for r in ev.records]
+        if not dense and not records:
+            raise ValueError("No variables to optimize: no trainable variables and no training lookups "
+                             "(tfps.embedding_lookup with insert=True) of trainable embedding variables")
+        xs = dense + [r.unique_values for _, r in records]
+        grads = tf.compat.v1.gradients(loss, xs, grad_ys=grad_loss,
+                                       gate_gradients=(gate_gradients == self.GATE_OP),
+                                       aggregation_method=aggregation_method,
+                                       colocate_gradients_with_ops=colocate_gradients_with_ops)
+        if gate_gradients == self.GATE_GRAPH:
+            present = [i for i, g in enumerate(grads) if g is not None]
+            for i, g in zip(present, tf.tuple([grads[i] for i in present])):
+                grads[i] = g
+        grads_and_vars = list(zip(grads[:len(dense)], dense))
+        by_shard = {}
+        for (ev, record), grad in zip(records, grads[len(dense):]):
+            if grad is None:
+                continue
+            rows = _rows_per_unique(grad, tf.size(record.unique_ids))
+            by_shard.setdefault((ev.name, record.shard), (ev, record.shard, []))[2].append(
+                (record.unique_ids, rows))
+        for ev, shard, parts in by_shard.values():
+            with tf.compat.v1.get_default_graph().colocate_with(ev.handles[shard].op):
+                if len(parts) == 1:
+                    keys, rows = parts[0]
+                else:
+                    keys, rows = _merge_by_key(tf.concat([k for k, _ in parts], 0),
+                                               tf.concat([r for _, r in parts], 0))
+            grads_and_vars.append((tf.IndexedSlices(rows, keys), TableShard(ev, shard)))
+        return grads_and_vars
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        grads_and_vars = list(grads_and_vars)
+        dense = [(g, v) for g, v in grads_and_vars if not isinstance(v, TableShard)]
+        tables = [(g, v) for g, v in grads_and_vars if isinstance(v, TableShard) and g is not None]
+        name = name or self.get_name()
+        updates = []
+        if tables:
+            step = (tf.cast(tf.identity(global_step), tf.int64) if global_step is not None
+                    else tf.constant(0, tf.int64))
+            lr = tf.cast(self._call_if_callable(self._learning_rate), tf.float32)
+            for grad, shard in tables:
+                with tf.compat.v1.get_default_graph().colocate_with(shard.handle.op):
+                    updates.append(self._apply_table(shard, grad.indices, grad.values, lr, step))
+        if any(g is not None for g, _ in dense):
+            updates.append(super().apply_gradients(dense, name=name + "_dense"))
+        if not updates:
+            raise ValueError(f"No gradients provided for any variable: {[v.name for _, v in grads_and_vars]}")
+        with tf.control_dependencies(updates):
+            if global_step is None:
+                return tf.group(*updates, name=name)
+            with tf.compat.v1.get_default_graph().colocate_with(global_step.op):
+                train_op = tf.compat.v1.assign_add(global_step, 1, name=name).op
+        train_ops = tf.compat.v1.get_collection_ref(tf.compat.v1.GraphKeys.TRAIN_OP)
+        if train_op not in train_ops:
+            train_ops.append(train_op)
+        return train_op
