@@ -1,0 +1,136 @@
+"""The TfpsTable* ops against numpy / TF built-in oracles."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from initializer_reference import init_row
+from tfps.ops import embedding_table as et
+
+I64_MIN, I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+
+
+def run(fetches, feed=None, sess=None):
+    return sess.run(fetches, feed)
+
+
+@pytest.mark.parametrize("kind,a,b", [("zeros", 0, 0), ("constant", 0.25, 0), ("uniform", -0.5, 2.0),
+                                      ("normal", 1.0, 0.3), ("truncated_normal", 0.0, 0.1)])
+def test_new_keys_get_initializer_values(graph, kind, a, b):
+    keys = np.array([0, 1, -1, 7, I64_MIN, I64_MAX, 123456789012345], np.int64)
+    h = et.table_handle(5, kind, a, b, seed=11)
+    vals = et.table_find(h, keys)
+    with tf.compat.v1.Session() as s:
+        got = s.run(vals)
+        again = s.run(vals)
+        assert s.run(et.table_size(h)) == len(keys)
+    want = np.stack([init_row(kind, a, b, 11, int(k), 5) for k in keys])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(got, again)
+
+
+def test_initializer_distribution_matches_tf(graph):
+    """Per-key truncated normal has the moments of tf.random.truncated_normal."""
+    keys = np.arange(20000, dtype=np.int64)
+    h = et.table_handle(1, "truncated_normal", 0.0, 1.0, seed=3)
+    with tf.compat.v1.Session() as s:
+        ours = s.run(et.table_find(h, keys, insert=False))[:, 0]
+        theirs = s.run(tf.random.truncated_normal([20000], seed=1))
+    assert abs(ours.std() - theirs.std()) < 0.03
+    assert abs(ours.mean() - theirs.mean()) < 0.03
+    assert np.abs(ours).max() <= 2.0
+
+
+def test_lookup_unique_matches_tf_unique(graph):
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 5, 1000, 40000):
+        ids = rng.integers(-50, 50, n).astype(np.int64)
+        if n:
+            ids[::7] = I64_MIN
+        h = et.table_handle(3, "normal", 0, 1, seed=1, shared_name=f"t{n}")
+        u, inv, vals = et.table_lookup_unique(h, ids)
+        ref_u, _ = tf.unique(ids)
+        with tf.compat.v1.Session() as s:
+            u_, inv_, vals_, ref_u_ = s.run([u, inv, vals, ref_u])
+        assert sorted(u_.tolist()) == sorted(ref_u_.tolist())
+        np.testing.assert_array_equal(u_[inv_], ids)
+        want = np.stack([init_row("normal", 0, 1, 1, int(k), 3) for k in u_]) if n else np.zeros((0, 3))
+        np.testing.assert_allclose(vals_, want, rtol=1e-6, atol=1e-7)
+
+
+def test_lookup_counts_frequency(graph):
+    h = et.table_handle(2)
+    _, _, vals = et.table_lookup_unique(h, tf.constant([4, 4, 4, 9], tf.int64))
+    with tf.compat.v1.Session() as s:
+        s.run(vals)
+        s.run(vals)
+        keys, freq = s.run([et.table_export(h).keys, et.table_export(h).freq])
+    assert dict(zip(keys.tolist(), freq.tolist())) == {4: 6, 9: 2}
+
+
+def test_find_without_insert_leaves_table_unchanged(graph):
+    h = et.table_handle(4, "uniform", 0.0, 1.0, seed=2)
+    keys = tf.constant([1, 2, 3], tf.int64)
+    with tf.compat.v1.Session() as s:
+        init_vals = s.run(et.table_find(h, keys, insert=False))
+        zeros = s.run(et.table_find(h, keys, insert=False, missing_zeros=True))
+        assert s.run(et.table_size(h)) == 0
+        s.run(et.table_assign(h, tf.constant([2], tf.int64), tf.ones([1, 4])))
+        mixed = s.run(et.table_find(h, keys, insert=False, missing_zeros=True))
+        assert s.run(et.table_size(h)) == 1
+    np.testing.assert_allclose(init_vals[0], init_row("uniform", 0, 1, 2, 1, 4), rtol=1e-6)
+    np.testing.assert_array_equal(zeros, np.zeros((3, 4)))
+    np.testing.assert_array_equal(mixed, [[0] * 4, [1] * 4, [0] * 4])
+
+
+def test_assign_remove_size_and_memory(graph):
+    h = et.table_handle(8)
+    keys = np.arange(1000, dtype=np.int64) * 1_000_003 - 7
+    vals = np.random.default_rng(1).normal(size=(1000, 8)).astype(np.float32)
+    with tf.compat.v1.Session() as s:
+        s.run(et.table_assign(h, keys, vals))
+        np.testing.assert_array_equal(s.run(et.table_find(h, keys)), vals)
+        assert s.run(et.table_remove(h, keys[:300])) == 300
+        assert s.run(et.table_remove(h, keys[:300])) == 0
+        assert s.run(et.table_size(h)) == 700
+        rows, reserved, in_use, row_bytes = s.run(et.table_memory_stats(h))
+    assert rows == 700 and row_bytes == 8 * 4 + 8
+    assert in_use <= reserved
+
+
+def test_export_import_round_trip(graph):
+    src = et.table_handle(3, "normal", 0, 1, seed=5, shared_name="src")
+    dst = et.table_handle(3, "zeros", shared_name="dst")
+    keys = tf.constant([3, -3, I64_MAX], tf.int64)
+    exported = et.table_export(src)
+    with tf.compat.v1.Session() as s:
+        before = s.run(et.table_find(src, keys))
+        s.run(et.table_import(dst, *exported))
+        after = s.run(et.table_find(dst, keys, insert=False))
+        assert s.run(et.table_size(dst)) == 3
+    np.testing.assert_array_equal(before, after)
+
+
+def test_bad_inputs_raise_invalid_argument(graph):
+    h = et.table_handle(4)
+    k = tf.compat.v1.placeholder(tf.int64)
+    v = tf.compat.v1.placeholder(tf.float32)
+    with tf.compat.v1.Session() as s:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="keys must be a vector"):
+            s.run(et.table_find(h, k), {k: [[1, 2]]})
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"values must be \[2, 4\]"):
+            s.run(et.table_assign(h, k, v), {k: [1, 2], v: np.zeros((2, 3))})
+        exp = et.table_export(h)
+        wrong = et.table_handle(5, shared_name="wrong")
+        with pytest.raises(tf.errors.InvalidArgumentError, match="table has dim 5"):
+            s.run(et.table_import(wrong, *exp))
+        # Truncated tensors: values shorter than keys.
+        with pytest.raises(tf.errors.InvalidArgumentError, match="TfpsTableImport"):
+            s.run(et.table_import(h, [1, 2], np.zeros((1, 4), np.float32), np.zeros((2, 0), np.float32),
+                                  [0, 0], [0, 0], np.zeros([0], np.float32)))
+        other = et.table_handle(6, shared_name=h.op.get_attr("shared_name") or h.op.name)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="exists with dim 4"):
+            s.run([h, other])
+    with pytest.raises(ValueError, match="initializer must be one of"):
+        et.table_handle(4, "glorot")
+    with pytest.raises((TypeError, ValueError)):
+        et.table_find(h, tf.constant([1.5]))
