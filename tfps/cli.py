@@ -1,0 +1,44 @@
+"""The `tfps` command: `tfps train --config FILE [--set key.sub=value ...]`.
+
+The last line `tfps train` prints is one JSON object with the final metrics.
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def _train(args):
+    from tfps.config import load_config
+    cfg = load_config(args.config, args.set)
+    import tensorflow as tf
+    tf.get_logger().setLevel("ERROR")
+    from tfps.estimator.runner import run
+    metrics = run(cfg)
+    print(f"AUC {metrics['auc']:.4f} (planted oracle AUC {metrics['oracle_auc']:.4f}), "
+          f"{metrics['examples_per_sec'] or 0:.0f} examples/s (steady), "
+          f"{metrics['examples_per_sec_overall']:.0f} overall", flush=True)
+    print(json.dumps(metrics), flush=True)
+    return 0
+
+
+def main(argv=None):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    parser = argparse.ArgumentParser(prog="tfps", description="TF1-style PS trainer with hash-table embeddings")
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train and evaluate a model in this process")
+    train.add_argument("--config", help="YAML job config (configs/demo.yaml)")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config field, e.g. --set train.steps=200 (repeatable)")
+    train.set_defaults(fn=_train)
+    args = parser.parse_args(argv)
+    from tfps.config import ConfigError
+    try:
+        return args.fn(args)
+    except ConfigError as e:
+        print(f"tfps: config error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

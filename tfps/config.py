@@ -1,0 +1,139 @@
+"""Typed job configuration: dataclasses that configs/*.yaml map onto one-to-one.
+
+`load_config(path, overrides)` reads YAML, applies `--set a.b=value` overrides, and checks
+every key and type; an unknown key or a wrong type is a ConfigError naming it.
+"""
+import dataclasses
+import typing
+from typing import List, Optional
+
+import yaml
+
+from tfps.data.synthetic import SyntheticConfig
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is wrong; the message names it."""
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    name: str = "deepfm"                 # deepfm
+    embedding_dim: int = 8
+    hidden_units: List[int] = dataclasses.field(default_factory=lambda: [400, 400, 400])
+    num_shards: int = 1                  # tables per feature
+    initializer_stddev: float = 0.02
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    steps: int = 2000
+    batch_size: int = 1024
+    optimizer: str = "adagrad"           # adagrad | sgd
+    learning_rate: float = 0.5
+    log_every_steps: int = 100
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 3
+
+
+@dataclasses.dataclass
+class EvalConfig:
+    examples: int = 100_000
+    batch_size: int = 4096
+
+
+@dataclasses.dataclass
+class JobConfig:
+    model_dir: Optional[str] = None      # None: a fresh temporary directory
+    data: SyntheticConfig = dataclasses.field(default_factory=SyntheticConfig)
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+
+
+def _coerce(value, tp, where):
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:  # Optional[X]
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return None if value is None else _coerce(value, args[0], where)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{where}' must be a mapping, got {value!r}")
+        return _build(tp, value, where)
+    if origin in (list, List):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config key '{where}' must be a list, got {value!r}")
+        (item,) = typing.get_args(tp)
+        return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float, str, bool) and (not isinstance(value, tp) or (tp is int and isinstance(value, bool))):
+        raise ConfigError(f"config key '{where}' must be {tp.__name__}, got {value!r}")
+    return value
+
+
+def _build(cls, raw, prefix=""):
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in raw:
+        if key not in fields:
+            where = f"{prefix}.{key}" if prefix else key
+            raise ConfigError(f"unknown config key '{where}' (known: {', '.join(sorted(fields))})")
+    kwargs = {k: _coerce(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in raw.items()}
+    return cls(**kwargs)
+
+
+def _set(raw, dotted, value):
+    node = raw
+    parts = dotted.split(".")
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"config key '{dotted}': '{p}' is not a section")
+    node[parts[-1]] = value
+
+
+def load_config(path=None, overrides=()):
+    """JobConfig from a YAML file (or defaults) plus 'a.b=value' overrides (values parsed as YAML)."""
+    raw = {}
+    if path:
+        try:
+            with open(path) as f:
+                raw = yaml.safe_load(f) or {}
+        except OSError as e:
+            raise ConfigError(f"cannot read config {path}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config {path} is not valid YAML: {e}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config {path} must be a mapping at the top level")
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key.sub=value, got {item!r}")
+        key, text = item.split("=", 1)
+        _set(raw, key.strip(), yaml.safe_load(text))
+    cfg = _build(JobConfig, raw)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg):
+    """Range checks that types cannot express."""
+    checks = [
+        (cfg.model.name in ("deepfm",), "model.name must be deepfm"),
+        (cfg.model.embedding_dim > 0, "model.embedding_dim must be > 0"),
+        (cfg.model.num_shards > 0, "model.num_shards must be > 0"),
+        (all(u > 0 for u in cfg.model.hidden_units), "model.hidden_units must be positive"),
+        (cfg.train.steps > 0, "train.steps must be > 0"),
+        (cfg.train.batch_size > 0, "train.batch_size must be > 0"),
+        (cfg.train.optimizer in ("adagrad", "sgd"), "train.optimizer must be adagrad or sgd"),
+        (cfg.train.learning_rate > 0, "train.learning_rate must be > 0"),
+        (cfg.train.log_every_steps > 0, "train.log_every_steps must be > 0"),
+        (cfg.eval.examples > 0 and cfg.eval.batch_size > 0, "eval.examples and eval.batch_size must be > 0"),
+    ]
+    for ok, msg in checks:
+        if not ok:
+            raise ConfigError(msg)
+
+
+def to_dict(cfg):
+    return dataclasses.asdict(cfg)

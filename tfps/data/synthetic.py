@@ -1,0 +1,122 @@
+"""Criteo-shaped synthetic data with labels drawn from a planted model.
+
+Each row: 13 dense features (log-normal counts), 26 categorical ids in a 2^40 space
+(feature f's rank r maps to a fixed pseudo-random id), ranks drawn Zipf(s) over a finite
+vocabulary per feature. The label is Bernoulli(sigmoid(logit)) with
+
+    logit = bias + dense_w . log1p(dense) + sum_f w_f(id_f) + sum_{(f,g) in pairs} <v_f(id_f), v_g(id_g)>
+
+where w and v are fixed pseudo-random functions of (feature, rank), damped by
+(1 + rank / rank_scale)^-1/2 so that, as in real logs, popular ids carry most of the
+learnable signal and the long tail regresses to the mean. The true probability of
+each row is known, so the best AUC any model can reach on a sample (the oracle AUC) is the
+AUC of those probabilities.
+"""
+import dataclasses
+
+import numpy as np
+
+ID_BITS = 40
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _mix64(z):
+    """splitmix64 finalizer on uint64 arrays."""
+    z = np.asarray(z, np.uint64)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _gauss(h):
+    """A standard normal per uint64 hash (Box-Muller on two derived uniforms)."""
+    u1 = ((_mix64(h) >> np.uint64(11)).astype(np.float64) + 1.0) * 2.0**-53
+    u2 = (_mix64(h ^ np.uint64(0x5555555555555555)) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+
+
+@dataclasses.dataclass
+class SyntheticConfig:
+    """Shape and difficulty of the synthetic data."""
+    num_dense: int = 13
+    num_categorical: int = 26
+    vocab_min: int = 100            # smallest per-feature vocabulary
+    vocab_max: int = 200_000        # largest; sizes are log-spaced between the two
+    zipf: float = 1.2               # rank distribution exponent
+    weight_scale: float = 0.35      # stddev of first-order weights
+    factor_dim: int = 4             # latent size of planted pairwise interactions
+    factor_scale: float = 0.35      # stddev of latent factors
+    num_interacting: int = 6        # features 0..k-1 interact pairwise
+    rank_scale: float = 200.0       # weights of rank r are damped by (1 + r / rank_scale)^-1/2
+    bias: float = -1.0
+    seed: int = 1
+
+
+class SyntheticCriteo:
+    """Deterministic batches: batch(i, n) is the same for the same config, i and n."""
+
+    def __init__(self, config: SyntheticConfig):
+        self.config = c = config
+        if c.num_categorical <= 0 or c.num_dense < 0 or c.vocab_min <= 0 or c.vocab_max < c.vocab_min:
+            raise ValueError(f"SyntheticConfig: bad sizes {c}")
+        self.vocab_sizes = np.unique(np.round(np.geomspace(c.vocab_min, c.vocab_max, c.num_categorical))
+                                     ).astype(np.int64)
+        self.vocab_sizes = np.resize(self.vocab_sizes, c.num_categorical)
+        self._cdfs = []
+        for v in self.vocab_sizes:
+            p = 1.0 / np.arange(1, v + 1, dtype=np.float64) ** c.zipf
+            self._cdfs.append(np.cumsum(p) / p.sum())
+        rng = np.random.default_rng(c.seed)
+        self.dense_w = rng.normal(0, 0.15, c.num_dense)
+
+    def _feature_hash(self, f, ranks):
+        salt = np.uint64((self.config.seed * 1000003 + f) << 20)
+        return _mix64(ranks.astype(np.uint64) + _mix64(salt))
+
+    def ids_of(self, f, ranks):
+        """The int64 id in the 2^40 space of feature f's rank(s)."""
+        return (self._feature_hash(f, ranks) >> np.uint64(64 - ID_BITS)).astype(np.int64)
+
+    def batch(self, index, size):
+        """(dense float32 [n, 13], ids int64 [n, 26], labels float32 [n], true probabilities [n])."""
+        c = self.config
+        rng = np.random.default_rng([c.seed, index])
+        dense = np.floor(rng.lognormal(1.0, 1.2, (size, c.num_dense))).astype(np.float32)
+        logit = c.bias + np.log1p(dense) @ self.dense_w - 0.15 * self.dense_w.sum()
+        ids = np.empty((size, c.num_categorical), np.int64)
+        factors = []
+        for f in range(c.num_categorical):
+            ranks = np.searchsorted(self._cdfs[f], rng.random(size), side="right")
+            h = self._feature_hash(f, ranks)
+            ids[:, f] = (h >> np.uint64(64 - ID_BITS)).astype(np.int64)
+            damp = (1.0 + ranks / c.rank_scale) ** -0.5
+            logit += c.weight_scale * damp * _gauss(h ^ np.uint64(0xABCDEF))
+            if f < c.num_interacting:
+                factors.append(np.stack([_gauss(h + np.uint64(7919 * (k + 1))) for k in range(c.factor_dim)], 1)
+                               * (c.factor_scale * np.sqrt(damp))[:, None])
+        for a in range(len(factors)):
+            for b in range(a + 1, len(factors)):
+                logit += (factors[a] * factors[b]).sum(1)
+        prob = 1.0 / (1.0 + np.exp(-logit))
+        labels = (rng.random(size) < prob).astype(np.float32)
+        return dense, ids, labels, prob
+
+
+def auc(labels, scores):
+    """Exact ROC AUC (ties count one half) of scores against 0/1 labels."""
+    labels = np.asarray(labels).astype(bool)
+    scores = np.asarray(scores, np.float64)
+    order = np.argsort(scores, kind="mergesort")
+    ranks = np.empty(len(scores), np.float64)
+    sorted_scores = scores[order]
+    # Average ranks over ties.
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_scores)) + 1]
+    ends = np.r_[starts[1:], len(scores)]
+    avg = (starts + ends + 1) / 2.0
+    ranks[order] = np.repeat(avg, ends - starts)
+    pos = labels.sum()
+    neg = len(labels) - pos
+    if pos == 0 or neg == 0:
+        raise ValueError("auc: labels need both classes")
+    return float((ranks[labels].sum() - pos * (pos + 1) / 2.0) / (pos * neg))

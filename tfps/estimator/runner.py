@@ -1,0 +1,89 @@
+"""Train and evaluate a JobConfig with tf.estimator in one process."""
+import dataclasses
+import tempfile
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tfps.data.synthetic import SyntheticCriteo, auc
+from tfps.estimator.hooks import ProgressHook
+from tfps.models.deepfm import model_fn
+
+EVAL_INDEX_BASE = 1 << 40  # eval batches never share a seed with training batches
+
+
+def _features(dense, ids):
+    return {"dense": dense, "ids": ids}
+
+
+def train_input_fn(gen, batch_size, first_batch=0):
+    """Endless batches first_batch, first_batch + 1, ... of the generator."""
+    c = gen.config
+
+    def batches():
+        i = first_batch
+        while True:
+            dense, ids, labels, _ = gen.batch(i, batch_size)
+            yield _features(dense, ids), labels
+            i += 1
+
+    def input_fn():
+        sig = ({"dense": tf.TensorSpec([batch_size, c.num_dense], tf.float32),
+                "ids": tf.TensorSpec([batch_size, c.num_categorical], tf.int64)},
+               tf.TensorSpec([batch_size], tf.float32))
+        return tf.data.Dataset.from_generator(batches, output_signature=sig).prefetch(2)
+
+    return input_fn
+
+
+def eval_set(gen, examples, batch_size):
+    """(features dict of numpy arrays, labels, true probabilities) of the fixed eval sample."""
+    parts = [gen.batch(EVAL_INDEX_BASE + i, min(batch_size, examples - i * batch_size))
+             for i in range((examples + batch_size - 1) // batch_size)]
+    dense, ids, labels, prob = (np.concatenate(p) for p in zip(*parts))
+    return _features(dense, ids), labels, prob
+
+
+def make_estimator(cfg, run_config=None):
+    params = {"model": dataclasses.asdict(cfg.model), "train": dataclasses.asdict(cfg.train),
+              "num_categorical": cfg.data.num_categorical}
+    run_config = run_config or tf.estimator.RunConfig(
+        model_dir=cfg.model_dir, save_checkpoints_steps=cfg.train.save_checkpoints_steps,
+        save_checkpoints_secs=None, keep_checkpoint_max=cfg.train.keep_checkpoint_max,
+        log_step_count_steps=None, session_config=tf.compat.v1.ConfigProto(
+            intra_op_parallelism_threads=2, inter_op_parallelism_threads=2))
+    return tf.estimator.Estimator(model_fn=model_fn, params=params, config=run_config)
+
+
+def run(cfg, printer=print):
+    """Trains cfg.train.steps, then scores the eval sample. Returns the metrics dict."""
+    if cfg.model_dir is None:
+        cfg = dataclasses.replace(cfg, model_dir=tempfile.mkdtemp(prefix="tfps_"))
+    gen = SyntheticCriteo(cfg.data)
+    est = make_estimator(cfg)
+    printer(f"model_dir {cfg.model_dir}; training {cfg.train.steps} steps of {cfg.train.batch_size} "
+            f"({cfg.data.num_categorical} tfps tables, dim {cfg.model.embedding_dim})", flush=True)
+    start_step = int(tf.train.load_variable(est.model_dir, "global_step")) if est.latest_checkpoint() else 0
+    hook = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer)
+    t0 = time.time()
+    est.train(train_input_fn(gen, cfg.train.batch_size, first_batch=start_step),
+              max_steps=cfg.train.steps, hooks=[hook])
+    train_seconds = time.time() - t0
+    trained_steps = cfg.train.steps - start_step
+    printer(f"trained in {train_seconds:.1f} s; evaluating on {cfg.eval.examples} examples", flush=True)
+    features, labels, prob = eval_set(gen, cfg.eval.examples, cfg.eval.batch_size)
+    preds = est.predict(lambda: tf.data.Dataset.from_tensor_slices(features).batch(cfg.eval.batch_size),
+                        yield_single_examples=False)
+    scores = np.concatenate([p["probabilities"] for p in preds])
+    return {
+        "auc": round(auc(labels, scores), 5),
+        "oracle_auc": round(auc(labels, prob), 5),
+        "examples_per_sec": round(hook.examples_per_sec, 1) if hook.examples_per_sec else None,
+        "examples_per_sec_overall": round(trained_steps * cfg.train.batch_size / train_seconds, 1),
+        "final_loss": round(hook.last_loss, 5) if hook.last_loss is not None else None,
+        "steps": cfg.train.steps,
+        "batch_size": cfg.train.batch_size,
+        "train_seconds": round(train_seconds, 1),
+        "model_dir": cfg.model_dir,
+    }
