@@ -2,6 +2,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/core/gather.h"
 #include "kernels/core/unique.h"
 #include "kernels/table_resource.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -120,6 +121,26 @@ class TableLookupUniqueOp : public OpKernel {
 
  private:
   bool insert_ = true, missing_zeros_ = false;
+};
+
+class GatherRowsOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& params = ctx->input(0);
+    const Tensor& indices = ctx->input(1);
+    OP_REQUIRES(ctx, params.dims() == 2 && indices.dims() == 1,
+                errors::InvalidArgument("TfpsGatherRows: params must be a matrix and indices a vector, got ",
+                                        params.shape().DebugString(), " and ", indices.shape().DebugString()));
+    const int64_t n = indices.dim_size(0), rows = params.dim_size(0), dim = params.dim_size(1);
+    const int32_t* idx = indices.flat<int32_t>().data();
+    const int64_t bad = core::CheckIndices(idx, n, rows);
+    OP_REQUIRES(ctx, bad < 0, errors::InvalidArgument("TfpsGatherRows: indices[", bad, "] = ",
+                                                      bad < 0 ? 0 : idx[bad], " is not in [0, ", rows, ")"));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim}), &out));
+    core::GatherRows(params.flat<float>().data(), dim, idx, n, out->flat<float>().data());
+  }
 };
 
 class TableAssignOp : public OpKernel {
@@ -265,6 +286,7 @@ class TableMemoryStatsOp : public OpKernel {
 TFPS_CPU_KERNEL("TfpsTableHandle", TableHandleOp);
 TFPS_CPU_KERNEL("TfpsTableFind", TableFindOp);
 TFPS_CPU_KERNEL("TfpsTableLookupUnique", TableLookupUniqueOp);
+TFPS_CPU_KERNEL("TfpsGatherRows", GatherRowsOp);
 TFPS_CPU_KERNEL("TfpsTableAssign", TableAssignOp);
 TFPS_CPU_KERNEL("TfpsTableRemove", TableRemoveOp);
 TFPS_CPU_KERNEL("TfpsTableSize", TableSizeOp);

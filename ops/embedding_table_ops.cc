@@ -91,6 +91,26 @@ unique_values: float [U, dim], the row of each unique id; gather by `inverse`
   to get [N, dim]. With insert, each id's freq grows by its count in the batch.
 )doc");
 
+REGISTER_OP("TfpsGatherRows")
+    .Input("params: float")
+    .Input("indices: int32")
+    .Output("output: float")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle params, indices;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &params));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &indices));
+      c->set_output(0, c->Matrix(c->Dim(indices, 0), c->Dim(params, 1)));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+output[i] = params[indices[i]]: tf.gather on axis 0 of a [U, D] float matrix, with
+streaming stores for the large output. Out-of-range indices are InvalidArgument.
+
+params: float [U, D].
+indices: int32 [N].
+output: float [N, D].
+)doc");
+
 REGISTER_OP("TfpsTableAssign")
     .Input("table: resource")
     .Input("keys: int64")

@@ -134,3 +134,24 @@ def test_bad_inputs_raise_invalid_argument(graph):
         et.table_handle(4, "glorot")
     with pytest.raises((TypeError, ValueError)):
         et.table_find(h, tf.constant([1.5]))
+
+
+@pytest.mark.parametrize("dim", [16, 3])
+def test_gather_rows_matches_tf_gather_and_its_gradient(graph, dim):
+    rng = np.random.default_rng(4)
+    params = tf.constant(rng.normal(size=(50, dim)).astype(np.float32))
+    idx = tf.constant(rng.integers(0, 50, 40000).astype(np.int32))
+    ours, theirs = et.gather_rows(params, idx), tf.gather(params, idx)
+    w = tf.constant(rng.normal(size=(40000, dim)).astype(np.float32))
+    g_ours = tf.gradients(tf.reduce_sum(ours * w), params)[0]
+    g_theirs = tf.gradients(tf.reduce_sum(theirs * w), params)[0]
+    with tf.compat.v1.Session() as s:
+        a, b, ga, gb = s.run([ours, theirs, tf.convert_to_tensor(g_ours), tf.convert_to_tensor(g_theirs)])
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(ga, gb, rtol=1e-5, atol=1e-4)
+
+
+def test_gather_rows_rejects_out_of_range(graph):
+    with tf.compat.v1.Session() as s:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[1\] = 7 is not in \[0, 2\)"):
+            s.run(et.gather_rows(tf.zeros([2, 4]), tf.constant([0, 7], tf.int32)))

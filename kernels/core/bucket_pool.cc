@@ -13,6 +13,15 @@ BucketPool::BucketPool(int64_t stride, int64_t rows_per_block)
 
 float* BucketPool::Allocate() {
   tbb::spin_mutex::scoped_lock lock(mu_);
+  return AllocateLocked();
+}
+
+void BucketPool::Allocate(int64_t k, float** rows) {
+  tbb::spin_mutex::scoped_lock lock(mu_);
+  for (int64_t i = 0; i < k; ++i) rows[i] = AllocateLocked();
+}
+
+float* BucketPool::AllocateLocked() {
   ++in_use_;
   if (free_list_ != nullptr) {
     float* row = free_list_;

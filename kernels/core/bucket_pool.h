@@ -26,6 +26,8 @@ class BucketPool {
 
   // A row of `stride` uninitialised floats.
   float* Allocate();
+  // k rows into rows[0..k), under one lock.
+  void Allocate(int64_t k, float** rows);
   // Returns a row obtained from Allocate() to the pool.
   void Free(float* row);
 
@@ -39,6 +41,7 @@ class BucketPool {
   mutable tbb::spin_mutex mu_;
   std::vector<std::unique_ptr<float[]>> blocks_;
   int64_t next_in_block_;   // rows handed out of the newest block
+  float* AllocateLocked();
   float* free_list_ = nullptr;
   int64_t in_use_ = 0;
 };

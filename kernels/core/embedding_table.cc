@@ -85,110 +85,172 @@ void EmbeddingTable::EraseLocked(Shard* s, int64_t pos) {
 
 float* EmbeddingTable::NewRow(int64_t key) {
   float* row = pool_->Allocate();
+  InitNewRow(key, row);
+  return row;
+}
+
+void EmbeddingTable::InitNewRow(int64_t key, float* row) const {
   InitRow(init_, key, dim_, row);
+  InitSlotsAndMeta(row);
+}
+
+void EmbeddingTable::InitSlotsAndMeta(float* row) const {
   for (int j = 0; j < num_slots_; ++j) {
     std::fill(row + dim_ * (1 + j), row + dim_ * (2 + j), slot_init_[j]);
   }
   uint32_t* meta = Meta(row);
   meta[0] = 0;
   meta[1] = 0;
-  return row;
+}
+
+void EmbeddingTable::ForEachShard(
+    const int64_t* keys, int64_t n,
+    const std::function<void(Shard&, const int64_t* idx, const uint64_t* h, int64_t m)>& fn) const {
+  // Counting sort of key positions by shard: each shard is then locked once per
+  // batch by one thread, and its keys are probed back to back.
+  std::vector<uint64_t> hashes(n);
+  std::vector<int64_t> order(n);
+  int64_t begin[kNumShards + 1] = {0};
+  for (int64_t i = 0; i < n; ++i) {
+    hashes[i] = HashKey(keys[i]);
+    ++begin[ShardOf(hashes[i]) + 1];
+  }
+  for (int s = 0; s < kNumShards; ++s) begin[s + 1] += begin[s];
+  int64_t fill[kNumShards];
+  std::copy(begin, begin + kNumShards, fill);
+  std::vector<uint64_t> sorted_h(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t at = fill[ShardOf(hashes[i])]++;
+    order[at] = i;
+    sorted_h[at] = hashes[i];
+  }
+  auto run = [&](int s) {
+    if (begin[s + 1] > begin[s]) {
+      fn(shards_[s], order.data() + begin[s], sorted_h.data() + begin[s], begin[s + 1] - begin[s]);
+    }
+  };
+  if (n < kParallelThreshold) {
+    for (int s = 0; s < kNumShards; ++s) run(s);
+  } else {
+    ParallelTasks(kNumShards, run);
+  }
 }
 
 int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, const int32_t* counts, bool insert,
                                bool missing_zeros, float* out) {
   std::atomic<int64_t> inserted{0};
   const size_t row_bytes = sizeof(float) * dim_;
-  ParallelRange(n, [&](int64_t begin, int64_t end) {
-    int64_t local_inserted = 0;
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t key = keys[i];
-      const uint64_t h = HashKey(key);
-      Shard& s = shards_[ShardOf(h)];
-      float* dst = out + i * dim_;
-      const uint32_t c = counts ? static_cast<uint32_t>(counts[i]) : 1u;
-      {
-        ReadLock lock(s.mu, false);
-        const int64_t pos = Find(s, h, key);
-        if (pos >= 0) {
-          float* row = s.slots[pos].row;
-          std::memcpy(dst, row, row_bytes);
-          if (insert) __atomic_fetch_add(&Meta(row)[0], c, __ATOMIC_RELAXED);
+  constexpr int64_t kAhead = 8;
+  ForEachShard(keys, n, [&](Shard& s, const int64_t* idx, const uint64_t* h, int64_t m) {
+    std::vector<int64_t> missing;
+    {
+      ReadLock lock(s.mu, false);
+      const uint64_t mask = s.slots.size() - 1;
+      for (int64_t j = 0; j < m; ++j) {
+        if (j + kAhead < m) __builtin_prefetch(&s.slots[h[j + kAhead] & mask]);
+        const int64_t i = idx[j];
+        const int64_t pos = Find(s, h[j], keys[i]);
+        if (pos < 0) {
+          missing.push_back(j);
           continue;
         }
+        float* row = s.slots[pos].row;
+        std::memcpy(out + i * dim_, row, row_bytes);
+        if (insert) __atomic_fetch_add(&Meta(row)[0], counts ? counts[i] : 1, __ATOMIC_RELAXED);
       }
-      if (!insert) {
+    }
+    if (missing.empty()) return;
+    if (!insert) {
+      for (int64_t j : missing) {
+        float* dst = out + idx[j] * dim_;
         if (missing_zeros) std::fill(dst, dst + dim_, 0.f);
-        else InitRow(init_, key, dim_, dst);
-        continue;
+        else InitRow(init_, keys[idx[j]], dim_, dst);
       }
-      ReadLock lock(s.mu, true);
-      int64_t pos = Find(s, h, key);
+      return;
+    }
+    ReadLock lock(s.mu, true);
+    // Rows for every missing key in one pool call; unused ones go back.
+    std::vector<float*> fresh(missing.size());
+    pool_->Allocate(static_cast<int64_t>(fresh.size()), fresh.data());
+    int64_t added = 0;
+    for (int64_t j : missing) {
+      const int64_t i = idx[j];
+      const int64_t pos = Find(s, h[j], keys[i]);  // another batch may have added it
       float* row;
       if (pos >= 0) {
         row = s.slots[pos].row;
       } else {
-        row = NewRow(key);
-        InsertLocked(&s, h, key, row);
-        ++local_inserted;
+        row = fresh[added++];
+        InitNewRow(keys[i], row);
+        InsertLocked(&s, h[j], keys[i], row);
       }
-      std::memcpy(dst, row, row_bytes);
-      __atomic_fetch_add(&Meta(row)[0], c, __ATOMIC_RELAXED);
+      std::memcpy(out + i * dim_, row, row_bytes);
+      __atomic_fetch_add(&Meta(row)[0], counts ? counts[i] : 1, __ATOMIC_RELAXED);
     }
-    inserted += local_inserted;
+    for (size_t k = added; k < fresh.size(); ++k) pool_->Free(fresh[k]);
+    inserted += added;
   });
   return inserted.load();
 }
 
 void EmbeddingTable::Assign(const int64_t* keys, int64_t n, const float* values) {
   const size_t row_bytes = sizeof(float) * dim_;
-  ParallelRange(n, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const uint64_t h = HashKey(keys[i]);
-      Shard& s = shards_[ShardOf(h)];
-      ReadLock lock(s.mu, true);
-      const int64_t pos = Find(s, h, keys[i]);
-      float* row;
+  ForEachShard(keys, n, [&](Shard& s, const int64_t* idx, const uint64_t* h, int64_t m) {
+    ReadLock lock(s.mu, true);
+    std::vector<float*> fresh;
+    for (int64_t j = 0; j < m; ++j) {
+      const int64_t i = idx[j];
+      const int64_t pos = Find(s, h[j], keys[i]);
       if (pos >= 0) {
-        row = s.slots[pos].row;
-      } else {
-        row = NewRow(keys[i]);
-        InsertLocked(&s, h, keys[i], row);
+        std::memcpy(s.slots[pos].row, values + i * dim_, row_bytes);
+        continue;
       }
+      if (fresh.empty()) {  // rows for the rest of this shard's keys in one pool call
+        fresh.resize(m - j);
+        pool_->Allocate(m - j, fresh.data());
+      }
+      float* row = fresh.back();
+      fresh.pop_back();
       std::memcpy(row, values + i * dim_, row_bytes);
+      InitSlotsAndMeta(row);
+      InsertLocked(&s, h[j], keys[i], row);
     }
+    for (float* row : fresh) pool_->Free(row);
   });
 }
 
 int64_t EmbeddingTable::Remove(const int64_t* keys, int64_t n) {
-  int64_t removed = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint64_t h = HashKey(keys[i]);
-    Shard& s = shards_[ShardOf(h)];
+  std::atomic<int64_t> removed{0};
+  ForEachShard(keys, n, [&](Shard& s, const int64_t* idx, const uint64_t* h, int64_t m) {
     ReadLock lock(s.mu, true);
-    const int64_t pos = Find(s, h, keys[i]);
-    if (pos < 0) continue;
-    pool_->Free(s.slots[pos].row);
-    EraseLocked(&s, pos);
-    ++removed;
-  }
-  return removed;
+    int64_t local = 0;
+    for (int64_t j = 0; j < m; ++j) {
+      const int64_t pos = Find(s, h[j], keys[idx[j]]);
+      if (pos < 0) continue;
+      pool_->Free(s.slots[pos].row);
+      EraseLocked(&s, pos);
+      ++local;
+    }
+    removed += local;
+  });
+  return removed.load();
 }
 
 int64_t EmbeddingTable::Update(const int64_t* keys, int64_t n, int64_t step,
                                const std::function<void(int64_t, float*)>& fn) {
   std::atomic<int64_t> updated{0};
   const uint32_t step32 = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(step, UINT32_MAX)));
-  ParallelRange(n, [&](int64_t begin, int64_t end) {
+  constexpr int64_t kAhead = 8;
+  ForEachShard(keys, n, [&](Shard& s, const int64_t* idx, const uint64_t* h, int64_t m) {
+    ReadLock lock(s.mu, true);
+    const uint64_t mask = s.slots.size() - 1;
     int64_t local = 0;
-    for (int64_t i = begin; i < end; ++i) {
-      const uint64_t h = HashKey(keys[i]);
-      Shard& s = shards_[ShardOf(h)];
-      ReadLock lock(s.mu, true);
-      const int64_t pos = Find(s, h, keys[i]);
+    for (int64_t j = 0; j < m; ++j) {
+      if (j + kAhead < m) __builtin_prefetch(&s.slots[h[j + kAhead] & mask]);
+      const int64_t pos = Find(s, h[j], keys[idx[j]]);
       if (pos < 0) continue;
       float* row = s.slots[pos].row;
-      fn(i, row);
+      fn(idx[j], row);
       Meta(row)[1] = step32;
       ++local;
     }

@@ -3,6 +3,8 @@
 // Index: 2^kShardBits shards of open addressing (linear probing, backward-shift
 // deletion), each under a tbb::spin_rw_mutex; the shard is chosen by the high
 // bits of Mix64(key), the slot by the low bits. Rows come from one BucketPool.
+// Batch operations sort their keys by shard first, so a batch takes each shard's
+// lock once, and shards are processed in parallel (tbb) above kParallelThreshold.
 // (Measured against tbb::concurrent_hash_map and std::unordered_map+mutex in
 // tests/cc/bench_index.cc; see README "Design measurements".)
 //
@@ -106,10 +108,17 @@ class EmbeddingTable {
   };
 
   static int ShardOf(uint64_t h) { return static_cast<int>(h >> (64 - kShardBits)); }
+  // Groups the keys by shard and calls fn(shard, idx, h, m) once per nonempty shard,
+  // where idx[0..m) are positions in keys and h their hashes; shards run in parallel
+  // for large batches. fn takes the shard's lock itself.
+  void ForEachShard(const int64_t* keys, int64_t n,
+                    const std::function<void(Shard&, const int64_t*, const uint64_t*, int64_t)>& fn) const;
   static int64_t Find(const Shard& s, uint64_t h, int64_t key);  // slot index or -1
   void InsertLocked(Shard* s, uint64_t h, int64_t key, float* row);
   void EraseLocked(Shard* s, int64_t pos);
   float* NewRow(int64_t key);  // allocated and initialised, freq=last_step=0
+  void InitNewRow(int64_t key, float* row) const;  // initialiser values, slot init, zero meta
+  void InitSlotsAndMeta(float* row) const;          // slot init, zero meta
   int64_t stride_floats() const { return dim_ * (1 + num_slots_) + 2; }
   uint32_t* Meta(float* row) const {
     return reinterpret_cast<uint32_t*>(row + dim_ * (1 + num_slots_));

@@ -1,11 +1,12 @@
-// Deduplication of a batch of int64 ids: unique ids, the inverse map and a
-// count per unique id. Thread-safe (no shared state); the caller owns buffers.
+// Deduplication of a batch of int64 ids: unique ids in order of first
+// occurrence, the inverse map and a count per unique id. Thread-safe (no shared
+// state); the caller owns the buffers.
 //
-// Order: with n < kParallelThreshold, unique ids come in order of first
-// occurrence. Above it the ids are split into kUniqueParts parts by the top
-// bits of Mix64(id), each part deduplicated by its own thread in order of
-// first occurrence, and the parts concatenated (part 0 first) -- a fixed,
-// machine-independent order.
+// Algorithm: below kParallelThreshold one linear-probing set. Above it the
+// batch is cut into kUniqueParts contiguous pieces deduplicated in parallel,
+// then the pieces' unique ids are merged into piece 0's set in piece order
+// (which keeps global first-occurrence order) and each later piece's inverse
+// is remapped through a small table, in parallel.
 #ifndef TFPS_KERNELS_CORE_UNIQUE_H_
 #define TFPS_KERNELS_CORE_UNIQUE_H_
 

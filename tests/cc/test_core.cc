@@ -64,6 +64,16 @@ TEST(InitializerIsDeterministicAndShaped) {
   CHECK(!ParseInitKind("glorot", &kind.kind));
 }
 
+TEST(NormalQuantileInvertsTheCdf) {
+  for (double p : {1e-300, 1e-12, 1e-4, 0.0227, 0.3, 0.5, 0.6, 0.975, 1 - 1e-9}) {
+    const double z = NormalQuantile(p);
+    const double back = 0.5 * std::erfc(-z / std::sqrt(2.0));
+    CHECK(std::fabs(back - p) <= 1e-12 * p);
+  }
+  CHECK(NormalQuantile(0.5) == 0.0);
+  CHECK(std::fabs(NormalQuantile(0.2) + NormalQuantile(0.8)) < 1e-15);
+}
+
 TEST(TableLookupInsertAssignRemove) {
   InitSpec spec;
   spec.kind = InitSpec::kNormal;

@@ -19,7 +19,7 @@ def _lookup_flat(ev, keys, insert):
         uvals.set_shape([None, ev.dim])
         if insert and ev.trainable:
             ev.records.append(LookupRecord(shard, uids, uvals))
-        return tf.gather(uvals, inverse)
+        return table_ops.gather_rows(uvals, inverse)
 
     if ev.num_shards == 1:
         return one_shard(0, keys)

@@ -35,6 +35,19 @@ def table_lookup_unique(table, ids, insert=True, missing_zeros=False, name=None)
                                            name=name)
 
 
+def gather_rows(params, indices, name=None):
+    """params: float32 [U, D], indices: int32 [N] -> float32 [N, D] (tf.gather on axis 0).
+
+    Differentiable in params like tf.gather (the gradient is IndexedSlices)."""
+    return load().tfps_gather_rows(params, indices, name=name)
+
+
+@tf.RegisterGradient("TfpsGatherRows")
+def _gather_rows_grad(op, grad):
+    params, indices = op.inputs
+    return tf.IndexedSlices(grad, indices, tf.shape(params, out_type=tf.int64)), None
+
+
 def table_assign(table, keys, values, name=None):
     """keys: int64 [N], values: float32 [N, dim]. Returns the op."""
     return load().tfps_table_assign(table, keys, values, name=name)

@@ -1,0 +1,24 @@
+// Row gather out[i] = params[idx[i]] for float rows of width dim. Thread-safe
+// (pure over caller-owned buffers).
+//
+// The output of an embedding lookup is large (a million ids x 16 floats is 64 MB)
+// and is not read back soon, so rows are written with non-temporal (streaming)
+// stores when out is 16-byte aligned and dim % 4 == 0: this skips the
+// read-for-ownership of every output cache line. Parallel above kParallelThreshold.
+#ifndef TFPS_KERNELS_CORE_GATHER_H_
+#define TFPS_KERNELS_CORE_GATHER_H_
+
+#include <cstdint>
+
+namespace tfps {
+namespace core {
+
+// idx values must be in [0, rows); returns the first offending position or -1.
+int64_t CheckIndices(const int32_t* idx, int64_t n, int64_t rows);
+
+void GatherRows(const float* params, int64_t dim, const int32_t* idx, int64_t n, float* out);
+
+}  // namespace core
+}  // namespace tfps
+
+#endif  // TFPS_KERNELS_CORE_GATHER_H_
