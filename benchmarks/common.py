@@ -8,8 +8,8 @@ import tensorflow as tf
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def session(threads=2):
-    return tf.compat.v1.Session(config=tf.compat.v1.ConfigProto(
+def session(threads=2, graph=None):
+    return tf.compat.v1.Session(graph=graph, config=tf.compat.v1.ConfigProto(
         intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads))
 
 

@@ -21,17 +21,27 @@ def dense_layer(x, units, name, activation=None):
         return activation(y) if activation else y
 
 
-def deepfm_logits(features, num_categorical, embedding_dim, hidden_units, num_shards=1,
-                  initializer_stddev=0.02, insert=True):
-    """logits float32 [B] of DeepFM over tfps tables."""
-    ids = features["ids"]
-    dense = tf.math.log1p(tf.maximum(tf.cast(features["dense"], tf.float32), 0.0))
+def tfps_embedder(embedding_dim, num_shards=1, initializer_stddev=0.02, insert=True):
+    """embed(f, ids [B]) -> [B, embedding_dim + 1] from the tfps table of feature f."""
     init = tf.compat.v1.truncated_normal_initializer(stddev=initializer_stddev)
-    rows = []
-    for f in range(num_categorical):
+
+    def embed(f, ids):
         ev = tfps.get_embedding_variable(f"C{f + 1}", embedding_dim + 1, initializer=init,
                                          num_shards=num_shards)
-        rows.append(tfps.embedding_lookup(ev, ids[:, f], insert=insert))
+        return tfps.embedding_lookup(ev, ids, insert=insert)
+    return embed
+
+
+def deepfm_logits(features, num_categorical, embedding_dim, hidden_units, num_shards=1,
+                  initializer_stddev=0.02, insert=True, embed=None):
+    """logits float32 [B] of DeepFM. embed(f, ids [B]) -> [B, embedding_dim + 1] gives each
+    feature's rows; by default tfps tables (tfps_embedder)."""
+    ids = features["ids"]
+    dense = tf.math.log1p(tf.maximum(tf.cast(features["dense"], tf.float32), 0.0))
+    embed = embed or tfps_embedder(embedding_dim, num_shards, initializer_stddev, insert)
+    rows = []
+    for f in range(num_categorical):
+        rows.append(embed(f, ids[:, f]))
     rows = tf.stack(rows, axis=1)                                  # [B, F, D+1]
     v, w = rows[:, :, :embedding_dim], rows[:, :, embedding_dim]   # [B, F, D], [B, F]
     first_order = tf.reduce_sum(w, 1) + tf.squeeze(dense_layer(dense, 1, "dense_linear"), 1)
