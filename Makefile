@@ -44,9 +44,9 @@ $(CC_BIN)/core_tsan: $(CC_SRCS) $(wildcard kernels/core/*.h tests/cc/*.cc tests/
 	@mkdir -p $(CC_BIN)
 	$(CXX) $(CC_FLAGS) -fsanitize=thread -DTFPS_STD_THREAD_FORK_JOIN \
 	  $(CC_SRCS) tests/cc/test_main.cc tests/cc/test_core.cc tests/cc/stress_test.cc -o $@ -ltbb
-$(CC_BIN)/bench_index: $(CC_SRCS) $(wildcard kernels/core/*.h) benchmarks/bench_index.cc | deps
+$(CC_BIN)/bench_%: $(CC_SRCS) $(wildcard kernels/core/*.h) benchmarks/bench_%.cc | deps
 	@mkdir -p $(CC_BIN)
-	$(CXX) -std=c++17 -I. -O3 -DNDEBUG -march=x86-64-v2 -pthread $(CC_SRCS) benchmarks/bench_index.cc -o $@ -ltbb
+	$(CXX) -std=c++17 -I. -O3 -DNDEBUG -march=x86-64-v2 -pthread $(CC_SRCS) benchmarks/bench_$*.cc -o $@ -ltbb
 
 cc-test: $(CC_BIN)/core_asan $(CC_BIN)/core_tsan
 	ASAN_OPTIONS=detect_leaks=1 $(CC_BIN)/core_asan
@@ -55,8 +55,9 @@ cc-test: $(CC_BIN)/core_asan $(CC_BIN)/core_tsan
 py-test: build
 	$(PY) -m pytest -q tests
 
-bench: build $(CC_BIN)/bench_index
+bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths
 	$(CC_BIN)/bench_index
+	$(CC_BIN)/bench_unique_paths
 	$(PY) benchmarks/bench_table.py
 	$(PY) benchmarks/bench_step.py
 

@@ -20,8 +20,14 @@ constexpr int64_t kRowsPerBlock = 4096;
 constexpr int64_t kParallelThreshold = 16384;
 // Grain of tbb::parallel_for over keys.
 constexpr int64_t kParallelGrain = 4096;
-// Attempts of the truncated-normal initializer before it clamps to 2 stddev.
-constexpr int kTruncatedNormalMaxAttempts = 64;
+// Unique splits a batch over kUniqueParts threads from this many ids when the sampled
+// estimate says ids repeat (under n/2 distinct), and from the second when they do not
+// (measured in benchmarks/bench_unique_paths.cc; see kernels/core/unique.h).
+constexpr int64_t kParallelUniqueMinNSkewed = 65536;
+constexpr int64_t kParallelUniqueMinNDistinct = 1 << 20;
+// Dedup tables of skewed batches are sized for EstimateDistinct / this (the sampled
+// estimate runs 2-3x high on skewed ids; a low guess costs one doubling).
+constexpr int64_t kSkewedSizeDivisor = 2;
 
 }  // namespace core
 }  // namespace tfps

@@ -1,160 +1,66 @@
 #include "kernels/core/unique.h"
 
 #include <algorithm>
-#include <memory>
-
-#include <tbb/spin_mutex.h>
+#include <utility>
 
 #include "kernels/core/config.h"
 #include "kernels/core/hash.h"
+#include "kernels/core/id_set.h"
 #include "kernels/core/parallel.h"
 
 namespace tfps {
 namespace core {
 namespace {
 
-// 8 bytes a slot: the upper half of the id's hash and its position in uniq; the id
-// itself is confirmed in uniq (hot ids are cached there anyway).
-struct Entry {
-  uint32_t tag;
-  int32_t index;  // -1: empty
-};
-
-// Buffers of one IdSet. Batches of a million ids need megabytes of table; fresh
-// allocations of that size are mmap'd and page-fault on first touch every call
-// (the cost that makes tf.unique slow), so buffers are recycled through a pool.
-struct Scratch {
-  std::vector<Entry> slots, spare;
-  std::vector<int64_t> uniq;
-  std::vector<int32_t> counts;
-};
-
-class ScratchPool {
- public:
-  std::unique_ptr<Scratch> Acquire() {
-    tbb::spin_mutex::scoped_lock lock(mu_);
-    if (free_.empty()) return std::make_unique<Scratch>();
-    std::unique_ptr<Scratch> s = std::move(free_.back());
-    free_.pop_back();
-    return s;
+// Dedups ids[begin, end) into set, writing set-local positions to inverse.
+template <typename Index>
+void Dedup(const int64_t* ids, int64_t begin, int64_t end, IdSet* set, Index* inverse) {
+  constexpr int64_t kBlock = 16;  // hash a block ahead and prefetch, so misses overlap
+  uint64_t h[kBlock];
+  for (int64_t b = begin; b < end; b += kBlock) {
+    const int64_t m = std::min(kBlock, end - b);
+    for (int64_t j = 0; j < m; ++j) {
+      h[j] = HashKey(ids[b + j]);
+      set->Prefetch(h[j]);
+    }
+    for (int64_t j = 0; j < m; ++j) inverse[b + j] = set->Insert(ids[b + j], h[j]);
   }
-  void Release(std::unique_ptr<Scratch> s) {
-    tbb::spin_mutex::scoped_lock lock(mu_);
-    if (free_.size() < kMaxPooled) free_.push_back(std::move(s));
-  }
-
- private:
-  static constexpr size_t kMaxPooled = 8;
-  tbb::spin_mutex mu_;
-  std::vector<std::unique_ptr<Scratch>> free_;
-};
-
-ScratchPool& Pool() {
-  static ScratchPool* pool = new ScratchPool();  // never destroyed: used until exit
-  return *pool;
 }
-
-// Linear-probing map id -> (position in uniq, count), grown by doubling at load 1/2.
-class IdSet {
- public:
-  explicit IdSet(int64_t expected) : s_(Pool().Acquire()) {
-    int64_t cap = 64;
-    while (cap < 2 * expected) cap <<= 1;
-    Reset(&s_->slots, cap);
-    s_->uniq.clear();
-    s_->counts.clear();
-  }
-  ~IdSet() {
-    if (s_) Pool().Release(std::move(s_));
-  }
-  IdSet(IdSet&&) = default;
-
-  // Hints the cache about the slot of a hash Insert will probe soon.
-  void Prefetch(uint64_t h) const { __builtin_prefetch(&s_->slots[h & mask_]); }
-
-  // Position of id (whose HashKey is h) among the unique ids, adding it when new; counts it once.
-  int32_t Insert(int64_t id) { return Insert(id, HashKey(id)); }
-  int32_t Insert(int64_t id, uint64_t h) {
-    std::vector<Entry>& slots = s_->slots;
-    const uint32_t tag = static_cast<uint32_t>(h >> 32);
-    for (uint64_t pos = h & mask_;; pos = (pos + 1) & mask_) {
-      Entry& e = slots[pos];
-      if (e.index < 0) {
-        const int32_t index = static_cast<int32_t>(s_->uniq.size());
-        e = Entry{tag, index};
-        s_->uniq.push_back(id);
-        s_->counts.push_back(1);
-        if (static_cast<int64_t>(s_->uniq.size()) * 2 > static_cast<int64_t>(slots.size())) Grow();
-        return index;
-      }
-      if (e.tag == tag && s_->uniq[e.index] == id) {
-        ++s_->counts[e.index];
-        return e.index;
-      }
-    }
-  }
-
-  // Position of id (whose HashKey is h) among the unique ids, or -1.
-  int32_t Find(int64_t id, uint64_t h) const {
-    const uint32_t tag = static_cast<uint32_t>(h >> 32);
-    for (uint64_t pos = h & mask_;; pos = (pos + 1) & mask_) {
-      const Entry& e = s_->slots[pos];
-      if (e.index < 0 || (e.tag == tag && s_->uniq[e.index] == id)) return e.index;
-    }
-  }
-
-  const std::vector<int64_t>& uniq() const { return s_->uniq; }
-  const std::vector<int32_t>& counts() const { return s_->counts; }
-
- private:
-  void Reset(std::vector<Entry>* slots, int64_t cap) {
-    slots->assign(cap, Entry{0u, -1});
-    mask_ = static_cast<uint64_t>(cap - 1);
-  }
-  void Grow() {
-    s_->spare.swap(s_->slots);
-    Reset(&s_->slots, static_cast<int64_t>(s_->spare.size()) * 2);
-    for (const Entry& e : s_->spare) {
-      if (e.index < 0) continue;
-      uint64_t pos = HashKey(s_->uniq[e.index]) & mask_;
-      while (s_->slots[pos].index >= 0) pos = (pos + 1) & mask_;
-      s_->slots[pos] = e;
-    }
-  }
-  std::unique_ptr<Scratch> s_;
-  uint64_t mask_ = 0;
-};
 
 }  // namespace
 
-void UniqueWithCounts(const int64_t* ids, int64_t n, int32_t* inverse, std::vector<int64_t>* uniq,
-                      std::vector<int32_t>* counts) {
-  if (n < kParallelThreshold) {
-    IdSet set(std::min<int64_t>(n, 1024));
-    for (int64_t i = 0; i < n; ++i) inverse[i] = set.Insert(ids[i]);
-    uniq->assign(set.uniq().begin(), set.uniq().end());
-    counts->assign(set.counts().begin(), set.counts().end());
-    return;
+int64_t PartitionOf(int64_t id, int64_t num_partitions, PartitionStrategy strategy) {
+  if (strategy == PartitionStrategy::kMod) {
+    const int64_t r = id % num_partitions;
+    return r < 0 ? r + num_partitions : r;
   }
+  const uint64_t h = Mix64(static_cast<uint64_t>(id) ^ kPartitionSalt) >> 32;
+  return static_cast<int64_t>((h * static_cast<uint64_t>(num_partitions)) >> 32);
+}
+
+template <typename Index>
+void UniqueByHash(const int64_t* ids, int64_t n, Index* inverse, std::vector<int64_t>* uniq,
+                  std::vector<int32_t>* counts, int64_t size_divisor) {
+  IdSet set(EstimateDistinct(ids, n) / size_divisor);
+  Dedup(ids, 0, n, &set, inverse);
+  uniq->assign(set.uniq().begin(), set.uniq().end());
+  counts->assign(set.counts().begin(), set.counts().end());
+}
+
+template <typename Index>
+void UniqueByParallelHash(const int64_t* ids, int64_t n, Index* inverse, std::vector<int64_t>* uniq,
+                          std::vector<int32_t>* counts, int64_t size_divisor) {
   const int64_t piece = (n + kUniqueParts - 1) / kUniqueParts;
   std::vector<IdSet> sets;
-  for (int p = 0; p < kUniqueParts; ++p) sets.emplace_back(piece / 4);
+  for (int p = 0; p < kUniqueParts; ++p) {
+    const int64_t begin = std::min(n, p * piece), end = std::min(n, (p + 1) * piece);
+    sets.emplace_back(EstimateDistinct(ids + begin, end - begin) / size_divisor);
+  }
   ParallelTasks(kUniqueParts, [&](int p) {
-    const int64_t begin = p * piece, end = std::min(n, (p + 1) * piece);
-    // Hash a block ahead and prefetch its slots, so cache misses of new ids overlap.
-    constexpr int64_t kBlock = 16;
-    uint64_t h[kBlock];
-    for (int64_t b = begin; b < end; b += kBlock) {
-      const int64_t m = std::min(kBlock, end - b);
-      for (int64_t j = 0; j < m; ++j) {
-        h[j] = HashKey(ids[b + j]);
-        sets[p].Prefetch(h[j]);
-      }
-      for (int64_t j = 0; j < m; ++j) inverse[b + j] = sets[p].Insert(ids[b + j], h[j]);
-    }
+    Dedup(ids, std::min(n, p * piece), std::min(n, (p + 1) * piece), &sets[p], inverse);
   });
   // Piece 0's unique ids come first; each later piece appends the ids no earlier piece
-  // had, in its own first-occurrence order. remaps[p][local] = global index.
+  // had, in its own first-occurrence order. remaps[p][local] = global position.
   uniq->assign(sets[0].uniq().begin(), sets[0].uniq().end());
   counts->assign(sets[0].counts().begin(), sets[0].counts().end());
   std::vector<std::vector<int32_t>> remaps(kUniqueParts);
@@ -179,12 +85,75 @@ void UniqueWithCounts(const int64_t* ids, int64_t n, int32_t* inverse, std::vect
       (*counts)[g] += sets[p].counts()[j];
       remap[j] = g;
     }
-    const int64_t begin = p * piece, len = std::min(n, (p + 1) * piece) - begin;
+    const int64_t begin = std::min(n, p * piece), len = std::min(n, (p + 1) * piece) - begin;
     ParallelRange(len, [&](int64_t lo, int64_t hi) {
       for (int64_t i = begin + lo; i < begin + hi; ++i) inverse[i] = remap[inverse[i]];
     });
   }
 }
+
+template <typename Index>
+void UniqueWithCounts(const int64_t* ids, int64_t n, Index* inverse, std::vector<int64_t>* uniq,
+                      std::vector<int32_t>* counts) {
+  // A sampled estimate of distinct ids picks the table size and whether to split.
+  const bool skewed = EstimateDistinct(ids, n) < n / 2;
+  const int64_t divisor = skewed ? kSkewedSizeDivisor : 1;
+  if (n >= (skewed ? kParallelUniqueMinNSkewed : kParallelUniqueMinNDistinct)) {
+    UniqueByParallelHash(ids, n, inverse, uniq, counts, divisor);
+  } else {
+    UniqueByHash(ids, n, inverse, uniq, counts, divisor);
+  }
+}
+
+template <typename Index>
+void UniquePartition(const int64_t* ids, int64_t n, int64_t num_partitions, PartitionStrategy strategy,
+                     Index* inverse, std::vector<int64_t>* uniq, std::vector<int32_t>* counts,
+                     std::vector<int64_t>* offsets) {
+  std::vector<int64_t> first_uniq;
+  std::vector<int32_t> first_counts;
+  UniqueWithCounts(ids, n, inverse, &first_uniq, &first_counts);
+  const int64_t u = static_cast<int64_t>(first_uniq.size());
+  offsets->assign(num_partitions + 1, 0);
+  if (num_partitions == 1) {
+    (*offsets)[1] = u;
+    uniq->swap(first_uniq);
+    counts->swap(first_counts);
+    return;
+  }
+  // Stable counting sort of the unique ids by partition, then inverse through the permutation.
+  std::vector<int64_t> part(u);
+  for (int64_t j = 0; j < u; ++j) {
+    part[j] = PartitionOf(first_uniq[j], num_partitions, strategy);
+    ++(*offsets)[part[j] + 1];
+  }
+  for (int64_t p = 0; p < num_partitions; ++p) (*offsets)[p + 1] += (*offsets)[p];
+  std::vector<int64_t> fill(offsets->begin(), offsets->end() - 1);
+  std::vector<int32_t> perm(u);
+  uniq->resize(u);
+  counts->resize(u);
+  for (int64_t j = 0; j < u; ++j) {
+    const int64_t at = fill[part[j]]++;
+    perm[j] = static_cast<int32_t>(at);
+    (*uniq)[at] = first_uniq[j];
+    (*counts)[at] = first_counts[j];
+  }
+  ParallelRange(n, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) inverse[i] = perm[inverse[i]];
+  });
+}
+
+#define TFPS_INSTANTIATE(Index)                                                                        \
+  template void UniqueByHash<Index>(const int64_t*, int64_t, Index*, std::vector<int64_t>*,            \
+                                    std::vector<int32_t>*, int64_t);                                     \
+  template void UniqueByParallelHash<Index>(const int64_t*, int64_t, Index*, std::vector<int64_t>*,    \
+                                            std::vector<int32_t>*, int64_t);                             \
+  template void UniqueWithCounts<Index>(const int64_t*, int64_t, Index*, std::vector<int64_t>*,        \
+                                        std::vector<int32_t>*);                                          \
+  template void UniquePartition<Index>(const int64_t*, int64_t, int64_t, PartitionStrategy, Index*,    \
+                                       std::vector<int64_t>*, std::vector<int32_t>*, std::vector<int64_t>*);
+TFPS_INSTANTIATE(int32_t)
+TFPS_INSTANTIATE(int64_t)
+#undef TFPS_INSTANTIATE
 
 }  // namespace core
 }  // namespace tfps

@@ -9,6 +9,8 @@
 
 #include "kernels/core/bucket_pool.h"
 #include "kernels/core/embedding_table.h"
+#include "kernels/core/gather.h"
+#include "kernels/core/id_set.h"
 #include "kernels/core/initializer.h"
 #include "kernels/core/unique.h"
 #include "tests/cc/test_main.h"
@@ -192,5 +194,69 @@ TEST(UniqueMatchesReference) {
         if (seen.insert(x).second) CHECK_EQ(uniq[next++], x);
       }
     }
+  }
+}
+
+TEST(IdSetRobinHoodGrowsFromALowEstimate) {
+  IdSet set(4);  // far too small: must grow many times and keep every id
+  std::mt19937_64 rng(5);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 100000; ++i) ids.push_back(static_cast<int64_t>(rng()));
+  for (size_t i = 0; i < ids.size(); ++i) CHECK_EQ(set.Insert(ids[i]), static_cast<int32_t>(i));
+  for (size_t i = 0; i < ids.size(); ++i) CHECK_EQ(set.Insert(ids[i]), static_cast<int32_t>(i));
+  CHECK(set.capacity() * kIdSetMaxLoad >= 100000);
+  for (size_t i = 0; i < ids.size(); ++i) CHECK_EQ(set.Find(ids[i], HashKey(ids[i])), static_cast<int32_t>(i));
+  CHECK_EQ(set.Find(12345, HashKey(12345)), -1);
+  CHECK_EQ(set.counts()[7], 2);
+  CHECK(EstimateDistinct(ids.data(), 100000) > 50000);
+  std::vector<int64_t> same(100000, 9);
+  CHECK(EstimateDistinct(same.data(), 100000) < 200);
+}
+
+TEST(UniquePartitionGroupsByPartitionInFirstOccurrenceOrder) {
+  std::mt19937_64 rng(7);
+  for (int64_t n : {0, 1, 100, 70000, 300000}) {
+    for (int64_t p : {1, 3, 16}) {
+      for (auto strategy : {PartitionStrategy::kMod, PartitionStrategy::kHash}) {
+        std::vector<int64_t> ids(n);
+        for (auto& x : ids) x = static_cast<int64_t>(rng() % 3000) - 1500;
+        std::vector<int32_t> inverse(n);
+        std::vector<int64_t> uniq, offsets;
+        std::vector<int32_t> counts;
+        UniquePartition(ids.data(), n, p, strategy, inverse.data(), &uniq, &counts, &offsets);
+        CHECK_EQ(static_cast<int64_t>(offsets.size()), p + 1);
+        CHECK_EQ(offsets[p], static_cast<int64_t>(uniq.size()));
+        for (int64_t i = 0; i < n; ++i) CHECK_EQ(uniq[inverse[i]], ids[i]);
+        // Reference: per partition, ids in order of first occurrence.
+        std::vector<std::vector<int64_t>> ref(p);
+        std::set<int64_t> seen;
+        for (auto x : ids) {
+          if (seen.insert(x).second) ref[PartitionOf(x, p, strategy)].push_back(x);
+        }
+        for (int64_t q = 0; q < p; ++q) {
+          CHECK(std::vector<int64_t>(uniq.begin() + offsets[q], uniq.begin() + offsets[q + 1]) == ref[q]);
+        }
+      }
+    }
+  }
+  CHECK_EQ(PartitionOf(-1, 3, PartitionStrategy::kMod), 2);
+  CHECK_EQ(PartitionOf(LLONG_MIN, 7, PartitionStrategy::kMod), ((LLONG_MIN % 7) + 7) % 7);
+}
+
+TEST(GatherRowsMatchesLoop) {
+  for (int64_t dim : {16, 3}) {
+    std::vector<float> params(100 * dim);
+    for (size_t i = 0; i < params.size(); ++i) params[i] = static_cast<float>(i);
+    std::vector<int32_t> idx(50000);
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>((i * 37) % 100);
+    std::vector<float, std::allocator<float>> out(idx.size() * dim + 4);
+    float* aligned = out.data();
+    GatherRows(params.data(), dim, idx.data(), static_cast<int64_t>(idx.size()), aligned);
+    for (size_t i = 0; i < idx.size(); ++i) {
+      for (int64_t j = 0; j < dim; ++j) CHECK(aligned[i * dim + j] == params[idx[i] * dim + j]);
+    }
+    CHECK_EQ(CheckIndices(idx.data(), 50000, 100), -1);
+    idx[77] = 100;
+    CHECK_EQ(CheckIndices(idx.data(), 50000, 100), 77);
   }
 }

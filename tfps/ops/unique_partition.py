@@ -1,0 +1,56 @@
+"""Wrappers of TfpsUniquePartition(WithCounts) (kernels/unique_partition_kernels.cc)."""
+import tensorflow as tf
+
+from tfps.ops._loader import load
+
+STRATEGIES = ("mod", "hash")
+
+for _op in ("TfpsUniquePartition", "TfpsUniquePartitionWithCounts"):
+    tf.no_gradient(_op)
+
+
+def _prepare(ids, num_partitions, strategy, out_idx):
+    if not isinstance(num_partitions, int) or isinstance(num_partitions, bool) or num_partitions <= 0:
+        raise tf.errors.InvalidArgumentError(
+            None, None, f"unique_partition: num_partitions must be a positive int, got {num_partitions!r}")
+    if strategy not in STRATEGIES:
+        raise tf.errors.InvalidArgumentError(
+            None, None, f"unique_partition: strategy must be one of {STRATEGIES}, got {strategy!r}")
+    ids = tf.convert_to_tensor(ids)
+    if ids.dtype == tf.int32:
+        ids = tf.cast(ids, tf.int64)
+    if ids.dtype != tf.int64:
+        raise tf.errors.InvalidArgumentError(
+            None, None, f"unique_partition: ids must be int64 (or int32), got {ids.dtype.name}")
+    if out_idx is None:
+        n = ids.shape.num_elements() if ids.shape.rank == 1 else None
+        out_idx = tf.int64 if n is not None and n >= 2**31 else tf.int32
+    return ids, out_idx
+
+
+def unique_partition(ids, num_partitions, strategy="mod", out_idx=None, name=None):
+    """Dedups ids and groups the unique ids by partition.
+
+    Args:
+      ids: int64 [N] (int32 is widened).
+      num_partitions: P >= 1.
+      strategy: "mod" (partition = floormod(id, P)) or "hash" (a salted splitmix64 of the id,
+        see ops/unique_partition_ops.cc), which spreads ids sharing a stride evenly.
+      out_idx: dtype of inverse; None: int32, or int64 when N >= 2^31 is known statically.
+
+    Returns:
+      (unique_ids int64 [U], inverse [N], offsets int64 [P + 1]); partition p owns
+      unique_ids[offsets[p]:offsets[p+1]], ids in order of first occurrence within it, and
+      unique_ids[inverse] == ids. Example: ids [5, 2, 5, 4], P=2 -> unique_ids [2, 4, 5],
+      inverse [2, 0, 2, 1], offsets [0, 2, 3].
+    """
+    ids, out_idx = _prepare(ids, num_partitions, strategy, out_idx)
+    return load().tfps_unique_partition(ids, num_partitions=num_partitions, strategy=strategy,
+                                        out_idx=out_idx, name=name)
+
+
+def unique_partition_with_counts(ids, num_partitions, strategy="mod", out_idx=None, name=None):
+    """unique_partition plus counts: int32 [U], occurrences of each unique id."""
+    ids, out_idx = _prepare(ids, num_partitions, strategy, out_idx)
+    return load().tfps_unique_partition_with_counts(ids, num_partitions=num_partitions, strategy=strategy,
+                                                    out_idx=out_idx, name=name)
