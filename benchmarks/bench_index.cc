@@ -33,7 +33,7 @@ struct TfpsIndex {
     std::vector<float> zeros(n * kDim, 0.f);
     t.Assign(k, n, zeros.data());
   }
-  void Lookup(const int64_t* k, int64_t n, float* out) { t.Lookup(k, n, nullptr, false, true, out); }
+  void Lookup(const int64_t* k, int64_t n, float* out) { t.Lookup(k, n, false, true, out); }
 };
 
 struct ChmIndex {

@@ -25,16 +25,18 @@ def time_op(sess, target, feed=None, repeats=7, warmup=2):
     return float(np.median(times))
 
 
-def time_interleaved(sess, targets, feed=None, repeats=11, warmup=2):
-    """Median seconds of each target, the targets run in turn each round (so that load on the
-    shared machine hits all of them alike)."""
+def time_interleaved(sess, targets, feed=None, repeats=15, warmup=2):
+    """Median seconds of each target. Every round runs all targets in a fresh random order, so
+    that load on the shared machine and the cache state left by the previous op (a 64 MB
+    gather evicts everything) hit all of them alike."""
+    rng = np.random.default_rng(0)
     times = [[] for _ in targets]
     for r in range(warmup + repeats):
-        for k, target in enumerate(targets):
+        for i in rng.permutation(len(targets)):
             t = time.perf_counter()
-            sess.run(target, feed)
+            sess.run(targets[i], feed)
             if r >= warmup:
-                times[k].append(time.perf_counter() - t)
+                times[i].append(time.perf_counter() - t)
     return [float(np.median(t)) for t in times]
 
 

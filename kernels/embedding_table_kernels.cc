@@ -80,7 +80,7 @@ class TableFindOp : public OpKernel {
     const int64_t n = keys.dim_size(0), dim = res->table().dim();
     Tensor* values = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim}), &values));
-    res->table().Lookup(keys.flat<int64_t>().data(), n, nullptr, insert_, missing_zeros_,
+    res->table().Lookup(keys.flat<int64_t>().data(), n, insert_, missing_zeros_,
                         values->flat<float>().data());
   }
 
@@ -115,7 +115,7 @@ class TableLookupUniqueOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u}), &uniq_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({u, dim}), &values));
     if (u > 0) std::memcpy(uniq_t->flat<int64_t>().data(), uniq.data(), sizeof(int64_t) * u);
-    res->table().Lookup(uniq.data(), u, counts.data(), insert_, missing_zeros_,
+    res->table().Lookup(uniq.data(), u, insert_, missing_zeros_,
                         values->flat<float>().data());
   }
 

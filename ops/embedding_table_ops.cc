@@ -61,8 +61,7 @@ REGISTER_OP("TfpsTableFind")
     .Doc(R"doc(
 Rows of `keys`: values [N, dim] for keys [N].
 
-insert: true (training): a missing key gets a new, initialised row and its freq
-  counts this sighting. false (serving): the table is unchanged and a missing key
+insert: true (training): a missing key gets a new, initialised row. false (serving): the table is unchanged and a missing key
   reads as its initializer value, or zeros with missing_zeros.
 )doc");
 
@@ -88,7 +87,8 @@ Deduplicates ids [N] and probes the table once per distinct id.
 unique_ids: int64 [U], distinct ids (see kernels/core/unique.h for the order).
 inverse: int32 [N], unique_ids[inverse] == ids.
 unique_values: float [U, dim], the row of each unique id; gather by `inverse`
-  to get [N, dim]. With insert, each id's freq grows by its count in the batch.
+  to get [N, dim]. Lookups never write existing rows (freq and last_step change
+  only when an optimizer updates the row).
 )doc");
 
 REGISTER_OP("TfpsGatherRows")
@@ -167,7 +167,8 @@ REGISTER_OP("TfpsTableExport")
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(
-Every row: keys [N], values [N, dim], slots [N, k*dim], freq [N], last_step [N],
+Every row: keys [N], values [N, dim], slots [N, k*dim], freq [N] (training updates
+of the row), last_step [N] (global step of the last update),
 and slot_init [k] (the value new slots start at). Each row is copied under its
 shard lock, so value and slots of a key come from one moment.
 )doc");

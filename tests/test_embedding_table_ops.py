@@ -57,14 +57,20 @@ def test_lookup_unique_matches_tf_unique(graph):
         np.testing.assert_allclose(vals_, want, rtol=1e-6, atol=1e-7)
 
 
-def test_lookup_counts_frequency(graph):
+def test_updates_count_frequency_and_step(graph):
+    from tfps.ops.training import table_apply_gradient_descent
     h = et.table_handle(2)
     _, _, vals = et.table_lookup_unique(h, tf.constant([4, 4, 4, 9], tf.int64))
+    step = tf.compat.v1.placeholder(tf.int64, [])
+    apply = table_apply_gradient_descent(h, tf.constant([4], tf.int64), tf.ones([1, 2]), 0.1, step)
     with tf.compat.v1.Session() as s:
         s.run(vals)
-        s.run(vals)
-        keys, freq = s.run([et.table_export(h).keys, et.table_export(h).freq])
-    assert dict(zip(keys.tolist(), freq.tolist())) == {4: 6, 9: 2}
+        s.run(apply, {step: 7})
+        s.run(apply, {step: 11})
+        s.run(vals)  # lookups do not count
+        exp = s.run(et.table_export(h))
+    assert dict(zip(exp.keys.tolist(), exp.freq.tolist())) == {4: 2, 9: 0}
+    assert dict(zip(exp.keys.tolist(), exp.last_step.tolist())) == {4: 11, 9: 0}
 
 
 def test_find_without_insert_leaves_table_unchanged(graph):

@@ -23,8 +23,11 @@ constexpr int64_t kParallelGrain = 4096;
 // Unique splits a batch over kUniqueParts threads from this many ids when the sampled
 // estimate says ids repeat (under n/2 distinct), and from the second when they do not
 // (measured in benchmarks/bench_unique_paths.cc; see kernels/core/unique.h).
-constexpr int64_t kParallelUniqueMinNSkewed = 65536;
+constexpr int64_t kParallelUniqueMinNSkewed = 1 << 18;
 constexpr int64_t kParallelUniqueMinNDistinct = 1 << 20;
+// A pass over the inverse (one gather from a small table per id) is split over threads
+// only from this many ids: below, waking the workers costs more than it saves.
+constexpr int64_t kParallelRemapMinN = 1 << 18;
 // Dedup tables of skewed batches are sized for EstimateDistinct / this (the sampled
 // estimate runs 2-3x high on skewed ids; a low guess costs one doubling).
 constexpr int64_t kSkewedSizeDivisor = 2;

@@ -136,7 +136,7 @@ void EmbeddingTable::ForEachShard(
   }
 }
 
-int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, const int32_t* counts, bool insert,
+int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool insert,
                                bool missing_zeros, float* out) {
   std::atomic<int64_t> inserted{0};
   const size_t row_bytes = sizeof(float) * dim_;
@@ -156,7 +156,6 @@ int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, const int32_t* co
         }
         float* row = s.slots[pos].row;
         std::memcpy(out + i * dim_, row, row_bytes);
-        if (insert) __atomic_fetch_add(&Meta(row)[0], counts ? counts[i] : 1, __ATOMIC_RELAXED);
       }
     }
     if (missing.empty()) return;
@@ -185,7 +184,6 @@ int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, const int32_t* co
         InsertLocked(&s, h[j], keys[i], row);
       }
       std::memcpy(out + i * dim_, row, row_bytes);
-      __atomic_fetch_add(&Meta(row)[0], counts ? counts[i] : 1, __ATOMIC_RELAXED);
     }
     for (size_t k = added; k < fresh.size(); ++k) pool_->Free(fresh[k]);
     inserted += added;
@@ -251,7 +249,9 @@ int64_t EmbeddingTable::Update(const int64_t* keys, int64_t n, int64_t step,
       if (pos < 0) continue;
       float* row = s.slots[pos].row;
       fn(idx[j], row);
-      Meta(row)[1] = step32;
+      uint32_t* meta = Meta(row);
+      if (meta[0] != UINT32_MAX) ++meta[0];
+      meta[1] = step32;
       ++local;
     }
     updated += local;
@@ -317,7 +317,7 @@ void EmbeddingTable::Export(TableSnapshot* snap) const {
       snap->values.insert(snap->values.end(), e.row, e.row + dim_);
       snap->slots.insert(snap->slots.end(), e.row + dim_, e.row + dim_ + slot_floats);
       const uint32_t* meta = Meta(e.row);
-      snap->freq.push_back(__atomic_load_n(&meta[0], __ATOMIC_RELAXED));  // bumped under shared locks
+      snap->freq.push_back(meta[0]);
       snap->last_step.push_back(meta[1]);
     }
   }

@@ -11,7 +11,8 @@
 // Thread-safety: every public method may be called concurrently. Row contents
 // are read and written only under their shard's lock (reads under the shared
 // lock, updates through Update()'s callback under the exclusive lock); no row
-// pointer escapes the table. freq is bumped atomically under the shared lock.
+// pointer escapes the table. Lookups only read rows (no write under the shared
+// lock); freq and last_step change only in Update(), under the exclusive lock.
 // EnsureSlots() and Import() take every shard lock.
 #ifndef TFPS_KERNELS_CORE_EMBEDDING_TABLE_H_
 #define TFPS_KERNELS_CORE_EMBEDDING_TABLE_H_
@@ -63,12 +64,10 @@ class EmbeddingTable {
   const InitSpec& init() const { return init_; }
 
   // Copies the value of keys[i] to out[i*dim]. A missing key: with `insert`,
-  // gets a new row (initializer values, slot init) and its value is copied;
-  // without, out gets the initializer value (or zeros with missing_zeros) and
-  // the table is unchanged. With `insert`, freq += counts[i] (1 if counts is
-  // null). Returns the number of rows inserted.
-  int64_t Lookup(const int64_t* keys, int64_t n, const int32_t* counts, bool insert,
-                 bool missing_zeros, float* out);
+  // gets a new row (initializer values, slot init, freq 0) and its value is
+  // copied; without, out gets the initializer value (or zeros with
+  // missing_zeros) and the table is unchanged. Returns the number of rows inserted.
+  int64_t Lookup(const int64_t* keys, int64_t n, bool insert, bool missing_zeros, float* out);
 
   // Inserts or overwrites the value of each key (slots of new rows get their init).
   void Assign(const int64_t* keys, int64_t n, const float* values);
@@ -77,7 +76,8 @@ class EmbeddingTable {
   int64_t Remove(const int64_t* keys, int64_t n);
 
   // Calls fn(i, row) under the exclusive lock of keys[i]'s shard for every key
-  // present (row points at [value | slots]), then sets its last_step = step.
+  // present (row points at [value | slots]), then counts the update in its freq
+  // (saturating) and sets its last_step = step.
   // Missing keys are skipped. Returns the number of rows updated.
   int64_t Update(const int64_t* keys, int64_t n, int64_t step,
                  const std::function<void(int64_t, float*)>& fn);

@@ -7,7 +7,8 @@
 namespace tfps {
 namespace core {
 
-struct IdSet::Buffers {
+// Aligned so that two threads' sets never share a cache line (push_back writes the vectors' ends).
+struct alignas(128) IdSet::Buffers {
   std::vector<Slot> slots, spare;
   std::vector<int64_t> uniq;
   std::vector<int32_t> counts;
@@ -42,9 +43,6 @@ BufferPool& Pool() {
   return *pool;
 }
 
-constexpr uint32_t kTagMask = 0xFFFFFF00u;
-constexpr uint32_t kMaxDist = 0xFF;
-
 }  // namespace
 
 IdSet::IdSet(int64_t expected)
@@ -78,6 +76,16 @@ void IdSet::Reset(int64_t capacity) {
   max_size_ = static_cast<int64_t>(static_cast<double>(capacity) * kIdSetMaxLoad);
 }
 
+void IdSet::InsertNew(int64_t id, uint32_t tag_dist, uint64_t pos, int32_t count) {
+  const int32_t index = static_cast<int32_t>(uniq_->size());
+  uniq_->push_back(id);
+  counts_->push_back(count);
+  if (static_cast<int64_t>(uniq_->size()) > max_size_ || (tag_dist & kMaxDist) >= kMaxDist ||
+      !Place(Slot{tag_dist, index}, pos)) {
+    Grow();  // re-places every id, the new one included
+  }
+}
+
 bool IdSet::Place(Slot slot, uint64_t pos) {
   const uint64_t mask = slots_.size() - 1;
   for (;; pos = (pos + 1) & mask) {
@@ -101,40 +109,6 @@ void IdSet::Grow() {
       return;
     }
   }
-}
-
-int32_t IdSet::Find(int64_t id, uint64_t h) const {
-  const uint64_t mask = slots_.size() - 1;
-  const uint32_t tag = static_cast<uint32_t>(h) & kTagMask;
-  uint32_t dist = 0;
-  for (uint64_t pos = h >> shift_;; pos = (pos + 1) & mask, ++dist) {
-    const Slot& e = slots_[pos];
-    if (e.index < 0 || (e.tag_dist & kMaxDist) < dist) return -1;
-    if ((e.tag_dist & kTagMask) == tag && (*uniq_)[e.index] == id) return e.index;
-  }
-}
-
-int32_t IdSet::Insert(int64_t id, uint64_t h, int32_t count) {
-  const uint64_t mask = slots_.size() - 1;
-  const uint32_t tag = static_cast<uint32_t>(h) & kTagMask;
-  uint32_t dist = 0;
-  uint64_t pos = h >> shift_;
-  for (;; pos = (pos + 1) & mask, ++dist) {
-    const Slot& e = slots_[pos];
-    if (e.index < 0 || (e.tag_dist & kMaxDist) < dist) break;  // absent: insert here
-    if ((e.tag_dist & kTagMask) == tag && (*uniq_)[e.index] == id) {
-      (*counts_)[e.index] += count;
-      return e.index;
-    }
-  }
-  const int32_t index = static_cast<int32_t>(uniq_->size());
-  uniq_->push_back(id);
-  counts_->push_back(count);
-  if (static_cast<int64_t>(uniq_->size()) > max_size_ || dist >= kMaxDist ||
-      !Place(Slot{tag | dist, index}, pos)) {
-    Grow();  // re-places every id, the new one included
-  }
-  return index;
 }
 
 int64_t EstimateDistinct(const int64_t* ids, int64_t n) {

@@ -38,11 +38,36 @@ class IdSet {
   void Prefetch(uint64_t h) const { __builtin_prefetch(&slots_[h >> shift_]); }
 
   // Position of id (whose HashKey is h) in uniq(), appending it when new; adds `count`.
-  int32_t Insert(int64_t id, uint64_t h, int32_t count = 1);
+  int32_t Insert(int64_t id, uint64_t h, int32_t count = 1) {
+    const uint64_t mask = slots_.size() - 1;
+    const uint32_t tag = static_cast<uint32_t>(h) & kTagMask;
+    const int64_t* uniq = uniq_->data();
+    uint32_t dist = 0;
+    uint64_t pos = h >> shift_;
+    for (;; pos = (pos + 1) & mask, ++dist) {
+      const Slot& e = slots_[pos];
+      if (e.index < 0 || (e.tag_dist & kMaxDist) < dist) break;  // absent: insert here
+      if ((e.tag_dist & kTagMask) == tag && uniq[e.index] == id) {
+        (*counts_)[e.index] += count;
+        return e.index;
+      }
+    }
+    InsertNew(id, tag | dist, pos, count);
+    return static_cast<int32_t>(uniq_->size()) - 1;
+  }
   int32_t Insert(int64_t id) { return Insert(id, HashKey(id)); }
 
   // Position of id in uniq(), or -1.
-  int32_t Find(int64_t id, uint64_t h) const;
+  int32_t Find(int64_t id, uint64_t h) const {
+    const uint64_t mask = slots_.size() - 1;
+    const uint32_t tag = static_cast<uint32_t>(h) & kTagMask;
+    uint32_t dist = 0;
+    for (uint64_t pos = h >> shift_;; pos = (pos + 1) & mask, ++dist) {
+      const Slot& e = slots_[pos];
+      if (e.index < 0 || (e.tag_dist & kMaxDist) < dist) return -1;
+      if ((e.tag_dist & kTagMask) == tag && (*uniq_)[e.index] == id) return e.index;
+    }
+  }
 
   const std::vector<int64_t>& uniq() const { return *uniq_; }
   const std::vector<int32_t>& counts() const { return *counts_; }
@@ -54,6 +79,10 @@ class IdSet {
     int32_t index;      // -1: empty
   };
   struct Buffers;
+  static constexpr uint32_t kTagMask = 0xFFFFFF00u;
+  static constexpr uint32_t kMaxDist = 0xFF;
+  // Appends a new id whose probe for insertion stopped at pos with tag_dist.
+  void InsertNew(int64_t id, uint32_t tag_dist, uint64_t pos, int32_t count);
   void Reset(int64_t capacity);
   void Grow();
   // Places a new slot (known absent) starting at its home, displacing richer ones.

@@ -14,8 +14,8 @@
 namespace tfps {
 namespace core {
 
-void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-  if (n < kParallelThreshold) {
+void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_parallel) {
+  if (n < (min_parallel < 0 ? kParallelThreshold : min_parallel)) {
     if (n > 0) fn(0, n);
     return;
   }

@@ -14,9 +14,9 @@
 namespace tfps {
 namespace core {
 
-// Runs fn(begin, end) over [0, n): one call when n < kParallelThreshold,
-// else chunks of kParallelGrain spread over threads.
-void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+// Runs fn(begin, end) over [0, n): one call when n < min_parallel (default
+// kParallelThreshold), else chunks of kParallelGrain spread over threads.
+void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_parallel = -1);
 
 // Runs fn(0) ... fn(k - 1), in parallel.
 void ParallelTasks(int k, const std::function<void(int)>& fn);

@@ -68,22 +68,32 @@ void UniqueByParallelHash(const int64_t* ids, int64_t n, Index* inverse, std::ve
     const std::vector<int64_t>& local = sets[p].uniq();
     std::vector<int32_t>& remap = remaps[p];
     remap.resize(local.size());
-    std::vector<uint64_t> hashes(local.size());
-    for (size_t j = 0; j < local.size(); ++j) hashes[j] = HashKey(local[j]);
-    for (size_t j = 0; j < local.size(); ++j) {
-      if (j + 8 < local.size()) sets[0].Prefetch(hashes[j + 8]);
-      int32_t g = -1;
-      for (int q = 0; q < p && g < 0; ++q) {
-        const int32_t k = sets[q].Find(local[j], hashes[j]);
-        if (k >= 0) g = q == 0 ? k : remaps[q][k];
-      }
-      if (g < 0) {
-        g = static_cast<int32_t>(uniq->size());
+    // Look the piece's ids up in the earlier pieces in parallel (read-only), then number
+    // the ids none of them had, in order.
+    const int64_t m = static_cast<int64_t>(local.size());
+    ParallelRange(
+        m,
+        [&](int64_t lo, int64_t hi) {
+          constexpr int64_t kAhead = 8;
+          for (int64_t j = lo; j < hi; ++j) {
+            if (j + kAhead < hi) sets[0].Prefetch(HashKey(local[j + kAhead]));
+            const uint64_t h = HashKey(local[j]);
+            int32_t g = -1;
+            for (int q = 0; q < p && g < 0; ++q) {
+              const int32_t k = sets[q].Find(local[j], h);
+              if (k >= 0) g = q == 0 ? k : remaps[q][k];
+            }
+            remap[j] = g;
+          }
+        },
+        kParallelRemapMinN / 4);
+    for (int64_t j = 0; j < m; ++j) {
+      if (remap[j] < 0) {
+        remap[j] = static_cast<int32_t>(uniq->size());
         uniq->push_back(local[j]);
         counts->push_back(0);
       }
-      (*counts)[g] += sets[p].counts()[j];
-      remap[j] = g;
+      (*counts)[remap[j]] += sets[p].counts()[j];
     }
     const int64_t begin = std::min(n, p * piece), len = std::min(n, (p + 1) * piece) - begin;
     ParallelRange(len, [&](int64_t lo, int64_t hi) {
@@ -122,8 +132,10 @@ void UniquePartition(const int64_t* ids, int64_t n, int64_t num_partitions, Part
   }
   // Stable counting sort of the unique ids by partition, then inverse through the permutation.
   std::vector<int64_t> part(u);
+  const bool pow2 = strategy == PartitionStrategy::kMod && (num_partitions & (num_partitions - 1)) == 0;
   for (int64_t j = 0; j < u; ++j) {
-    part[j] = PartitionOf(first_uniq[j], num_partitions, strategy);
+    // floormod by a power of two is a mask in two's complement (no division).
+    part[j] = pow2 ? (first_uniq[j] & (num_partitions - 1)) : PartitionOf(first_uniq[j], num_partitions, strategy);
     ++(*offsets)[part[j] + 1];
   }
   for (int64_t p = 0; p < num_partitions; ++p) (*offsets)[p + 1] += (*offsets)[p];
@@ -137,9 +149,11 @@ void UniquePartition(const int64_t* ids, int64_t n, int64_t num_partitions, Part
     (*uniq)[at] = first_uniq[j];
     (*counts)[at] = first_counts[j];
   }
-  ParallelRange(n, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) inverse[i] = perm[inverse[i]];
-  });
+  ParallelRange(
+      n, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) inverse[i] = perm[inverse[i]];
+      },
+      kParallelRemapMinN);
 }
 
 #define TFPS_INSTANTIATE(Index)                                                                        \
