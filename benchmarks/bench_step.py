@@ -24,10 +24,13 @@ F, DIM, BATCH, HIDDEN, BUCKETS = 26, 16, 4096, [400, 400, 400], 1 << 18
 
 
 def variable_embedder():
-    def embed(f, ids):
-        table = tf.compat.v1.get_variable(f"C{f + 1}", [BUCKETS, DIM + 1],
-                                          initializer=tf.compat.v1.truncated_normal_initializer(stddev=0.02))
-        return tf.nn.embedding_lookup(table, tf.math.floormod(ids, BUCKETS))
+    def embed(ids):
+        rows = []
+        for f in range(ids.shape[1]):
+            table = tf.compat.v1.get_variable(f"C{f + 1}", [BUCKETS, DIM + 1],
+                                              initializer=tf.compat.v1.truncated_normal_initializer(stddev=0.02))
+            rows.append(tf.nn.embedding_lookup(table, tf.math.floormod(ids[:, f], BUCKETS)))
+        return tf.stack(rows, axis=1)
     return embed
 
 

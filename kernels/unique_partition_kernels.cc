@@ -2,6 +2,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/core/hash.h"
 #include "kernels/core/unique.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -58,6 +59,34 @@ class UniquePartitionOp : public OpKernel {
   int64_t num_partitions_ = 1;
   core::PartitionStrategy strategy_ = core::PartitionStrategy::kMod;
 };
+
+class FeatureTagOp : public OpKernel {
+ public:
+  explicit FeatureTagOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("tag", &tag_));
+    OP_REQUIRES(ctx, tag_ >= 1 && tag_ < (1 << 15),
+                errors::InvalidArgument("TfpsFeatureTag: tag must be in [1, 32767], got ", tag_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& ids = ctx->input(0);
+    Tensor* keys = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ids.shape(), &keys));
+    const int64_t* in = ids.flat<int64_t>().data();
+    int64_t* out = keys->flat<int64_t>().data();
+    constexpr int64_t kMask = (int64_t{1} << 48) - 1;
+    const int64_t high = tag_ << 48;
+    for (int64_t i = 0; i < ids.NumElements(); ++i) {
+      const int64_t id = in[i];
+      const int64_t low = (id >= 0 && id <= kMask) ? id : static_cast<int64_t>(core::Mix64(static_cast<uint64_t>(id)) & kMask);
+      out[i] = high | low;
+    }
+  }
+
+ private:
+  int64_t tag_ = 1;
+};
+
+REGISTER_KERNEL_BUILDER(Name("TfpsFeatureTag").Device(tensorflow::DEVICE_CPU), FeatureTagOp);
 
 #define TFPS_REGISTER(Index)                                                                    \
   REGISTER_KERNEL_BUILDER(Name("TfpsUniquePartition")                                           \

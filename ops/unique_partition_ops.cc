@@ -1,4 +1,5 @@
 // REGISTER_OP, shape functions and docs of the fused unique + partition ops.
+#include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
 
@@ -63,5 +64,24 @@ REGISTER_OP("TfpsUniquePartitionWithCounts")
     .Attr("out_idx: {int32, int64} = DT_INT32")
     .SetShapeFn(UniquePartitionShape)
     .Doc(kDocWithCounts);
+
+}  // namespace tfps
+
+namespace tfps {
+
+REGISTER_OP("TfpsFeatureTag")
+    .Input("ids: int64")
+    .Output("keys: int64")
+    .Attr("tag: int")
+    .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
+    .Doc(R"doc(
+Keys of one feature in a table shared by several features (table merging).
+
+keys = (tag << 48) | id            for 0 <= id < 2^48 (exact: no collision, id recoverable);
+keys = (tag << 48) | (splitmix64(id) & (2^48 - 1))   for other ids (negative, or >= 2^48):
+  such a key collides with another key of the same feature with probability 2^-48 per
+  pair, and never with another feature's keys (a different tag).
+tag: 1 .. 32767.
+)doc");
 
 }  // namespace tfps

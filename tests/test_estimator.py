@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import tfps
 from tfps.config import load_config
+from tfps.embedding.merged import Feature
 from tfps.embedding.saveable import PARTS
 from tfps.models.deepfm import deepfm_logits
 from tfps.data import SyntheticCriteo
@@ -18,11 +19,15 @@ def test_estimator_checkpoint_restores_tables(tmp_path):
     gen = SyntheticCriteo(cfg.data)
     est = make_estimator(cfg)
     est.train(train_input_fn(gen, cfg.train.batch_size), max_steps=cfg.train.steps)
-    names = dict(tf.train.list_variables(str(tmp_path)))
-    rows = sum(names[f"C{f}/shard_0-keys"][0] for f in range(1, 27))
+    names = [n for n, _ in tf.train.list_variables(str(tmp_path)) if n.endswith("-keys")]
+    assert len(names) == 1 and names[0].startswith("tfps_merged/")  # 26 features, one merged table
+    keys = tf.train.load_variable(str(tmp_path), names[0])
     batches_ids = np.concatenate([gen.batch(i, cfg.train.batch_size)[1] for i in range(cfg.train.steps)])
-    # Every (feature, id) seen in training has a row in the checkpoint.
-    assert rows == sum(len(np.unique(batches_ids[:, f])) for f in range(26))
+    # Every (feature, id) seen in training has a row in the checkpoint, under the feature's tag.
+    tags = keys >> 48
+    for f in range(26):
+        tag = Feature(f"C{f + 1}", 9).tag
+        np.testing.assert_array_equal(np.sort(keys[tags == tag] & ((1 << 48) - 1)), np.unique(batches_ids[:, f]))
     features, _, _ = eval_set(gen, 512, 256)
 
     def predict(estimator):

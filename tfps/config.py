@@ -22,6 +22,7 @@ class ModelConfig:
     embedding_dim: int = 8
     hidden_units: List[int] = dataclasses.field(default_factory=lambda: [400, 400, 400])
     num_shards: int = 1                  # tables per feature
+    merge_tables: bool = True            # features share one physical table (one fused lookup)
     initializer_stddev: float = 0.02
 
 

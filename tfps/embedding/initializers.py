@@ -10,22 +10,24 @@ def stable_seed(name):
     return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
 
 
-def init_spec(initializer, dim, name):
+def init_spec(initializer, dim, name, default_seed=None):
     """(kind, a, b, seed) of `initializer` for a table of width `dim`.
 
-    None means truncated_normal(0, 1/sqrt(dim)), the embedding_column default.
+    None means truncated_normal(0, 1/sqrt(dim)), the embedding_column default. The seed is the
+    initializer's own, else default_seed, else one derived from `name`.
     Accepts TF's v1/v2/keras Zeros, Ones, Constant (scalar), RandomUniform,
     RandomNormal, TruncatedNormal, or a Python number (constant).
     """
+    fallback = stable_seed(name) if default_seed is None else int(default_seed)
     if initializer is None:
-        return "truncated_normal", 0.0, 1.0 / math.sqrt(dim), stable_seed(name)
+        return "truncated_normal", 0.0, 1.0 / math.sqrt(dim), fallback
     if isinstance(initializer, (int, float)):
         return "constant", float(initializer), 0.0, 0
     if isinstance(initializer, type):
         initializer = initializer()
     cls = type(initializer).__name__
     seed = getattr(initializer, "seed", None)
-    seed = stable_seed(name) if seed is None else int(seed)
+    seed = fallback if seed is None else int(seed)
     if cls in _CONSTANT_NAMES:
         return "constant", _CONSTANT_NAMES[cls], 0.0, 0
     if cls == "Constant":

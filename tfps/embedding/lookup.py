@@ -3,6 +3,7 @@ import tensorflow as tf
 
 from tfps.embedding.variable import EmbeddingVariable, LookupRecord
 from tfps.ops import embedding_table as table_ops
+from tfps.ops.unique_partition import unique_partition
 
 
 def _check(ev):
@@ -11,22 +12,31 @@ def _check(ev):
 
 
 def _lookup_flat(ev, keys, insert):
-    """keys int64 [N] -> float32 [N, dim]; records (unique_ids, unique_values) for training."""
-    def one_shard(shard, shard_keys):
-        handle = ev.handles[shard]
+    """keys int64 [N] -> float32 [N, dim], one probe per distinct key; records
+    (unique_ids, unique_values) for training.
+
+    One shard: a fused dedup + probe op. k shards: unique_partition groups the distinct keys by
+    shard (floormod(key, k)), each shard is probed on its own device, and the concatenated rows
+    line up with the grouped unique keys, so one gather serves all shards."""
+    if ev.num_shards == 1:
+        handle = ev.handles[0]
         with tf.compat.v1.get_default_graph().colocate_with(handle.op):
-            uids, inverse, uvals = table_ops.table_lookup_unique(handle, shard_keys, insert=insert)
+            uids, inverse, uvals = table_ops.table_lookup_unique(handle, keys, insert=insert)
         uvals.set_shape([None, ev.dim])
         if insert and ev.trainable:
-            ev.records.append(LookupRecord(shard, uids, uvals))
+            ev.records.append(LookupRecord(uids, uvals, shard=0))
         return table_ops.gather_rows(uvals, inverse)
-
-    if ev.num_shards == 1:
-        return one_shard(0, keys)
-    shard = ev.shard_of(keys)
-    parts = tf.dynamic_partition(keys, shard, ev.num_shards)
-    positions = tf.dynamic_partition(tf.range(tf.size(keys)), shard, ev.num_shards)
-    return tf.dynamic_stitch(positions, [one_shard(i, p) for i, p in enumerate(parts)])
+    uids, inverse, offsets = unique_partition(keys, ev.num_shards)
+    parts = tf.split(uids, offsets[1:] - offsets[:-1], num=ev.num_shards)
+    rows = []
+    for handle, part in zip(ev.handles, parts):
+        with tf.compat.v1.get_default_graph().colocate_with(handle.op):
+            rows.append(table_ops.table_find(handle, part, insert=insert))
+    uvals = tf.concat(rows, 0)
+    uvals.set_shape([None, ev.dim])
+    if insert and ev.trainable:
+        ev.records.append(LookupRecord(uids, uvals, offsets=offsets))
+    return table_ops.gather_rows(uvals, inverse)
 
 
 def embedding_lookup(ev, ids, insert=True, name=None):
@@ -69,19 +79,44 @@ def embedding_lookup_sparse(ev, sp_ids, sp_weights=None, combiner="mean", insert
     if not isinstance(sp_ids, tf.SparseTensor):
         raise TypeError(f"embedding_lookup_sparse: sp_ids must be a SparseTensor, got {type(sp_ids).__name__}")
     with tf.compat.v1.name_scope(name, "embedding_lookup_sparse"):
-        segment_ids = tf.cast(sp_ids.indices[:, 0], tf.int32)
         rows = _lookup_flat(ev, ev.to_keys(sp_ids.values), insert)
-        if sp_weights is None:
-            positions = tf.range(tf.shape(rows)[0])
-            fn = {"sum": tf.sparse.segment_sum, "mean": tf.sparse.segment_mean,
-                  "sqrtn": tf.sparse.segment_sqrt_n}[combiner]
-            return fn(rows, positions, segment_ids)
-        weights = tf.cast(sp_weights.values, tf.float32)
-        summed = tf.math.segment_sum(rows * weights[:, None], segment_ids)
-        if combiner == "sum":
-            return summed
-        if combiner == "mean":
-            denom = tf.math.segment_sum(weights, segment_ids)
-        else:
-            denom = tf.sqrt(tf.math.segment_sum(weights * weights, segment_ids))
-        return tf.math.divide_no_nan(summed, denom[:, None])
+        return combine_sparse(rows, sp_ids, sp_weights, combiner)
+
+
+def combine_sparse(rows, sp_ids, sp_weights, combiner):
+    """rows float32 [nnz, dim] of sp_ids' values -> [R, dim] combined per example, as
+    tf.nn.embedding_lookup_sparse does (R = 1 + the largest row index present)."""
+    if combiner not in ("sum", "mean", "sqrtn"):
+        raise ValueError(f"embedding_lookup_sparse: combiner must be sum, mean or sqrtn, got {combiner!r}")
+    segment_ids = tf.cast(sp_ids.indices[:, 0], tf.int32)
+    if sp_weights is None:
+        positions = tf.range(tf.shape(rows)[0])
+        fn = {"sum": tf.sparse.segment_sum, "mean": tf.sparse.segment_mean,
+              "sqrtn": tf.sparse.segment_sqrt_n}[combiner]
+        return fn(rows, positions, segment_ids)
+    weights = tf.cast(sp_weights.values, tf.float32)
+    summed = tf.math.segment_sum(rows * weights[:, None], segment_ids)
+    if combiner == "sum":
+        return summed
+    if combiner == "mean":
+        denom = tf.math.segment_sum(weights, segment_ids)
+    else:
+        denom = tf.sqrt(tf.math.segment_sum(weights * weights, segment_ids))
+    return tf.math.divide_no_nan(summed, denom[:, None])
+
+
+def combine_padded(rows, sp_ids, sp_weights, combiner):
+    """As combine_sparse, but always [dense_shape[0], dim]: examples without ids get zeros, as
+    tf.feature_column.embedding_column gives."""
+    if combiner not in ("sum", "mean", "sqrtn"):
+        raise ValueError(f"combiner must be sum, mean or sqrtn, got {combiner!r}")
+    segment_ids = tf.cast(sp_ids.indices[:, 0], tf.int32)
+    n = tf.cast(sp_ids.dense_shape[0], tf.int32)
+    weights = (tf.ones_like(segment_ids, tf.float32) if sp_weights is None
+               else tf.cast(sp_weights.values, tf.float32))
+    summed = tf.math.unsorted_segment_sum(rows * weights[:, None], segment_ids, n)
+    if combiner == "sum":
+        return summed
+    w = weights if combiner == "mean" else weights * weights
+    denom = tf.math.unsorted_segment_sum(w, segment_ids, n)
+    return tf.math.divide_no_nan(summed, (denom if combiner == "mean" else tf.sqrt(denom))[:, None])

@@ -15,10 +15,14 @@ _GRAPH_VARIABLES = weakref.WeakKeyDictionary()
 
 @dataclasses.dataclass
 class LookupRecord:
-    """One training lookup: unique_ids int64 [U] of shard `shard` and their rows float32 [U, dim]."""
-    shard: int
+    """One training lookup: unique_ids int64 [U] and their rows float32 [U, dim].
+
+    Either all ids live in shard `shard`, or (sharded lookups) they are grouped by shard and
+    shard p owns positions offsets[p]:offsets[p+1] (offsets int64 [num_shards + 1])."""
     unique_ids: tf.Tensor
     unique_values: tf.Tensor
+    shard: int = 0
+    offsets: tf.Tensor = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -47,7 +51,7 @@ class EmbeddingVariable:
     pure function of (key, seed). With num_shards=k, key x lives in shard floormod(x, k).
     """
 
-    def __init__(self, name, embedding_dim, initializer, key_dtype, num_shards, trainable):
+    def __init__(self, name, embedding_dim, initializer, key_dtype, num_shards, trainable, default_seed=None):
         if int(embedding_dim) <= 0:
             raise ValueError(f"get_embedding_variable({name!r}): embedding_dim must be > 0, got {embedding_dim}")
         if int(num_shards) <= 0:
@@ -60,7 +64,7 @@ class EmbeddingVariable:
         self.key_dtype = key_dtype
         self.num_shards = int(num_shards)
         self.trainable = trainable
-        self.initializer_spec = initializers.init_spec(initializer, self.dim, name)
+        self.initializer_spec = initializers.init_spec(initializer, self.dim, name, default_seed)
         kind, a, b, seed = self.initializer_spec
         self.handles = []
         self.saveables = []
@@ -149,7 +153,7 @@ def _registry(graph):
 
 
 def get_embedding_variable(name, embedding_dim, initializer=None, key_dtype=tf.int64, num_shards=1,
-                           trainable=True, collections=None):
+                           trainable=True, collections=None, default_seed=None):
     """Gets or creates a hash-table embedding variable, like tf.compat.v1.get_variable.
 
     Honours tf.compat.v1.variable_scope (name prefix, reuse=True/AUTO_REUSE) and device scopes
@@ -164,6 +168,8 @@ def get_embedding_variable(name, embedding_dim, initializer=None, key_dtype=tf.i
       num_shards: number of tables; key x lives in shard floormod(x, num_shards).
       trainable: whether tfps optimizers train it.
       collections: extra graph collections to add it to.
+      default_seed: seed of the initial values when the initializer names none (default: one
+        derived from the variable's name).
 
     Returns:
       tfps.EmbeddingVariable. Example:
@@ -187,7 +193,8 @@ def get_embedding_variable(name, embedding_dim, initializer=None, key_dtype=tf.i
     if reuse is True:
         raise ValueError(f"embedding variable {full_name!r} does not exist and the scope has reuse=True")
     with tf.compat.v1.name_scope(None), tf.compat.v1.name_scope(full_name + "/"):
-        ev = EmbeddingVariable(full_name, embedding_dim, initializer, key_dtype, num_shards, trainable)
+        ev = EmbeddingVariable(full_name, embedding_dim, initializer, key_dtype, num_shards, trainable,
+                               default_seed)
     registry[full_name] = ev
     for coll in collections or []:
         graph.add_to_collection(coll, ev)

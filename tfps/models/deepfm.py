@@ -8,6 +8,8 @@ serves both.
 import tensorflow as tf
 
 import tfps
+from tfps.embedding.merged import Feature, lookup_features
+from tfps.embedding.options import EmbeddingOptions
 from tfps.estimator.hooks import LOSS_COLLECTION
 
 
@@ -21,28 +23,43 @@ def dense_layer(x, units, name, activation=None):
         return activation(y) if activation else y
 
 
-def tfps_embedder(embedding_dim, num_shards=1, initializer_stddev=0.02, insert=True):
-    """embed(f, ids [B]) -> [B, embedding_dim + 1] from the tfps table of feature f."""
+def table_per_feature_embedder(embedding_dim, num_shards=1, initializer_stddev=0.02, insert=True):
+    """embed(ids [B, F]) -> [B, F, embedding_dim + 1]: one tfps table per feature, named C1..CF,
+    one lookup per feature."""
     init = tf.compat.v1.truncated_normal_initializer(stddev=initializer_stddev)
 
-    def embed(f, ids):
-        ev = tfps.get_embedding_variable(f"C{f + 1}", embedding_dim + 1, initializer=init,
-                                         num_shards=num_shards)
-        return tfps.embedding_lookup(ev, ids, insert=insert)
+    def embed(ids):
+        rows = []
+        for f in range(ids.shape[1]):
+            ev = tfps.get_embedding_variable(f"C{f + 1}", embedding_dim + 1, initializer=init,
+                                             num_shards=num_shards)
+            rows.append(tfps.embedding_lookup(ev, ids[:, f], insert=insert))
+        return tf.stack(rows, axis=1)
+    return embed
+
+
+def feature_embedder(embedding_dim, num_shards=1, initializer_stddev=0.02, insert=True, merge=True, stats=None):
+    """embed(ids [B, F]) -> [B, F, embedding_dim + 1] through tfps.embedding.merged: features
+    C1..CF, merged into one physical table (merge=True: one fused, deduplicated lookup) or
+    one table each (merge=False); both start and train identically."""
+    init = tf.compat.v1.truncated_normal_initializer(stddev=initializer_stddev)
+    options = EmbeddingOptions(num_shards=num_shards, merge=merge)
+
+    def embed(ids):
+        requests = [(Feature(f"C{f + 1}", embedding_dim + 1, init, options=options), ids[:, f])
+                    for f in range(ids.shape[1])]
+        return tf.stack(lookup_features(requests, insert=insert, stats=stats), axis=1)
     return embed
 
 
 def deepfm_logits(features, num_categorical, embedding_dim, hidden_units, num_shards=1,
-                  initializer_stddev=0.02, insert=True, embed=None):
-    """logits float32 [B] of DeepFM. embed(f, ids [B]) -> [B, embedding_dim + 1] gives each
-    feature's rows; by default tfps tables (tfps_embedder)."""
-    ids = features["ids"]
+                  initializer_stddev=0.02, insert=True, embed=None, merge=True):
+    """logits float32 [B] of DeepFM. embed(ids [B, F]) -> [B, F, embedding_dim + 1] gives the
+    features' rows; by default tfps feature tables (feature_embedder, merged unless merge=False)."""
+    ids = features["ids"][:, :num_categorical]
     dense = tf.math.log1p(tf.maximum(tf.cast(features["dense"], tf.float32), 0.0))
-    embed = embed or tfps_embedder(embedding_dim, num_shards, initializer_stddev, insert)
-    rows = []
-    for f in range(num_categorical):
-        rows.append(embed(f, ids[:, f]))
-    rows = tf.stack(rows, axis=1)                                  # [B, F, D+1]
+    embed = embed or feature_embedder(embedding_dim, num_shards, initializer_stddev, insert, merge)
+    rows = embed(ids)                                              # [B, F, D+1]
     v, w = rows[:, :, :embedding_dim], rows[:, :, embedding_dim]   # [B, F, D], [B, F]
     first_order = tf.reduce_sum(w, 1) + tf.squeeze(dense_layer(dense, 1, "dense_linear"), 1)
     summed = tf.reduce_sum(v, 1)
@@ -68,7 +85,7 @@ def model_fn(features, labels, mode, params):
     m, t = params["model"], params["train"]
     training = mode == tf.estimator.ModeKeys.TRAIN
     logits = deepfm_logits(features, params["num_categorical"], m["embedding_dim"], m["hidden_units"],
-                           m["num_shards"], m["initializer_stddev"], insert=training)
+                           m["num_shards"], m["initializer_stddev"], insert=training, merge=m["merge_tables"])
     probs = tf.sigmoid(logits)
     if mode == tf.estimator.ModeKeys.PREDICT:
         predictions = {"probabilities": probs, "logits": logits}

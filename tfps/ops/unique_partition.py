@@ -5,7 +5,10 @@ from tfps.ops._loader import load
 
 STRATEGIES = ("mod", "hash")
 
-for _op in ("TfpsUniquePartition", "TfpsUniquePartitionWithCounts"):
+TAG_BITS = 48          # ids below 2^48 keep their value in the low bits of a tagged key
+MAX_TAG = (1 << 15) - 1
+
+for _op in ("TfpsUniquePartition", "TfpsUniquePartitionWithCounts", "TfpsFeatureTag"):
     tf.no_gradient(_op)
 
 
@@ -54,3 +57,22 @@ def unique_partition_with_counts(ids, num_partitions, strategy="mod", out_idx=No
     ids, out_idx = _prepare(ids, num_partitions, strategy, out_idx)
     return load().tfps_unique_partition_with_counts(ids, num_partitions=num_partitions, strategy=strategy,
                                                     out_idx=out_idx, name=name)
+
+
+def feature_tag(ids, tag, name=None):
+    """int64 ids (any shape) -> keys (tag << 48) | id of one feature in a shared table.
+
+    Ids in [0, 2^48) are kept exactly (zero collisions, recoverable with feature_untag); other ids
+    (negative, larger, hashed strings) are mixed into 48 bits: two ids of one feature then collide
+    with probability 2^-48 per pair (the bound asked is 2^-40 at 10^9 keys); keys of different
+    tags never collide."""
+    if not 1 <= int(tag) <= MAX_TAG:
+        raise ValueError(f"feature_tag: tag must be in [1, {MAX_TAG}], got {tag}")
+    return load().tfps_feature_tag(ids, tag=int(tag), name=name)
+
+
+def feature_untag(keys, tag):
+    """(mask, ids) of the keys carrying `tag`: mask bool [N], ids int64 [M] (exact for ids that
+    were in [0, 2^48) when tagged)."""
+    mask = tf.equal(tf.bitwise.right_shift(keys, tf.constant(TAG_BITS, tf.int64)), tag)
+    return mask, tf.bitwise.bitwise_and(tf.boolean_mask(keys, mask), tf.constant((1 << TAG_BITS) - 1, tf.int64))

@@ -59,9 +59,16 @@ class TableOptimizerMixin:
         for (ev, record), grad in zip(records, grads[len(dense):]):
             if grad is None:
                 continue
+            # One row per distinct id, summed on the worker before it is sent to its shard.
             rows = _rows_per_unique(grad, tf.size(record.unique_ids))
-            by_shard.setdefault((ev.name, record.shard), (ev, record.shard, []))[2].append(
-                (record.unique_ids, rows))
+            if record.offsets is None:
+                pieces = [(record.shard, record.unique_ids, rows)]
+            else:
+                sizes = record.offsets[1:] - record.offsets[:-1]
+                pieces = zip(range(ev.num_shards), tf.split(record.unique_ids, sizes, num=ev.num_shards),
+                             tf.split(rows, sizes, num=ev.num_shards))
+            for shard, keys, shard_rows in pieces:
+                by_shard.setdefault((ev.name, shard), (ev, shard, []))[2].append((keys, shard_rows))
         for ev, shard, parts in by_shard.values():
             with tf.compat.v1.get_default_graph().colocate_with(ev.handles[shard].op):
                 if len(parts) == 1:

@@ -1,0 +1,155 @@
+"""Feature embeddings with automatic table merging and two-stage deduplication.
+
+A feature (a named id stream with its own embedding) gets a 15-bit tag from its name; its ids
+become keys (tag << 48) | id (tfps.ops.unique_partition.feature_tag). Features whose tables
+would be alike -- same dim, key dtype, initializer and options -- share one physical table
+(`merge=True`, the default), so one lookup serves them all:
+
+  stage 1+2 dedup: the tagged ids of every feature of a table are deduplicated together
+    (one unique_partition), which removes repeats within a feature and, for features that
+    read the same ids (two embeddings of one categorical column share its tag), across them;
+  one probe per distinct key per shard, one gather back, then a split per feature.
+
+Keys of different features never collide (different tags); within a feature, ids in
+[0, 2^48) are exact and other ids collide with probability 2^-48 per pair. Initial values come
+from the tagged key and a seed shared by the table, so a merged and an unmerged model start,
+and train, identically.
+"""
+import dataclasses
+import weakref
+import zlib
+
+import tensorflow as tf
+
+from tfps.embedding.initializers import init_spec
+from tfps.embedding.lookup import _lookup_flat, combine_sparse
+from tfps.embedding.options import EmbeddingOptions
+from tfps.embedding.variable import EmbeddingVariable, get_embedding_variable
+from tfps.ops.unique_partition import MAX_TAG, feature_tag
+
+DEFAULT_SEED = 0x7F5A  # seed of feature tables whose initializer names none
+
+
+@dataclasses.dataclass(frozen=True)
+class Feature:
+    """A named id stream with its embedding: dim, initializer (TF initializer or None), key dtype."""
+    name: str
+    dim: int
+    initializer: object = None
+    key_dtype: tf.DType = tf.int64
+    options: EmbeddingOptions = EmbeddingOptions()
+
+    @property
+    def tag(self):
+        return zlib.crc32(self.name.encode("utf-8")) % MAX_TAG + 1
+
+
+class _Tables:
+    """Per graph: physical tables and which feature tags each already holds."""
+
+    def __init__(self):
+        self.by_group = {}   # group key -> list of (EmbeddingVariable, {tag: feature name})
+
+    def table_for(self, feature):
+        """(physical EmbeddingVariable, tag) of a feature; merged tables are shared."""
+        spec = init_spec(feature.initializer, feature.dim, feature.name, DEFAULT_SEED)
+        if feature.options.merge:
+            group = (feature.dim, feature.key_dtype.name, spec, feature.options.table_key())
+            name = "tfps_merged/d{}_{}_{:08x}".format(feature.dim, feature.key_dtype.name,
+                                                      zlib.crc32(repr(group).encode()))
+        else:
+            group = ("own", feature.name)
+            name = f"tfps_features/{feature.name}"
+        tables = self.by_group.setdefault(group, [])
+        for i, (ev, tags) in enumerate(tables):
+            owner = tags.get(feature.tag)
+            if owner in (None, feature.name):
+                tags[feature.tag] = feature.name
+                return ev, feature.tag
+        # Every table of the group already has another feature on this tag: open a new one.
+        index = len(tables)
+        with tf.compat.v1.variable_scope(tf.compat.v1.VariableScope(name="", reuse=tf.compat.v1.AUTO_REUSE)):
+            ev = get_embedding_variable(f"{name}_{index}" if index else name, feature.dim,
+                                        initializer=feature.initializer, key_dtype=tf.int64,
+                                        num_shards=feature.options.num_shards, default_seed=DEFAULT_SEED)
+        tables.append((ev, {feature.tag: feature.name}))
+        return ev, feature.tag
+
+
+_TABLES = weakref.WeakKeyDictionary()  # graph -> _Tables
+
+
+def _tables():
+    return _TABLES.setdefault(tf.compat.v1.get_default_graph(), _Tables())
+
+
+def physical_table(feature):
+    """(EmbeddingVariable, tag) holding `feature`'s rows in the default graph."""
+    return _tables().table_for(feature)
+
+
+def _keys(feature, ev, ids):
+    if feature.key_dtype == tf.string:
+        ids = tf.strings.to_hash_bucket_fast(ids, 2**63 - 1)
+    elif ids.dtype != tf.int64:
+        ids = ev.to_keys(ids)
+    return feature_tag(ids, feature.tag)
+
+
+def lookup_features(requests, insert=True, stats=None, combine=combine_sparse):
+    """Rows of several features, one fused lookup per physical table.
+
+    Args:
+      requests: list of (Feature, ids) where ids is a Tensor of any shape, or a SparseTensor
+        (then with a combiner: (Feature, sp_ids, combiner) -> combined [rows, dim]).
+      insert: True while training.
+      stats: optional dict; gets int64 scalars 'ids_stage1' (sum of per-feature distinct ids)
+        and 'ids_stage2' (distinct keys actually probed) per step.
+      combine: how sparse requests are combined (combine_sparse: tf.nn.embedding_lookup_sparse
+        rows; combine_padded: one row per example, as feature columns give).
+
+    Returns:
+      one tensor per request: ids.shape + [dim] for dense ids; [R, dim] for sparse ones.
+    """
+    groups = {}
+    for i, req in enumerate(requests):
+        feature, ids = req[0], req[1]
+        ev, _ = physical_table(feature)
+        values = ids.values if isinstance(ids, tf.SparseTensor) else tf.reshape(ids, [-1])
+        keys = _keys(feature, ev, values)
+        groups.setdefault(ev.name, (ev, []))[1].append((i, keys))
+    out = [None] * len(requests)
+    stage1, stage2 = [], []
+    for ev, members in groups.values():
+        sizes = [tf.size(k) for _, k in members]
+        rows = _lookup_flat(ev, tf.concat([k for _, k in members], 0), insert)
+        if stats is not None:
+            stage1 += [tf.size(tf.unique(k)[0]) for _, k in members]
+            stage2.append(tf.size(tf.unique(tf.concat([k for _, k in members], 0))[0]))
+        for (i, _), part in zip(members, tf.split(rows, sizes, num=len(members))):
+            req = requests[i]
+            if isinstance(req[1], tf.SparseTensor):
+                out[i] = combine(part, req[1], None, req[2] if len(req) > 2 else "mean")
+            else:
+                shape = tf.concat([tf.shape(req[1], out_type=tf.int32), [ev.dim]], 0)
+                out[i] = tf.reshape(part, shape)
+                out[i].set_shape(req[1].shape.concatenate([ev.dim]))
+    if stats is not None:
+        stats["ids_stage1"] = tf.cast(tf.add_n(stage1), tf.int64)
+        stats["ids_stage2"] = tf.cast(tf.add_n(stage2), tf.int64)
+    return out
+
+
+def export_feature(feature):
+    """Rows of one logical feature, read out of its (possibly shared) table: dict of ids [N]
+    (exact for ids that were in [0, 2^48)), values [N, dim], slots, freq, last_step."""
+    ev, tag = physical_table(feature)
+    exported = ev.export()
+    mask = tf.equal(tf.bitwise.right_shift(exported["keys"], tf.constant(48, tf.int64)), tag)
+    out = {k: tf.boolean_mask(v, mask) for k, v in exported.items() if k not in ("keys", "slot_init")}
+    out["ids"] = tf.bitwise.bitwise_and(tf.boolean_mask(exported["keys"], mask),
+                                        tf.constant((1 << 48) - 1, tf.int64))
+    return out
+
+
+__all__ = ["EmbeddingOptions", "EmbeddingVariable", "Feature", "export_feature", "lookup_features", "physical_table"]
