@@ -61,6 +61,7 @@ bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths
 	$(PY) benchmarks/bench_table.py
 	$(PY) benchmarks/bench_unique_partition.py
 	$(PY) benchmarks/bench_step.py
+	$(PY) benchmarks/bench_merge.py
 
 clean:
 	rm -rf build $(SO) tfps/_build_info.json

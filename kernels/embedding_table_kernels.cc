@@ -143,6 +143,29 @@ class GatherRowsOp : public OpKernel {
   }
 };
 
+class ScatterAddRowsOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& data = ctx->input(0);
+    const Tensor& indices = ctx->input(1);
+    const Tensor& num_rows = ctx->input(2);
+    OP_REQUIRES(ctx, data.dims() == 2 && indices.dims() == 1 && indices.dim_size(0) == data.dim_size(0) &&
+                         tensorflow::TensorShapeUtils::IsScalar(num_rows.shape()),
+                errors::InvalidArgument("TfpsScatterAddRows: data [N, D], indices [N] and a scalar num_rows "
+                                        "expected, got ", data.shape().DebugString(), ", ",
+                                        indices.shape().DebugString(), ", ", num_rows.shape().DebugString()));
+    const int64_t n = data.dim_size(0), dim = data.dim_size(1), rows = num_rows.scalar<int64_t>()();
+    const int32_t* idx = indices.flat<int32_t>().data();
+    const int64_t bad = core::CheckIndices(idx, n, rows);
+    OP_REQUIRES(ctx, bad < 0, errors::InvalidArgument("TfpsScatterAddRows: indices[", bad, "] = ",
+                                                      bad < 0 ? 0 : idx[bad], " is not in [0, ", rows, ")"));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({rows, dim}), &out));
+    core::ScatterAddRows(data.flat<float>().data(), dim, idx, n, rows, out->flat<float>().data());
+  }
+};
+
 class TableAssignOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
@@ -287,6 +310,7 @@ TFPS_CPU_KERNEL("TfpsTableHandle", TableHandleOp);
 TFPS_CPU_KERNEL("TfpsTableFind", TableFindOp);
 TFPS_CPU_KERNEL("TfpsTableLookupUnique", TableLookupUniqueOp);
 TFPS_CPU_KERNEL("TfpsGatherRows", GatherRowsOp);
+TFPS_CPU_KERNEL("TfpsScatterAddRows", ScatterAddRowsOp);
 TFPS_CPU_KERNEL("TfpsTableAssign", TableAssignOp);
 TFPS_CPU_KERNEL("TfpsTableRemove", TableRemoveOp);
 TFPS_CPU_KERNEL("TfpsTableSize", TableSizeOp);

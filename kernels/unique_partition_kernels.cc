@@ -62,28 +62,31 @@ class UniquePartitionOp : public OpKernel {
 
 class FeatureTagOp : public OpKernel {
  public:
-  explicit FeatureTagOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("tag", &tag_));
-    OP_REQUIRES(ctx, tag_ >= 1 && tag_ < (1 << 15),
-                errors::InvalidArgument("TfpsFeatureTag: tag must be in [1, 32767], got ", tag_));
-  }
+  using OpKernel::OpKernel;
   void Compute(OpKernelContext* ctx) override {
     const Tensor& ids = ctx->input(0);
+    const Tensor& tags = ctx->input(1);
+    const int64_t width = tags.dims() == 0 ? 1 : tags.NumElements();
+    OP_REQUIRES(ctx, tags.dims() == 0 || (tags.dims() == 1 && ids.dims() >= 1 && ids.dim_size(ids.dims() - 1) == width),
+                errors::InvalidArgument("TfpsFeatureTag: tags must be a scalar or match the last dim of ids ",
+                                        ids.shape().DebugString(), ", got ", tags.shape().DebugString()));
+    const int64_t* tag = tags.flat<int64_t>().data();
+    for (int64_t f = 0; f < width; ++f) {
+      OP_REQUIRES(ctx, tag[f] >= 1 && tag[f] < (1 << 15),
+                  errors::InvalidArgument("TfpsFeatureTag: tag must be in [1, 32767], got ", tag[f]));
+    }
     Tensor* keys = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ids.shape(), &keys));
     const int64_t* in = ids.flat<int64_t>().data();
     int64_t* out = keys->flat<int64_t>().data();
     constexpr int64_t kMask = (int64_t{1} << 48) - 1;
-    const int64_t high = tag_ << 48;
     for (int64_t i = 0; i < ids.NumElements(); ++i) {
       const int64_t id = in[i];
-      const int64_t low = (id >= 0 && id <= kMask) ? id : static_cast<int64_t>(core::Mix64(static_cast<uint64_t>(id)) & kMask);
-      out[i] = high | low;
+      const int64_t low =
+          (id >= 0 && id <= kMask) ? id : static_cast<int64_t>(core::Mix64(static_cast<uint64_t>(id)) & kMask);
+      out[i] = (tag[i % width] << 48) | low;
     }
   }
-
- private:
-  int64_t tag_ = 1;
 };
 
 REGISTER_KERNEL_BUILDER(Name("TfpsFeatureTag").Device(tensorflow::DEVICE_CPU), FeatureTagOp);

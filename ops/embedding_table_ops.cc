@@ -111,6 +111,27 @@ indices: int32 [N].
 output: float [N, D].
 )doc");
 
+REGISTER_OP("TfpsScatterAddRows")
+    .Input("data: float")
+    .Input("indices: int32")
+    .Input("num_rows: int64")
+    .Output("output: float")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle data, indices;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &data));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &indices));
+      DimensionHandle rows;
+      TF_RETURN_IF_ERROR(c->MakeDimForScalarInput(2, &rows));
+      c->set_output(0, c->Matrix(rows, c->Dim(data, 1)));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+output[u] = sum of data[i] over i with indices[i] == u: the gradient of TfpsGatherRows
+(tf.math.unsorted_segment_sum on rows), split over threads for large inputs.
+
+data: float [N, D]. indices: int32 [N], each in [0, num_rows). output: float [num_rows, D].
+)doc");
+
 REGISTER_OP("TfpsTableAssign")
     .Input("table: resource")
     .Input("keys: int64")

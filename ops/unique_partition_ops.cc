@@ -71,17 +71,18 @@ namespace tfps {
 
 REGISTER_OP("TfpsFeatureTag")
     .Input("ids: int64")
+    .Input("tags: int64")
     .Output("keys: int64")
-    .Attr("tag: int")
     .SetShapeFn(tensorflow::shape_inference::UnchangedShape)
     .Doc(R"doc(
-Keys of one feature in a table shared by several features (table merging).
+Keys of features in a table shared by several features (table merging).
 
+tags: a scalar (every id has that tag) or a vector [F] matching the last dim of ids
+  (ids[..., f] gets tags[f]); each tag in 1 .. 32767.
 keys = (tag << 48) | id            for 0 <= id < 2^48 (exact: no collision, id recoverable);
 keys = (tag << 48) | (splitmix64(id) & (2^48 - 1))   for other ids (negative, or >= 2^48):
   such a key collides with another key of the same feature with probability 2^-48 per
   pair, and never with another feature's keys (a different tag).
-tag: 1 .. 32767.
 )doc");
 
 }  // namespace tfps

@@ -1,10 +1,14 @@
 #include "kernels/core/gather.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include <immintrin.h>
 
+#include "kernels/core/config.h"
 #include "kernels/core/parallel.h"
+#include "kernels/core/unique.h"
 
 namespace tfps {
 namespace core {
@@ -33,6 +37,40 @@ void GatherRows(const float* params, int64_t dim, const int32_t* idx, int64_t n,
     }
     _mm_sfence();
   });
+}
+
+namespace {
+void AddRows(const float* data, int64_t dim, const int32_t* idx, int64_t begin, int64_t end, float* out) {
+  for (int64_t i = begin; i < end; ++i) {
+    float* dst = out + static_cast<int64_t>(idx[i]) * dim;
+    const float* src = data + i * dim;
+    for (int64_t j = 0; j < dim; ++j) dst[j] += src[j];
+  }
+}
+}  // namespace
+
+void ScatterAddRows(const float* data, int64_t dim, const int32_t* idx, int64_t n, int64_t rows, float* out) {
+  std::fill(out, out + rows * dim, 0.f);
+  if (n < kParallelThreshold) {
+    AddRows(data, dim, idx, 0, n, out);
+    return;
+  }
+  // Part 0 sums into out, the others into buffers of their own, added at the end.
+  std::vector<std::vector<float>> partial(kUniqueParts - 1);
+  const int64_t piece = (n + kUniqueParts - 1) / kUniqueParts;
+  ParallelTasks(kUniqueParts, [&](int p) {
+    float* acc = out;
+    if (p > 0) {
+      partial[p - 1].assign(rows * dim, 0.f);
+      acc = partial[p - 1].data();
+    }
+    AddRows(data, dim, idx, std::min(n, p * piece), std::min(n, (p + 1) * piece), acc);
+  });
+  for (const auto& part : partial) {
+    ParallelRange(rows * dim, [&](int64_t lo, int64_t hi) {
+      for (int64_t k = lo; k < hi; ++k) out[k] += part[k];
+    });
+  }
 }
 
 }  // namespace core

@@ -1,5 +1,5 @@
-// Row gather out[i] = params[idx[i]] for float rows of width dim. Thread-safe
-// (pure over caller-owned buffers).
+// Row gather out[i] = params[idx[i]] for float rows of width dim, and its adjoint.
+// Thread-safe (pure over caller-owned buffers).
 //
 // The output of an embedding lookup is large (a million ids x 16 floats is 64 MB)
 // and is not read back soon, so rows are written with non-temporal (streaming)
@@ -17,6 +17,12 @@ namespace core {
 int64_t CheckIndices(const int32_t* idx, int64_t n, int64_t rows);
 
 void GatherRows(const float* params, int64_t dim, const int32_t* idx, int64_t n, float* out);
+
+// The adjoint of GatherRows: out[u] = sum of data[i] over i with idx[i] == u, for
+// out [rows, dim] (zeroed here). Large inputs are split over kUniqueParts threads, each
+// summing into its own buffer, then added (single-threaded TF UnsortedSegmentSum was the
+// largest op of a merged embedding step).
+void ScatterAddRows(const float* data, int64_t dim, const int32_t* idx, int64_t n, int64_t rows, float* out);
 
 }  // namespace core
 }  // namespace tfps

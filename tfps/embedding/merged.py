@@ -140,6 +140,31 @@ def lookup_features(requests, insert=True, stats=None, combine=combine_sparse):
     return out
 
 
+def lookup_feature_matrix(features, ids, insert=True, stats=None):
+    """Rows of F single-valued features given as one matrix: ids [B, F] -> [B, F, dim].
+
+    When the features share one physical table (all merge-able alike), the whole matrix is
+    tagged column-wise, deduplicated and probed in one pass with no per-feature slicing;
+    otherwise it falls back to lookup_features per column.
+    """
+    tables = [physical_table(f) for f in features]
+    if len({ev.name for ev, _ in tables}) == 1 and all(f.key_dtype == tf.int64 for f in features):
+        ev = tables[0][0]
+        ids = tf.convert_to_tensor(ids)
+        ids = ids if ids.dtype == tf.int64 else ev.to_keys(ids)
+        keys = feature_tag(ids, [tag for _, tag in tables])
+        flat = tf.reshape(keys, [-1])
+        if stats is not None:
+            stats["ids_stage1"] = tf.cast(tf.add_n([tf.size(tf.unique(keys[:, f])[0])
+                                                    for f in range(len(features))]), tf.int64)
+            stats["ids_stage2"] = tf.cast(tf.size(tf.unique(flat)[0]), tf.int64)
+        rows = _lookup_flat(ev, flat, insert)
+        out = tf.reshape(rows, [-1, len(features), ev.dim])
+        out.set_shape(ids.shape.concatenate([ev.dim]))
+        return out
+    return tf.stack(lookup_features([(f, ids[:, i]) for i, f in enumerate(features)], insert, stats), axis=1)
+
+
 def export_feature(feature):
     """Rows of one logical feature, read out of its (possibly shared) table: dict of ids [N]
     (exact for ids that were in [0, 2^48)), values [N, dim], slots, freq, last_step."""
@@ -152,4 +177,5 @@ def export_feature(feature):
     return out
 
 
-__all__ = ["EmbeddingOptions", "EmbeddingVariable", "Feature", "export_feature", "lookup_features", "physical_table"]
+__all__ = ["EmbeddingOptions", "EmbeddingVariable", "Feature", "export_feature", "lookup_feature_matrix",
+           "lookup_features", "physical_table"]

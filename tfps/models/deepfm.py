@@ -8,7 +8,7 @@ serves both.
 import tensorflow as tf
 
 import tfps
-from tfps.embedding.merged import Feature, lookup_features
+from tfps.embedding.merged import Feature, lookup_feature_matrix
 from tfps.embedding.options import EmbeddingOptions
 from tfps.estimator.hooks import LOSS_COLLECTION
 
@@ -46,9 +46,8 @@ def feature_embedder(embedding_dim, num_shards=1, initializer_stddev=0.02, inser
     options = EmbeddingOptions(num_shards=num_shards, merge=merge)
 
     def embed(ids):
-        requests = [(Feature(f"C{f + 1}", embedding_dim + 1, init, options=options), ids[:, f])
-                    for f in range(ids.shape[1])]
-        return tf.stack(lookup_features(requests, insert=insert, stats=stats), axis=1)
+        features = [Feature(f"C{f + 1}", embedding_dim + 1, init, options=options) for f in range(ids.shape[1])]
+        return lookup_feature_matrix(features, ids, insert=insert, stats=stats)
     return embed
 
 

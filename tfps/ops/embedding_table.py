@@ -8,7 +8,7 @@ from tfps.ops._loader import load
 
 _INITIALIZERS = ("zeros", "constant", "uniform", "normal", "truncated_normal")
 
-for _op in ("TfpsTableHandle", "TfpsTableFind", "TfpsTableLookupUnique", "TfpsTableAssign",
+for _op in ("TfpsTableHandle", "TfpsTableFind", "TfpsTableLookupUnique", "TfpsTableAssign", "TfpsScatterAddRows",
             "TfpsTableRemove", "TfpsTableSize", "TfpsTableExport", "TfpsTableImport",
             "TfpsTableMemoryStats"):
     tf.no_gradient(_op)
@@ -42,10 +42,17 @@ def gather_rows(params, indices, name=None):
     return load().tfps_gather_rows(params, indices, name=name)
 
 
+def scatter_add_rows(data, indices, num_rows, name=None):
+    """data: float32 [N, D], indices: int32 [N] -> [num_rows, D], rows of equal index summed."""
+    return load().tfps_scatter_add_rows(data, indices, tf.cast(num_rows, tf.int64), name=name)
+
+
 @tf.RegisterGradient("TfpsGatherRows")
 def _gather_rows_grad(op, grad):
+    # Dense [U, D]: one row per unique id, summed here in parallel, which is what the
+    # optimizers want (an IndexedSlices would be summed later by a single-threaded op).
     params, indices = op.inputs
-    return tf.IndexedSlices(grad, indices, tf.shape(params, out_type=tf.int64)), None
+    return scatter_add_rows(grad, indices, tf.shape(params, out_type=tf.int64)[0]), None
 
 
 def table_assign(table, keys, values, name=None):

@@ -60,15 +60,19 @@ def unique_partition_with_counts(ids, num_partitions, strategy="mod", out_idx=No
 
 
 def feature_tag(ids, tag, name=None):
-    """int64 ids (any shape) -> keys (tag << 48) | id of one feature in a shared table.
+    """int64 ids (any shape) -> keys (tag << 48) | id of features in a shared table.
+
+    tag: an int (one feature), or a list of ints, one per column of ids' last dim.
 
     Ids in [0, 2^48) are kept exactly (zero collisions, recoverable with feature_untag); other ids
     (negative, larger, hashed strings) are mixed into 48 bits: two ids of one feature then collide
     with probability 2^-48 per pair (the bound asked is 2^-40 at 10^9 keys); keys of different
     tags never collide."""
-    if not 1 <= int(tag) <= MAX_TAG:
-        raise ValueError(f"feature_tag: tag must be in [1, {MAX_TAG}], got {tag}")
-    return load().tfps_feature_tag(ids, tag=int(tag), name=name)
+    tags = [int(t) for t in tag] if isinstance(tag, (list, tuple)) else int(tag)
+    for t in tags if isinstance(tags, list) else [tags]:
+        if not 1 <= t <= MAX_TAG:
+            raise ValueError(f"feature_tag: tag must be in [1, {MAX_TAG}], got {t}")
+    return load().tfps_feature_tag(ids, tf.constant(tags, tf.int64), name=name)
 
 
 def feature_untag(keys, tag):
