@@ -161,3 +161,16 @@ def test_gather_rows_rejects_out_of_range(graph):
     with tf.compat.v1.Session() as s:
         with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[1\] = 7 is not in \[0, 2\)"):
             s.run(et.gather_rows(tf.zeros([2, 4]), tf.constant([0, 7], tf.int32)))
+
+
+def test_scatter_add_rows_matches_unsorted_segment_sum(graph):
+    rng = np.random.default_rng(6)
+    data = tf.constant(rng.normal(size=(50000, 7)).astype(np.float32))
+    idx = tf.constant(rng.integers(0, 300, 50000).astype(np.int32))
+    ours = et.scatter_add_rows(data, idx, 301)
+    theirs = tf.math.unsorted_segment_sum(data, idx, 301)
+    with tf.compat.v1.Session() as s:
+        a, b = s.run([ours, theirs])
+        with pytest.raises(tf.errors.InvalidArgumentError, match="is not in"):
+            s.run(et.scatter_add_rows(data, idx, 100))
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)

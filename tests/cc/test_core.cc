@@ -261,3 +261,21 @@ TEST(GatherRowsMatchesLoop) {
     CHECK_EQ(CheckIndices(idx.data(), 50000, 100), 77);
   }
 }
+
+TEST(ScatterAddRowsIsTheAdjointOfGather) {
+  for (int64_t n : {10, 100000}) {
+    const int64_t dim = 5, rows = 37;
+    std::vector<float> data(n * dim);
+    std::vector<int32_t> idx(n);
+    for (int64_t i = 0; i < n; ++i) {
+      idx[i] = static_cast<int32_t>((i * 7) % rows);
+      for (int64_t j = 0; j < dim; ++j) data[i * dim + j] = static_cast<float>((i + j) % 3);
+    }
+    std::vector<float> out(rows * dim, 123.f), want(rows * dim, 0.f);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < dim; ++j) want[idx[i] * dim + j] += data[i * dim + j];
+    }
+    ScatterAddRows(data.data(), dim, idx.data(), n, rows, out.data());
+    CHECK(out == want);  // small integers: exact in any summation order
+  }
+}
