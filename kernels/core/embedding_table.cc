@@ -235,7 +235,7 @@ int64_t EmbeddingTable::Remove(const int64_t* keys, int64_t n) {
 }
 
 int64_t EmbeddingTable::Update(const int64_t* keys, int64_t n, int64_t step,
-                               const std::function<void(int64_t, float*)>& fn) {
+                               const std::function<void(int64_t, float*, uint32_t)>& fn) {
   std::atomic<int64_t> updated{0};
   const uint32_t step32 = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(step, UINT32_MAX)));
   constexpr int64_t kAhead = 8;
@@ -248,8 +248,8 @@ int64_t EmbeddingTable::Update(const int64_t* keys, int64_t n, int64_t step,
       const int64_t pos = Find(s, h[j], keys[idx[j]]);
       if (pos < 0) continue;
       float* row = s.slots[pos].row;
-      fn(idx[j], row);
       uint32_t* meta = Meta(row);
+      fn(idx[j], row, meta[0]);
       if (meta[0] != UINT32_MAX) ++meta[0];
       meta[1] = step32;
       ++local;

@@ -75,12 +75,13 @@ class EmbeddingTable {
   // Removes the keys present; their rows go back to the pool. Returns how many.
   int64_t Remove(const int64_t* keys, int64_t n);
 
-  // Calls fn(i, row) under the exclusive lock of keys[i]'s shard for every key
-  // present (row points at [value | slots]), then counts the update in its freq
-  // (saturating) and sets its last_step = step.
+  // Calls fn(i, row, updates) under the exclusive lock of keys[i]'s shard for every
+  // key present (row points at [value | slots]; updates = the row's freq, the number
+  // of earlier updates, e.g. for Adam's per-row bias correction), then counts the
+  // update in its freq (saturating) and sets its last_step = step.
   // Missing keys are skipped. Returns the number of rows updated.
   int64_t Update(const int64_t* keys, int64_t n, int64_t step,
-                 const std::function<void(int64_t, float*)>& fn);
+                 const std::function<void(int64_t, float*, uint32_t)>& fn);
 
   // Gives the table k optimizer slots per row, new slot j starting at
   // slot_init[j]. From 0 slots, existing rows are re-laid out. Returns false

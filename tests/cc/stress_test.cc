@@ -32,7 +32,7 @@ TEST(StressTwoThreadsKeepContentsConsistent) {
     for (int r = 0; r < kRounds; ++r) {
       t.Lookup(all.data(), all.size(), true, false, out.data());
       // Each update adds 1 to every value and to the slot: value == slot in every row.
-      t.Update(mine.data(), mine.size(), r, [&](int64_t, float* row) {
+      t.Update(mine.data(), mine.size(), r, [&](int64_t, float* row, uint32_t) {
         for (int64_t j = 0; j < 2 * dim; ++j) row[j] += 1.f;
       });
       if (w == 0 && r % 50 == 0) {

@@ -139,12 +139,12 @@ TEST(TableSlotsUpdateExportImport) {
   CHECK(t.EnsureSlots(1, &init, &error));
   CHECK(!t.EnsureSlots(2, &init, &error));
   CHECK(!error.empty());
-  CHECK_EQ(t.Update(keys, 2, 9, [](int64_t i, float* row) {
+  CHECK_EQ(t.Update(keys, 2, 9, [](int64_t i, float* row, uint32_t) {
     row[0] += 1.f + i;
     row[2] += 1.f;  // slot 0
   }), 2);
   const int64_t missing = 99;
-  CHECK_EQ(t.Update(&missing, 1, 9, [](int64_t, float*) {}), 0);
+  CHECK_EQ(t.Update(&missing, 1, 9, [](int64_t, float*, uint32_t) {}), 0);
   TableSnapshot snap;
   t.Export(&snap);
   CHECK_EQ(snap.keys.size(), 3u);

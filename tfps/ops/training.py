@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from tfps.ops._loader import load
 
-for _op in ("TfpsTableApplyGradientDescent", "TfpsTableApplyAdagrad"):
+for _op in ("TfpsTableApplyGradientDescent", "TfpsTableApplyAdagrad", "TfpsTableApplyAdam", "TfpsTableApplyFtrl"):
     tf.no_gradient(_op)
 
 
@@ -20,3 +20,14 @@ def table_apply_adagrad(table, keys, grads, lr, step, initial_accumulator_value=
     return load().tfps_table_apply_adagrad(table, keys, grads, lr, step,
                                            initial_accumulator_value=initial_accumulator_value,
                                            name=name)
+
+
+def table_apply_adam(table, keys, grads, lr, step, beta1, beta2, epsilon, name=None):
+    """Lazy Adam with per-row bias correction (see ops/training_ops.cc)."""
+    return load().tfps_table_apply_adam(table, keys, grads, lr, step, beta1, beta2, epsilon, name=name)
+
+
+def table_apply_ftrl(table, keys, grads, lr, step, l1, l2, lr_power, initial_accumulator_value=0.1, name=None):
+    """FTRL-proximal as tf.compat.v1.train.FtrlOptimizer, per row."""
+    return load().tfps_table_apply_ftrl(table, keys, grads, lr, step, l1, l2, lr_power,
+                                        initial_accumulator_value=initial_accumulator_value, name=name)

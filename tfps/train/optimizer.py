@@ -88,7 +88,9 @@ class TableOptimizerMixin:
         if tables:
             step = (tf.cast(tf.identity(global_step), tf.int64) if global_step is not None
                     else tf.constant(0, tf.int64))
-            lr = tf.cast(self._call_if_callable(self._learning_rate), tf.float32)
+            # tf.compat.v1.train optimizers keep it as _learning_rate, except Adam (_lr).
+            lr = self._learning_rate if hasattr(self, "_learning_rate") else self._lr
+            lr = tf.cast(self._call_if_callable(lr), tf.float32)
             for grad, shard in tables:
                 with tf.compat.v1.get_default_graph().colocate_with(shard.handle.op):
                     updates.append(self._apply_table(shard, grad.indices, grad.values, lr, step))

@@ -1,0 +1,25 @@
+"""FTRL-proximal: dense variables exactly as tf.compat.v1.train.FtrlOptimizer; tables in place,
+accumulator and linear term living in the row."""
+import tensorflow as tf
+
+from tfps.ops import training as training_ops
+from tfps.train.optimizer import TableOptimizerMixin
+
+
+class FtrlOptimizer(TableOptimizerMixin, tf.compat.v1.train.FtrlOptimizer):
+    """Same arguments as tf.compat.v1.train.FtrlOptimizer. Tables support
+    l2_shrinkage_regularization_strength == 0 (the ApplyFtrl update)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self._l2_shrinkage_regularization_strength != 0.0:
+            raise ValueError("tfps FtrlOptimizer: l2_shrinkage_regularization_strength is not supported on "
+                             f"tables, got {self._l2_shrinkage_regularization_strength}")
+
+    def _apply_table(self, shard, keys, grads, lr, step):
+        return training_ops.table_apply_ftrl(
+            shard.handle, keys, grads, lr, step,
+            tf.constant(self._l1_regularization_strength, tf.float32),
+            tf.constant(self._l2_regularization_strength, tf.float32),
+            tf.constant(self._learning_rate_power, tf.float32),
+            initial_accumulator_value=float(self._initial_accumulator_value))
