@@ -286,6 +286,33 @@ class TableImportOp : public OpKernel {
   }
 };
 
+class TableEvictOp : public OpKernel {
+ public:
+  explicit TableEvictOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_after_steps", &policy_.after_steps));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_min_freq", &policy_.min_freq));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_l2_below", &policy_.l2_below));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("max_rows", &policy_.max_rows));
+    std::string cap;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("cap_policy", &cap));
+    policy_.lru = cap == "lru";
+  }
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* res = nullptr;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    ScopedUnref unref(res);
+    const Tensor& step = ctx->input(1);
+    OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(step.shape()),
+                errors::InvalidArgument("TfpsTableEvict: step must be a scalar, got ", step.shape().DebugString()));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int64_t>()() = res->table().Evict(policy_, step.scalar<int64_t>()());
+  }
+
+ private:
+  core::EvictPolicy policy_;
+};
+
 class TableMemoryStatsOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
@@ -317,6 +344,7 @@ TFPS_CPU_KERNEL("TfpsTableSize", TableSizeOp);
 TFPS_CPU_KERNEL("TfpsTableExport", TableExportOp);
 TFPS_CPU_KERNEL("TfpsTableImport", TableImportOp);
 TFPS_CPU_KERNEL("TfpsTableMemoryStats", TableMemoryStatsOp);
+TFPS_CPU_KERNEL("TfpsTableEvict", TableEvictOp);
 #undef TFPS_CPU_KERNEL
 
 }  // namespace

@@ -209,6 +209,27 @@ checked against each other and against the table's dim (InvalidArgument names
 the mismatch); the number of slots comes from slot_init.
 )doc");
 
+REGISTER_OP("TfpsTableEvict")
+    .Input("table: resource")
+    .Input("step: int64")
+    .Output("evicted: int64")
+    .Attr("evict_after_steps: int = -1")
+    .Attr("evict_min_freq: int = -1")
+    .Attr("evict_l2_below: float = -1.0")
+    .Attr("max_rows: int = -1")
+    .Attr("cap_policy: {'lfu', 'lru'} = 'lfu'")
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Removes rows for online learning; their memory returns to the BucketPool. A rule < 0 is off;
+a row goes if any rule selects it:
+evict_after_steps: not updated for more than this many steps (step - last_step).
+evict_min_freq: fewer training updates than this.
+evict_l2_below: L2 norm of the value below this.
+max_rows: then at most this many rows stay, dropping the least frequently (lfu) or least
+  recently (lru) updated.
+step: the current global step. evicted: rows removed.
+)doc");
+
 REGISTER_OP("TfpsTableMemoryStats")
     .Input("table: resource")
     .Output("stats: int64")

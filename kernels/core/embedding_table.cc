@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "kernels/core/hash.h"
 #include "kernels/core/parallel.h"
@@ -257,6 +259,66 @@ int64_t EmbeddingTable::Update(const int64_t* keys, int64_t n, int64_t step,
     updated += local;
   });
   return updated.load();
+}
+
+int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
+  int64_t evicted = 0;
+  // Rule-based eviction, one shard at a time under its exclusive lock.
+  auto doomed = [&](float* row) {
+    const uint32_t* meta = Meta(row);
+    if (policy.after_steps >= 0 && step - static_cast<int64_t>(meta[1]) > policy.after_steps) return true;
+    if (policy.min_freq >= 0 && static_cast<int64_t>(meta[0]) < policy.min_freq) return true;
+    if (policy.l2_below >= 0.f) {
+      double sq = 0;
+      for (int64_t j = 0; j < dim_; ++j) sq += static_cast<double>(row[j]) * row[j];
+      if (sq < static_cast<double>(policy.l2_below) * policy.l2_below) return true;
+    }
+    return false;
+  };
+  auto erase_if = [&](Shard& s, const std::function<bool(int64_t, float*)>& pred) {
+    int64_t n = 0;
+    for (int64_t pos = 0; pos < static_cast<int64_t>(s.slots.size());) {
+      Slot& e = s.slots[pos];
+      if (e.row != nullptr && pred(e.key, e.row)) {
+        pool_->Free(e.row);
+        EraseLocked(&s, pos);  // backward shift may move another entry into pos: look again
+        ++n;
+      } else {
+        ++pos;
+      }
+    }
+    return n;
+  };
+  const bool rules = policy.after_steps >= 0 || policy.min_freq >= 0 || policy.l2_below >= 0.f;
+  for (int i = 0; rules && i < kNumShards; ++i) {
+    ReadLock lock(shards_[i].mu, true);
+    evicted += erase_if(shards_[i], [&](int64_t, float* row) { return doomed(row); });
+  }
+  if (policy.max_rows < 0) return evicted;
+  // Size cap: rank all rows by (freq or last_step) and drop the lowest until max_rows remain.
+  LockAll();
+  std::vector<std::pair<uint32_t, int64_t>> score;
+  for (int i = 0; i < kNumShards; ++i) {
+    for (const Slot& e : shards_[i].slots) {
+      if (e.row != nullptr) score.push_back({Meta(e.row)[policy.lru ? 1 : 0], e.key});
+    }
+  }
+  const int64_t excess = static_cast<int64_t>(score.size()) - policy.max_rows;
+  if (excess > 0) {
+    std::nth_element(score.begin(), score.begin() + excess, score.end());
+    std::vector<int64_t> keys;
+    for (int64_t k = 0; k < excess; ++k) keys.push_back(score[k].second);
+    for (int64_t key : keys) {
+      const uint64_t h = HashKey(key);
+      Shard& s = shards_[ShardOf(h)];
+      const int64_t pos = Find(s, h, key);
+      pool_->Free(s.slots[pos].row);
+      EraseLocked(&s, pos);
+    }
+    evicted += excess;
+  }
+  UnlockAll();
+  return evicted;
 }
 
 void EmbeddingTable::LockAll() const {

@@ -32,6 +32,15 @@
 namespace tfps {
 namespace core {
 
+// Which rows Evict() removes; a field < 0 is off. A row goes if any rule says so.
+struct EvictPolicy {
+  int64_t after_steps = -1;   // step - last_step > after_steps (not updated for that long)
+  int64_t min_freq = -1;      // freq < min_freq (fewer training updates)
+  float l2_below = -1.f;      // ||value||_2 < l2_below
+  int64_t max_rows = -1;      // then keep at most this many rows, dropping the least
+  bool lru = false;           //   frequently (LFU, default) or least recently (LRU) updated
+};
+
 struct TableStats {
   int64_t rows = 0;
   int64_t bytes_reserved = 0;  // pool blocks + index slots
@@ -82,6 +91,10 @@ class EmbeddingTable {
   // Missing keys are skipped. Returns the number of rows updated.
   int64_t Update(const int64_t* keys, int64_t n, int64_t step,
                  const std::function<void(int64_t, float*, uint32_t)>& fn);
+
+  // Removes the rows the policy selects (their memory returns to the BucketPool) and
+  // returns how many. `step` is the current global step.
+  int64_t Evict(const EvictPolicy& policy, int64_t step);
 
   // Gives the table k optimizer slots per row, new slot j starting at
   // slot_init[j]. From 0 slots, existing rows are re-laid out. Returns false

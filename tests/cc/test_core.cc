@@ -279,3 +279,37 @@ TEST(ScatterAddRowsIsTheAdjointOfGather) {
     CHECK(out == want);  // small integers: exact in any summation order
   }
 }
+
+TEST(EvictByRulesAndCapReturnsRowsToThePool) {
+  EmbeddingTable t(2, InitSpec());
+  std::vector<int64_t> keys;
+  for (int64_t k = 0; k < 1000; ++k) keys.push_back(k * 31 - 500);
+  std::vector<float> vals(keys.size() * 2, 1.f);
+  t.Assign(keys.data(), keys.size(), vals.data());
+  // Key i updated i % 10 times, the last time at step i.
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (size_t u = 0; u < i % 10; ++u) t.Update(&keys[i], 1, static_cast<int64_t>(i), [](int64_t, float*, uint32_t) {});
+  }
+  const int64_t reserved = t.Stats().bytes_reserved;
+  EvictPolicy freq;
+  freq.min_freq = 3;  // drops i % 10 in {0, 1, 2}
+  CHECK_EQ(t.Evict(freq, 1000), 300);
+  EvictPolicy age;
+  age.after_steps = 200;  // at step 1000: drops last_step < 800
+  const int64_t old = t.Evict(age, 1000);
+  CHECK_EQ(old, 560);  // i < 800 with i % 10 >= 3
+  CHECK_EQ(t.size(), 140);
+  EvictPolicy cap;
+  cap.max_rows = 50;  // LFU: the 50 most updated survive
+  CHECK_EQ(t.Evict(cap, 1000), 90);
+  TableSnapshot snap;
+  t.Export(&snap);
+  for (int64_t f : snap.freq) CHECK(f >= 7);
+  // Re-inserting after eviction reuses the freed rows: no new memory.
+  t.Assign(keys.data(), keys.size(), vals.data());
+  CHECK_EQ(t.size(), 1000);
+  CHECK_EQ(t.Stats().bytes_reserved, reserved);
+  EvictPolicy l2;
+  l2.l2_below = 2.f;  // all values are (1, 1): norm 1.41
+  CHECK_EQ(t.Evict(l2, 1000), 1000);
+}

@@ -71,7 +71,8 @@ class _Tables:
         with tf.compat.v1.variable_scope(tf.compat.v1.VariableScope(name="", reuse=tf.compat.v1.AUTO_REUSE)):
             ev = get_embedding_variable(f"{name}_{index}" if index else name, feature.dim,
                                         initializer=feature.initializer, key_dtype=tf.int64,
-                                        num_shards=feature.options.num_shards, default_seed=DEFAULT_SEED)
+                                        num_shards=feature.options.num_shards, default_seed=DEFAULT_SEED,
+                                        options=feature.options)
         tables.append((ev, {feature.tag: feature.name}))
         return ev, feature.tag
 

@@ -1,5 +1,6 @@
 """Typed per-feature embedding options."""
 import dataclasses
+from typing import Optional
 
 
 @dataclasses.dataclass(frozen=True)
@@ -9,16 +10,43 @@ class EmbeddingOptions:
     num_shards: tables the feature's rows are spread over (key x in shard floormod(x, k)).
     merge: share one physical table with every other feature of equal dim, key dtype,
       initializer and options (ids are feature-tagged, see tfps.ops.unique_partition.feature_tag).
+    Eviction, for online learning (None: rule off; a row goes if any rule selects it; run by
+    tfps.estimator.EvictionHook or EmbeddingVariable.evict):
+    evict_after_steps: rows not updated for more than this many global steps.
+    evict_min_freq: rows with fewer training updates than this.
+    evict_l2_below: rows whose value has an L2 norm below this.
+    max_rows: then keep at most this many rows (over all shards), dropping the least frequently
+      (cap_policy="lfu") or least recently ("lru") updated.
     """
     num_shards: int = 1
     merge: bool = True
+    evict_after_steps: Optional[int] = None
+    evict_min_freq: Optional[int] = None
+    evict_l2_below: Optional[float] = None
+    max_rows: Optional[int] = None
+    cap_policy: str = "lfu"
 
     def __post_init__(self):
         if not isinstance(self.num_shards, int) or self.num_shards <= 0:
             raise ValueError(f"EmbeddingOptions: num_shards must be a positive int, got {self.num_shards!r}")
         if not isinstance(self.merge, bool):
             raise ValueError(f"EmbeddingOptions: merge must be a bool, got {self.merge!r}")
+        for field in ("evict_after_steps", "evict_min_freq", "max_rows"):
+            value = getattr(self, field)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ValueError(f"EmbeddingOptions: {field} must be None or an int >= 0, got {value!r}")
+        if self.evict_l2_below is not None and (not isinstance(self.evict_l2_below, (int, float))
+                                                or self.evict_l2_below < 0):
+            raise ValueError(f"EmbeddingOptions: evict_l2_below must be None or >= 0, got {self.evict_l2_below!r}")
+        if self.cap_policy not in ("lfu", "lru"):
+            raise ValueError(f"EmbeddingOptions: cap_policy must be 'lfu' or 'lru', got {self.cap_policy!r}")
+
+    @property
+    def evicts(self):
+        return any(v is not None for v in (self.evict_after_steps, self.evict_min_freq, self.evict_l2_below,
+                                           self.max_rows))
 
     def table_key(self):
         """The fields that must match for two features to share a table (all but merge)."""
-        return (self.num_shards,)
+        return (self.num_shards, self.evict_after_steps, self.evict_min_freq, self.evict_l2_below,
+                self.max_rows, self.cap_policy)

@@ -5,6 +5,7 @@ import weakref
 import tensorflow as tf
 
 from tfps.embedding import initializers
+from tfps.embedding.options import EmbeddingOptions
 from tfps.embedding.saveable import TableSaveable
 from tfps.ops import embedding_table as table_ops
 
@@ -51,7 +52,8 @@ class EmbeddingVariable:
     pure function of (key, seed). With num_shards=k, key x lives in shard floormod(x, k).
     """
 
-    def __init__(self, name, embedding_dim, initializer, key_dtype, num_shards, trainable, default_seed=None):
+    def __init__(self, name, embedding_dim, initializer, key_dtype, num_shards, trainable, default_seed=None,
+                 options=None):
         if int(embedding_dim) <= 0:
             raise ValueError(f"get_embedding_variable({name!r}): embedding_dim must be > 0, got {embedding_dim}")
         if int(num_shards) <= 0:
@@ -64,6 +66,7 @@ class EmbeddingVariable:
         self.key_dtype = key_dtype
         self.num_shards = int(num_shards)
         self.trainable = trainable
+        self.options = options or EmbeddingOptions(num_shards=self.num_shards)
         self.initializer_spec = initializers.init_spec(initializer, self.dim, name, default_seed)
         kind, a, b, seed = self.initializer_spec
         self.handles = []
@@ -141,6 +144,25 @@ class EmbeddingVariable:
         return tf.group(*[table_ops.table_import(h, k, v, s, f, l, exported["slot_init"])
                           for h, k, v, s, f, l in self._per_shard(exported["keys"], *rows)])
 
+    def evict(self, step=None):
+        """Runs the eviction rules of self.options on every shard; int64 rows evicted.
+
+        step: the current global step (default: the graph's global step)."""
+        o = self.options
+        if step is None:
+            step = tf.compat.v1.train.get_or_create_global_step()
+        step = tf.cast(step, tf.int64)
+        per_shard_cap = -1 if o.max_rows is None else -(-o.max_rows // self.num_shards)
+        counts = []
+        for h in self.handles:
+            with tf.compat.v1.get_default_graph().colocate_with(h.op):
+                counts.append(table_ops.table_evict(
+                    h, step, evict_after_steps=-1 if o.evict_after_steps is None else o.evict_after_steps,
+                    evict_min_freq=-1 if o.evict_min_freq is None else o.evict_min_freq,
+                    evict_l2_below=-1.0 if o.evict_l2_below is None else o.evict_l2_below,
+                    max_rows=per_shard_cap, cap_policy=o.cap_policy))
+        return tf.add_n(counts)
+
     def memory_stats(self):
         """dict of int64 scalars: rows, bytes_reserved, bytes_in_use (summed over shards), row_bytes."""
         stats = tf.add_n([table_ops.table_memory_stats(h) for h in self.handles])
@@ -153,7 +175,7 @@ def _registry(graph):
 
 
 def get_embedding_variable(name, embedding_dim, initializer=None, key_dtype=tf.int64, num_shards=1,
-                           trainable=True, collections=None, default_seed=None):
+                           trainable=True, collections=None, default_seed=None, options=None):
     """Gets or creates a hash-table embedding variable, like tf.compat.v1.get_variable.
 
     Honours tf.compat.v1.variable_scope (name prefix, reuse=True/AUTO_REUSE) and device scopes
@@ -170,6 +192,7 @@ def get_embedding_variable(name, embedding_dim, initializer=None, key_dtype=tf.i
       collections: extra graph collections to add it to.
       default_seed: seed of the initial values when the initializer names none (default: one
         derived from the variable's name).
+      options: tfps.EmbeddingOptions (eviction rules; its num_shards must agree with num_shards).
 
     Returns:
       tfps.EmbeddingVariable. Example:
@@ -193,8 +216,11 @@ def get_embedding_variable(name, embedding_dim, initializer=None, key_dtype=tf.i
     if reuse is True:
         raise ValueError(f"embedding variable {full_name!r} does not exist and the scope has reuse=True")
     with tf.compat.v1.name_scope(None), tf.compat.v1.name_scope(full_name + "/"):
+        if options is not None and options.num_shards != num_shards:
+            raise ValueError(f"get_embedding_variable({full_name!r}): options.num_shards={options.num_shards} "
+                             f"but num_shards={num_shards}")
         ev = EmbeddingVariable(full_name, embedding_dim, initializer, key_dtype, num_shards, trainable,
-                               default_seed)
+                               default_seed, options)
     registry[full_name] = ev
     for coll in collections or []:
         graph.add_to_collection(coll, ev)

@@ -1,4 +1,4 @@
 """Estimator helpers: the single-process runner and session hooks."""
-from tfps.estimator.hooks import ProgressHook
+from tfps.estimator.hooks import EvictionHook, ProgressHook
 
-__all__ = ["ProgressHook"]
+__all__ = ["EvictionHook", "ProgressHook"]

@@ -56,3 +56,31 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
             step0, t0 = self._start_step, self._t0
         step, t = self._last
         self.examples_per_sec = (step - step0) * self._batch / max(t - t0, 1e-9)
+
+
+class EvictionHook(tf.compat.v1.train.SessionRunHook):
+    """Runs the eviction rules (tfps.EmbeddingOptions) of every embedding variable of the graph
+    every `every_n_steps` global steps, and logs how many rows went."""
+
+    def __init__(self, every_n_steps, printer=print):
+        if not isinstance(every_n_steps, int) or every_n_steps <= 0:
+            raise ValueError(f"EvictionHook: every_n_steps must be a positive int, got {every_n_steps!r}")
+        self._every, self._print = every_n_steps, printer
+        self.evicted = 0
+
+    def begin(self):
+        from tfps.embedding.variable import embedding_variables
+        self._gs = tf.compat.v1.train.get_or_create_global_step()
+        evs = [ev for ev in embedding_variables() if ev.options.evicts]
+        self._evict = tf.add_n([ev.evict(self._gs) for ev in evs]) if evs else None
+        self._last = None
+
+    def after_run(self, run_context, run_values):
+        if self._evict is None:
+            return
+        step = run_context.session.run(self._gs)
+        if step % self._every == 0 and step != self._last:
+            self._last = step
+            n = run_context.session.run(self._evict)
+            self.evicted += int(n)
+            self._print(f"step {step} evicted {n} rows", flush=True)

@@ -10,7 +10,7 @@ _INITIALIZERS = ("zeros", "constant", "uniform", "normal", "truncated_normal")
 
 for _op in ("TfpsTableHandle", "TfpsTableFind", "TfpsTableLookupUnique", "TfpsTableAssign", "TfpsScatterAddRows",
             "TfpsTableRemove", "TfpsTableSize", "TfpsTableExport", "TfpsTableImport",
-            "TfpsTableMemoryStats"):
+            "TfpsTableMemoryStats", "TfpsTableEvict"):
     tf.no_gradient(_op)
 
 
@@ -83,3 +83,11 @@ def table_import(table, keys, values, slots, freq, last_step, slot_init, name=No
 def table_memory_stats(table, name=None):
     """-> int64 [4]: rows, bytes_reserved, bytes_in_use, row_bytes."""
     return load().tfps_table_memory_stats(table, name=name)
+
+
+def table_evict(table, step, evict_after_steps=-1, evict_min_freq=-1, evict_l2_below=-1.0, max_rows=-1,
+                cap_policy="lfu", name=None):
+    """Removes rows by age, update count, L2 norm and/or to a row cap (-1: rule off) -> evicted int64."""
+    return load().tfps_table_evict(table, step, evict_after_steps=int(evict_after_steps),
+                                   evict_min_freq=int(evict_min_freq), evict_l2_below=float(evict_l2_below),
+                                   max_rows=int(max_rows), cap_policy=cap_policy, name=name)

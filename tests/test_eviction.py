@@ -1,0 +1,80 @@
+"""Eviction for online learning: rules on hand-made id streams, the hook, memory back to the pool."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfps
+from tfps.ops.training import table_apply_gradient_descent
+
+
+def _table(options):
+    ev = tfps.get_embedding_variable("e", 2, initializer=tf.compat.v1.ones_initializer(), options=options,
+                                     num_shards=options.num_shards)
+    keys = tf.compat.v1.placeholder(tf.int64, [None])
+    step = tf.compat.v1.placeholder(tf.int64, [])
+    rows = tfps.embedding_lookup(ev, keys)
+    shard = ev.shard_of(keys)
+    apply = tf.group(*[table_apply_gradient_descent(h, tf.boolean_mask(keys, tf.equal(shard, i)),
+                                                    tf.zeros([tf.reduce_sum(tf.cast(tf.equal(shard, i), tf.int32)), 2]),
+                                                    0.1, step) for i, h in enumerate(ev.handles)])
+    return ev, keys, step, rows, apply
+
+
+@pytest.mark.parametrize("num_shards", [1, 2])
+def test_rules_on_a_hand_made_stream(graph, num_shards):
+    opts = tfps.EmbeddingOptions(num_shards=num_shards, evict_after_steps=5)
+    ev, keys, step, rows, apply = _table(opts)
+    evict = ev.evict(step)
+    with tf.compat.v1.Session() as s:
+        # ids 0..9 seen at step 0; ids 5..9 again at step 8.
+        s.run([rows, apply], {keys: np.arange(10), step: 0})
+        s.run([rows, apply], {keys: np.arange(5, 10), step: 8})
+        assert s.run(evict, {step: 10}) == 5            # 0..4: last update 10 steps ago
+        exp = s.run(ev.export())
+        assert sorted(exp["keys"].tolist()) == [5, 6, 7, 8, 9]
+        assert s.run(evict, {step: 13}) == 0             # 5..9: 5 steps, not more
+        assert s.run(evict, {step: 14}) == 5
+
+
+def test_cap_keeps_most_frequent(graph):
+    opts = tfps.EmbeddingOptions(max_rows=3)
+    ev, keys, step, rows, apply = _table(opts)
+    with tf.compat.v1.Session() as s:
+        for t, batch in enumerate([[1, 2, 3, 4, 5], [1, 2, 3], [1, 2], [1]]):
+            s.run([rows, apply], {keys: batch, step: t})
+        assert s.run(ev.evict(step), {step: 4}) == 2
+        assert sorted(s.run(ev.export())["keys"].tolist()) == [1, 2, 3]
+
+
+def test_hook_keeps_memory_flat_while_ids_churn(graph):
+    opts = tfps.EmbeddingOptions(evict_after_steps=10)
+    ev = tfps.get_embedding_variable("churn", 8, options=opts)
+    gs = tf.compat.v1.train.get_or_create_global_step()
+    # Every step brings 2000 ids never seen before.
+    ids = tf.range(2000, dtype=tf.int64) + tf.cast(gs, tf.int64) * 2000
+    loss = tf.reduce_sum(tfps.embedding_lookup(ev, ids))
+    train = tfps.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+    hook = tfps.estimator.EvictionHook(every_n_steps=5, printer=lambda *a, **k: None)
+    stats = ev.memory_stats()
+    size_op = ev.size()
+    reserved = []
+    with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as s:
+        for step in range(100):
+            s.run(train)
+            if step % 20 == 19:
+                reserved.append(s.run(stats["bytes_reserved"]))
+        size = s.run(size_op)
+    assert hook.evicted > 150_000
+    assert size <= 2000 * 16                       # at most ~15 steps of ids alive
+    assert reserved[-1] == reserved[1]             # freed rows are reused: no growth
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match="evict_after_steps must be None or an int"):
+        tfps.EmbeddingOptions(evict_after_steps=-1)
+    with pytest.raises(ValueError, match="cap_policy"):
+        tfps.EmbeddingOptions(max_rows=5, cap_policy="random")
+    with pytest.raises(ValueError, match="evict_l2_below"):
+        tfps.EmbeddingOptions(evict_l2_below=-0.5)
+    with pytest.raises(ValueError, match="every_n_steps"):
+        tfps.estimator.EvictionHook(0)
