@@ -62,6 +62,7 @@ bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths
 	$(PY) benchmarks/bench_unique_partition.py
 	$(PY) benchmarks/bench_step.py
 	$(PY) benchmarks/bench_merge.py
+	$(PY) benchmarks/bench_online.py
 
 clean:
 	rm -rf build $(SO) tfps/_build_info.json
