@@ -37,6 +37,9 @@ class TableHandleOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("init_a", &init_.a));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("init_b", &init_.b));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("seed", &init_.seed));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("admit_min_count", &admit_));
+    OP_REQUIRES(ctx, admit_ >= 1,
+                errors::InvalidArgument("TfpsTableHandle: admit_min_count must be >= 1, got ", admit_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -45,7 +48,7 @@ class TableHandleOp : public OpKernel {
     TableResource* table = nullptr;
     OP_REQUIRES_OK(ctx, tensorflow::LookupOrCreateResource<TableResource>(
                             ctx, handle, &table, [this](TableResource** t) {
-                              *t = new TableResource(dim_, init_);
+                              *t = new TableResource(dim_, init_, static_cast<uint32_t>(admit_));
                               return tensorflow::OkStatus();
                             }));
     ScopedUnref unref(table);
@@ -62,6 +65,7 @@ class TableHandleOp : public OpKernel {
  private:
   std::string container_, name_;
   int64_t dim_ = 0;
+  int64_t admit_ = 1;
   core::InitSpec init_;
 };
 
@@ -76,12 +80,16 @@ class TableFindOp : public OpKernel {
     OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
     ScopedUnref unref(res);
     const Tensor& keys = ctx->input(1);
+    const Tensor& counts = ctx->input(2);
     OP_REQUIRES_OK(ctx, CheckKeys(ctx, keys));
     const int64_t n = keys.dim_size(0), dim = res->table().dim();
+    OP_REQUIRES(ctx, counts.dims() == 1 && (counts.dim_size(0) == 0 || counts.dim_size(0) == n),
+                errors::InvalidArgument("TfpsTableFind: counts must be empty or [", n, "], got ",
+                                        counts.shape().DebugString()));
     Tensor* values = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim}), &values));
-    res->table().Lookup(keys.flat<int64_t>().data(), n, insert_, missing_zeros_,
-                        values->flat<float>().data());
+    res->table().Lookup(keys.flat<int64_t>().data(), n, insert_, missing_zeros_, values->flat<float>().data(),
+                        counts.dim_size(0) ? counts.flat<int32_t>().data() : nullptr);
   }
 
  private:
@@ -115,8 +123,7 @@ class TableLookupUniqueOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u}), &uniq_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({u, dim}), &values));
     if (u > 0) std::memcpy(uniq_t->flat<int64_t>().data(), uniq.data(), sizeof(int64_t) * u);
-    res->table().Lookup(uniq.data(), u, insert_, missing_zeros_,
-                        values->flat<float>().data());
+    res->table().Lookup(uniq.data(), u, insert_, missing_zeros_, values->flat<float>().data(), counts.data());
   }
 
  private:
@@ -322,12 +329,13 @@ class TableMemoryStatsOp : public OpKernel {
     ScopedUnref unref(res);
     const core::TableStats st = res->table().Stats();
     Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({4}), &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({5}), &out));
     auto v = out->vec<int64_t>();
     v(0) = st.rows;
     v(1) = st.bytes_reserved;
     v(2) = st.bytes_in_use;
     v(3) = st.row_bytes;
+    v(4) = st.pending;
   }
 };
 

@@ -13,7 +13,8 @@ namespace tfps {
 
 class TableResource : public tensorflow::ResourceBase {
  public:
-  TableResource(int64_t dim, const core::InitSpec& init) : table_(dim, init) {}
+  TableResource(int64_t dim, const core::InitSpec& init, uint32_t admit_min_count)
+      : table_(dim, init, admit_min_count) {}
   std::string DebugString() const override {
     return "TfpsEmbeddingTable(dim=" + std::to_string(table_.dim()) + ")";
   }

@@ -36,6 +36,7 @@ REGISTER_OP("TfpsTableHandle")
     .Attr("init_a: float = 0.0")
     .Attr("init_b: float = 0.0")
     .Attr("seed: int = 0")
+    .Attr("admit_min_count: int = 1")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
@@ -49,11 +50,15 @@ initializer: zeros | constant | uniform | normal | truncated_normal; the value o
   new key is a pure function of (key, seed), see kernels/core/initializer.h.
 init_a: constant value | minval | mean.
 init_b: maxval | stddev.
+admit_min_count: a key gets a row only once training lookups have seen it this many times
+  (counted in a side table of about 48 bytes per pending key, forgotten per shard past
+  65536 pending keys); until then it reads as missing and its updates are dropped.
 )doc");
 
 REGISTER_OP("TfpsTableFind")
     .Input("table: resource")
     .Input("keys: int64")
+    .Input("counts: int32")
     .Output("values: float")
     .Attr("insert: bool = true")
     .Attr("missing_zeros: bool = false")
@@ -63,6 +68,7 @@ Rows of `keys`: values [N, dim] for keys [N].
 
 insert: true (training): a missing key gets a new, initialised row. false (serving): the table is unchanged and a missing key
   reads as its initializer value, or zeros with missing_zeros.
+counts: empty, or [N] sightings of each key in the batch (for admission; empty: 1 each).
 )doc");
 
 REGISTER_OP("TfpsTableLookupUnique")
@@ -234,12 +240,13 @@ REGISTER_OP("TfpsTableMemoryStats")
     .Input("table: resource")
     .Output("stats: int64")
     .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->Vector(4));
+      c->set_output(0, c->Vector(5));
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(
-stats: int64 [4] = (rows, bytes_reserved, bytes_in_use, row_bytes); bytes count the
-BucketPool blocks and the index.
+stats: int64 [5] = (rows, bytes_reserved, bytes_in_use, row_bytes, pending); bytes count
+the BucketPool blocks, the index and the admission side table; pending = keys seen but not
+admitted yet.
 )doc");
 
 }  // namespace tfps

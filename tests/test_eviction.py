@@ -78,3 +78,29 @@ def test_bad_options():
         tfps.EmbeddingOptions(evict_l2_below=-0.5)
     with pytest.raises(ValueError, match="every_n_steps"):
         tfps.estimator.EvictionHook(0)
+
+
+@pytest.mark.parametrize("num_shards", [1, 2])
+def test_admission_after_n_sightings(graph, num_shards):
+    opts = tfps.EmbeddingOptions(num_shards=num_shards, admit_min_count=3)
+    ev = tfps.get_embedding_variable("adm", 2, initializer=tf.compat.v1.ones_initializer(), options=opts,
+                                     num_shards=num_shards)
+    keys = tf.compat.v1.placeholder(tf.int64, [None])
+    out = tfps.embedding_lookup(ev, keys)
+    loss = tf.reduce_sum(out)
+    train = tfps.train.GradientDescentOptimizer(0.5).minimize(loss)
+    stats = ev.memory_stats()
+    with tf.compat.v1.Session() as s:
+        # 7 twice in one batch, 8 once: 7 has 2 sightings, 8 one; no rows, no updates.
+        got, _ = s.run([out, train], {keys: [7, 7, 8]})
+        np.testing.assert_array_equal(got, np.ones((3, 2)))      # default value
+        assert s.run(ev.size()) == 0 and s.run(stats["pending"]) == 2
+        # Third sighting of 7: admitted, and this step's update lands; 8 still pending.
+        got, _ = s.run([out, train], {keys: [7, 8]})
+        assert s.run(ev.size()) == 1
+        exp = s.run(ev.export())
+        assert exp["keys"].tolist() == [7]
+        np.testing.assert_allclose(exp["values"], [[0.5, 0.5]])   # 1 - 0.5 * grad 1
+        s.run(train, {keys: [8]})
+        assert sorted(s.run(ev.export())["keys"].tolist()) == [7, 8]
+        assert s.run(stats["pending"]) == 0

@@ -20,6 +20,8 @@ constexpr int64_t kRowsPerBlock = 4096;
 constexpr int64_t kParallelThreshold = 16384;
 // Grain of tbb::parallel_for over keys.
 constexpr int64_t kParallelGrain = 4096;
+// Admission: a shard forgets its pending (not yet admitted) keys past this many.
+constexpr int64_t kMaxPendingPerShard = 1 << 16;
 // Unique splits a batch over kUniqueParts threads from this many ids when the sampled
 // estimate says ids repeat (under n/2 distinct), and from the second when they do not
 // (measured in benchmarks/bench_unique_paths.cc; see kernels/core/unique.h).

@@ -17,8 +17,12 @@ constexpr int kNumShards = 1 << kShardBits;
 using ReadLock = tbb::spin_rw_mutex::scoped_lock;
 }  // namespace
 
-EmbeddingTable::EmbeddingTable(int64_t dim, const InitSpec& init)
-    : dim_(dim), init_(init), pool_(new BucketPool(dim + 2)), shards_(new Shard[kNumShards]) {
+EmbeddingTable::EmbeddingTable(int64_t dim, const InitSpec& init, uint32_t admit_min_count)
+    : dim_(dim),
+      init_(init),
+      admit_min_count_(admit_min_count < 1 ? 1 : admit_min_count),
+      pool_(new BucketPool(dim + 2)),
+      shards_(new Shard[kNumShards]) {
   for (int i = 0; i < kNumShards; ++i) {
     shards_[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
   }
@@ -139,7 +143,7 @@ void EmbeddingTable::ForEachShard(
 }
 
 int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool insert,
-                               bool missing_zeros, float* out) {
+                               bool missing_zeros, float* out, const int32_t* counts) {
   std::atomic<int64_t> inserted{0};
   const size_t row_bytes = sizeof(float) * dim_;
   constexpr int64_t kAhead = 8;
@@ -161,15 +165,37 @@ int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool insert,
       }
     }
     if (missing.empty()) return;
+    auto fill_missing = [&](int64_t j) {
+      float* dst = out + idx[j] * dim_;
+      if (missing_zeros) std::fill(dst, dst + dim_, 0.f);
+      else InitRow(init_, keys[idx[j]], dim_, dst);
+    };
     if (!insert) {
-      for (int64_t j : missing) {
-        float* dst = out + idx[j] * dim_;
-        if (missing_zeros) std::fill(dst, dst + dim_, 0.f);
-        else InitRow(init_, keys[idx[j]], dim_, dst);
-      }
+      for (int64_t j : missing) fill_missing(j);
       return;
     }
     ReadLock lock(s.mu, true);
+    if (admit_min_count_ > 1) {
+      // Admission: count sightings; keys below the threshold read as missing, get no row.
+      std::vector<int64_t> admitted;
+      for (int64_t j : missing) {
+        const int64_t i = idx[j];
+        if (Find(s, h[j], keys[i]) >= 0) {
+          admitted.push_back(j);  // another batch admitted it meanwhile
+          continue;
+        }
+        uint32_t& seen = s.pending[keys[i]];
+        seen += counts ? static_cast<uint32_t>(counts[i]) : 1u;
+        if (seen >= admit_min_count_) {
+          s.pending.erase(keys[i]);
+          admitted.push_back(j);
+        } else {
+          fill_missing(j);
+        }
+      }
+      if (static_cast<int64_t>(s.pending.size()) > kMaxPendingPerShard) s.pending.clear();
+      missing.swap(admitted);
+    }
     // Rows for every missing key in one pool call; unused ones go back.
     std::vector<float*> fresh(missing.size());
     pool_->Allocate(static_cast<int64_t>(fresh.size()), fresh.data());
@@ -393,6 +419,7 @@ void EmbeddingTable::Clear() {
     }
     shards_[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
     shards_[i].size = 0;
+    shards_[i].pending.clear();
   }
   UnlockAll();
 }
@@ -419,6 +446,7 @@ bool EmbeddingTable::Import(const TableSnapshot& snap, std::string* error) {
   for (int i = 0; i < kNumShards; ++i) {
     shards_[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
     shards_[i].size = 0;
+    shards_[i].pending.clear();
   }
   for (int64_t i = 0; i < n; ++i) {
     const int64_t key = snap.keys[i];
@@ -446,6 +474,10 @@ TableStats EmbeddingTable::Stats() const {
     index_bytes += static_cast<int64_t>(shards_[i].slots.size() * sizeof(Slot));
   }
   st.row_bytes = pool_->stride() * static_cast<int64_t>(sizeof(float));
+  for (int i = 0; i < kNumShards; ++i) st.pending += static_cast<int64_t>(shards_[i].pending.size());
+  constexpr int64_t kPendingEntryBytes = 48;  // unordered_map node + bucket, measured order
+  st.bytes_reserved += st.pending * kPendingEntryBytes;
+  st.bytes_in_use += st.pending * kPendingEntryBytes;
   st.bytes_reserved = pool_->bytes_reserved() + index_bytes;
   st.bytes_in_use = st.rows * st.row_bytes + index_bytes;
   UnlockAll();

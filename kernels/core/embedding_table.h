@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <tbb/spin_rw_mutex.h>
@@ -46,6 +47,7 @@ struct TableStats {
   int64_t bytes_reserved = 0;  // pool blocks + index slots
   int64_t bytes_in_use = 0;    // rows * row bytes + index slots
   int64_t row_bytes = 0;
+  int64_t pending = 0;         // keys seen but not admitted yet
 };
 
 // Everything Export() returns; Import() takes the same.
@@ -62,7 +64,9 @@ struct TableSnapshot {
 
 class EmbeddingTable {
  public:
-  EmbeddingTable(int64_t dim, const InitSpec& init);
+  // admit_min_count: a key gets a row only once training lookups have seen it this many
+  // times (1: at once). Until then it reads as a missing key and its updates are dropped.
+  EmbeddingTable(int64_t dim, const InitSpec& init, uint32_t admit_min_count = 1);
   ~EmbeddingTable();
   EmbeddingTable(const EmbeddingTable&) = delete;
   EmbeddingTable& operator=(const EmbeddingTable&) = delete;
@@ -76,7 +80,10 @@ class EmbeddingTable {
   // gets a new row (initializer values, slot init, freq 0) and its value is
   // copied; without, out gets the initializer value (or zeros with
   // missing_zeros) and the table is unchanged. Returns the number of rows inserted.
-  int64_t Lookup(const int64_t* keys, int64_t n, bool insert, bool missing_zeros, float* out);
+  // With admission, a missing key's sightings (counts[i], 1 if counts is null) are added to
+  // a side table, and the key is admitted once they reach admit_min_count.
+  int64_t Lookup(const int64_t* keys, int64_t n, bool insert, bool missing_zeros, float* out,
+                 const int32_t* counts = nullptr);
 
   // Inserts or overwrites the value of each key (slots of new rows get their init).
   void Assign(const int64_t* keys, int64_t n, const float* values);
@@ -119,6 +126,10 @@ class EmbeddingTable {
     mutable tbb::spin_rw_mutex mu;
     std::vector<Slot> slots;
     int64_t size = 0;
+    // Admission side table: sightings of keys without a row (only with admit_min_count > 1).
+    // A std::unordered_map, about 48 bytes per pending key; cleared when it passes
+    // kMaxPendingPerShard entries, so keys seen too rarely are forgotten, never stored.
+    std::unordered_map<int64_t, uint32_t> pending;
   };
 
   static int ShardOf(uint64_t h) { return static_cast<int>(h >> (64 - kShardBits)); }
@@ -142,6 +153,7 @@ class EmbeddingTable {
 
   const int64_t dim_;
   const InitSpec init_;
+  const uint32_t admit_min_count_;
   int num_slots_ = 0;                 // changes only with every shard locked
   std::vector<float> slot_init_;
   std::unique_ptr<BucketPool> pool_;  // replaced only with every shard locked

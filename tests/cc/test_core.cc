@@ -313,3 +313,22 @@ TEST(EvictByRulesAndCapReturnsRowsToThePool) {
   l2.l2_below = 2.f;  // all values are (1, 1): norm 1.41
   CHECK_EQ(t.Evict(l2, 1000), 1000);
 }
+
+TEST(AdmissionCountsSightingsBeforeARow) {
+  InitSpec spec;
+  spec.kind = InitSpec::kConstant;
+  spec.a = 0.25f;
+  EmbeddingTable t(2, spec, /*admit_min_count=*/4);
+  const int64_t keys[] = {11, 12};
+  const int32_t counts[] = {3, 1};
+  float out[4];
+  CHECK_EQ(t.Lookup(keys, 2, true, false, out, counts), 0);
+  CHECK(out[0] == 0.25f && out[3] == 0.25f);
+  CHECK_EQ(t.size(), 0);
+  CHECK_EQ(t.Stats().pending, 2);
+  CHECK_EQ(t.Lookup(keys, 1, true, false, out), 1);  // fourth sighting of 11
+  CHECK_EQ(t.size(), 1);
+  CHECK_EQ(t.Stats().pending, 1);
+  CHECK_EQ(t.Lookup(keys + 1, 1, false, true, out), 0);  // serving lookups do not count
+  CHECK_EQ(t.Stats().pending, 1);
+}

@@ -3,7 +3,7 @@ import tensorflow as tf
 
 from tfps.embedding.variable import EmbeddingVariable, LookupRecord
 from tfps.ops import embedding_table as table_ops
-from tfps.ops.unique_partition import unique_partition
+from tfps.ops.unique_partition import unique_partition_with_counts
 
 
 def _check(ev):
@@ -26,12 +26,15 @@ def _lookup_flat(ev, keys, insert):
         if insert and ev.trainable:
             ev.records.append(LookupRecord(uids, uvals, shard=0))
         return table_ops.gather_rows(uvals, inverse)
-    uids, inverse, offsets = unique_partition(keys, ev.num_shards)
-    parts = tf.split(uids, offsets[1:] - offsets[:-1], num=ev.num_shards)
+    uids, inverse, offsets, counts = unique_partition_with_counts(keys, ev.num_shards)
+    sizes = offsets[1:] - offsets[:-1]
+    admit = insert and ev.options.admit_min_count > 1
+    parts = tf.split(uids, sizes, num=ev.num_shards)
+    part_counts = tf.split(counts, sizes, num=ev.num_shards) if admit else [None] * ev.num_shards
     rows = []
-    for handle, part in zip(ev.handles, parts):
+    for handle, part, part_count in zip(ev.handles, parts, part_counts):
         with tf.compat.v1.get_default_graph().colocate_with(handle.op):
-            rows.append(table_ops.table_find(handle, part, insert=insert))
+            rows.append(table_ops.table_find(handle, part, insert=insert, counts=part_count))
     uvals = tf.concat(rows, 0)
     uvals.set_shape([None, ev.dim])
     if insert and ev.trainable:

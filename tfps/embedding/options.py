@@ -10,6 +10,10 @@ class EmbeddingOptions:
     num_shards: tables the feature's rows are spread over (key x in shard floormod(x, k)).
     merge: share one physical table with every other feature of equal dim, key dtype,
       initializer and options (ids are feature-tagged, see tfps.ops.unique_partition.feature_tag).
+    admit_min_count: a new id gets a row only after this many sightings in training lookups
+      (1: at once); until then its lookup returns the initializer value and its gradient is
+      dropped. Sightings are counted in a per-shard side table (std::unordered_map, about 48
+      bytes per pending id), forgotten past 65536 pending ids per shard (64 shards a table).
     Eviction, for online learning (None: rule off; a row goes if any rule selects it; run by
     tfps.estimator.EvictionHook or EmbeddingVariable.evict):
     evict_after_steps: rows not updated for more than this many global steps.
@@ -20,6 +24,7 @@ class EmbeddingOptions:
     """
     num_shards: int = 1
     merge: bool = True
+    admit_min_count: int = 1
     evict_after_steps: Optional[int] = None
     evict_min_freq: Optional[int] = None
     evict_l2_below: Optional[float] = None
@@ -31,6 +36,9 @@ class EmbeddingOptions:
             raise ValueError(f"EmbeddingOptions: num_shards must be a positive int, got {self.num_shards!r}")
         if not isinstance(self.merge, bool):
             raise ValueError(f"EmbeddingOptions: merge must be a bool, got {self.merge!r}")
+        if not isinstance(self.admit_min_count, int) or isinstance(self.admit_min_count, bool) \
+                or self.admit_min_count < 1:
+            raise ValueError(f"EmbeddingOptions: admit_min_count must be an int >= 1, got {self.admit_min_count!r}")
         for field in ("evict_after_steps", "evict_min_freq", "max_rows"):
             value = getattr(self, field)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
@@ -48,5 +56,5 @@ class EmbeddingOptions:
 
     def table_key(self):
         """The fields that must match for two features to share a table (all but merge)."""
-        return (self.num_shards, self.evict_after_steps, self.evict_min_freq, self.evict_l2_below,
+        return (self.num_shards, self.admit_min_count, self.evict_after_steps, self.evict_min_freq, self.evict_l2_below,
                 self.max_rows, self.cap_policy)

@@ -67,6 +67,9 @@ class EmbeddingVariable:
         self.num_shards = int(num_shards)
         self.trainable = trainable
         self.options = options or EmbeddingOptions(num_shards=self.num_shards)
+        if not isinstance(self.options, EmbeddingOptions):
+            raise ValueError(f"get_embedding_variable({name!r}): options must be tfps.EmbeddingOptions, "
+                             f"got {type(self.options).__name__}")
         self.initializer_spec = initializers.init_spec(initializer, self.dim, name, default_seed)
         kind, a, b, seed = self.initializer_spec
         self.handles = []
@@ -74,7 +77,7 @@ class EmbeddingVariable:
         for i in range(self.num_shards):
             shard_name = f"{name}/shard_{i}"
             handle = table_ops.table_handle(self.dim, kind, a, b, seed, shared_name=shard_name,
-                                            name=f"shard_{i}")
+                                            admit_min_count=self.options.admit_min_count, name=f"shard_{i}")
             self.handles.append(handle)
             self.saveables.append(TableSaveable(handle, shard_name))
         self.records = []
@@ -164,9 +167,10 @@ class EmbeddingVariable:
         return tf.add_n(counts)
 
     def memory_stats(self):
-        """dict of int64 scalars: rows, bytes_reserved, bytes_in_use (summed over shards), row_bytes."""
+        """dict of int64 scalars: rows, bytes_reserved, bytes_in_use, pending (summed over shards),
+        row_bytes."""
         stats = tf.add_n([table_ops.table_memory_stats(h) for h in self.handles])
-        return {"rows": stats[0], "bytes_reserved": stats[1], "bytes_in_use": stats[2],
+        return {"rows": stats[0], "bytes_reserved": stats[1], "bytes_in_use": stats[2], "pending": stats[4],
                 "row_bytes": table_ops.table_memory_stats(self.handles[0])[3]}
 
 

@@ -15,18 +15,20 @@ for _op in ("TfpsTableHandle", "TfpsTableFind", "TfpsTableLookupUnique", "TfpsTa
 
 
 def table_handle(dim, initializer="zeros", init_a=0.0, init_b=0.0, seed=0, shared_name="",
-                 container="", name=None):
+                 container="", admit_min_count=1, name=None):
     """Handle of a table (created on first run). Returns: resource scalar."""
     if initializer not in _INITIALIZERS:
         raise ValueError(f"table_handle: initializer must be one of {_INITIALIZERS}, got {initializer!r}")
     return load().tfps_table_handle(dim=int(dim), initializer=initializer, init_a=float(init_a),
                                     init_b=float(init_b), seed=int(seed), shared_name=shared_name,
-                                    container=container, name=name)
+                                    container=container, admit_min_count=int(admit_min_count), name=name)
 
 
-def table_find(table, keys, insert=True, missing_zeros=False, name=None):
-    """keys: int64 [N] -> values: float32 [N, dim]."""
-    return load().tfps_table_find(table, keys, insert=insert, missing_zeros=missing_zeros, name=name)
+def table_find(table, keys, insert=True, missing_zeros=False, counts=None, name=None):
+    """keys: int64 [N] -> values: float32 [N, dim]. counts: None, or int32 [N] sightings per key
+    (admission)."""
+    counts = tf.zeros([0], tf.int32) if counts is None else counts
+    return load().tfps_table_find(table, keys, counts, insert=insert, missing_zeros=missing_zeros, name=name)
 
 
 def table_lookup_unique(table, ids, insert=True, missing_zeros=False, name=None):
@@ -81,7 +83,7 @@ def table_import(table, keys, values, slots, freq, last_step, slot_init, name=No
 
 
 def table_memory_stats(table, name=None):
-    """-> int64 [4]: rows, bytes_reserved, bytes_in_use, row_bytes."""
+    """-> int64 [5]: rows, bytes_reserved, bytes_in_use, row_bytes, pending (not yet admitted)."""
     return load().tfps_table_memory_stats(table, name=name)
 
 
