@@ -1,4 +1,5 @@
-"""The `tfps` command: `tfps train --config FILE [--set key.sub=value ...]`.
+"""The `tfps` command: `tfps train --config FILE [--set key.sub=value ...]`,
+`tfps export --config FILE --set model_dir=DIR --export-dir OUT`.
 
 The last line `tfps train` prints is one JSON object with the final metrics.
 """
@@ -22,6 +23,20 @@ def _train(args):
     return 0
 
 
+def _export(args):
+    from tfps.config import load_config
+    cfg = load_config(args.config, args.set)
+    if cfg.model_dir is None:
+        from tfps.config import ConfigError
+        raise ConfigError("export needs model_dir (--set model_dir=DIR) holding a trained checkpoint")
+    import tensorflow as tf
+    tf.get_logger().setLevel("ERROR")
+    from tfps.estimator.runner import export
+    path = export(cfg, args.export_dir)
+    print(json.dumps({"saved_model": path}), flush=True)
+    return 0
+
+
 def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = argparse.ArgumentParser(prog="tfps", description="TF1-style PS trainer with hash-table embeddings")
@@ -31,12 +46,20 @@ def main(argv=None):
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config field, e.g. --set train.steps=200 (repeatable)")
     train.set_defaults(fn=_train)
+    exp = sub.add_parser("export", help="write a serving SavedModel from the latest checkpoint")
+    exp.add_argument("--config", help="the YAML job config the model was trained with")
+    exp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    exp.add_argument("--export-dir", required=True, help="directory under which the SavedModel is written")
+    exp.set_defaults(fn=_export)
     args = parser.parse_args(argv)
     from tfps.config import ConfigError
     try:
         return args.fn(args)
     except ConfigError as e:
         print(f"tfps: config error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"tfps: {e}", file=sys.stderr)
         return 2
 
 

@@ -45,6 +45,26 @@ def eval_set(gen, examples, batch_size):
     return _features(dense, ids), labels, prob
 
 
+def serving_input_receiver_fn(cfg):
+    """Raw-tensor serving inputs: dense float32 [None, num_dense], ids int64 [None, num_categorical]."""
+    def fn():
+        inputs = {"dense": tf.compat.v1.placeholder(tf.float32, [None, cfg.data.num_dense], name="dense"),
+                  "ids": tf.compat.v1.placeholder(tf.int64, [None, cfg.data.num_categorical], name="ids")}
+        return tf.estimator.export.ServingInputReceiver(inputs, inputs)
+    return fn
+
+
+def export(cfg, export_dir):
+    """Writes a SavedModel of the latest checkpoint in cfg.model_dir; returns its path.
+
+    Its lookups never insert: an id the model never saw reads as its initializer value, and
+    serving leaves the tables unchanged."""
+    est = make_estimator(cfg)
+    if not est.latest_checkpoint():
+        raise ValueError(f"export: no checkpoint in model_dir {cfg.model_dir!r}; train first")
+    return est.export_saved_model(export_dir, serving_input_receiver_fn(cfg)).decode()
+
+
 def make_estimator(cfg, run_config=None):
     params = {"model": dataclasses.asdict(cfg.model), "train": dataclasses.asdict(cfg.train),
               "num_categorical": cfg.data.num_categorical}
