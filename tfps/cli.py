@@ -1,5 +1,5 @@
 """The `tfps` command: `tfps train --config FILE [--set key.sub=value ...]`,
-`tfps export --config FILE --set model_dir=DIR --export-dir OUT`.
+`tfps export --config FILE --set model_dir=DIR --export-dir OUT`, `tfps inspect CHECKPOINT`.
 
 The last line `tfps train` prints is one JSON object with the final metrics.
 """
@@ -37,6 +37,24 @@ def _export(args):
     return 0
 
 
+def _inspect(args):
+    import tensorflow as tf
+    tf.get_logger().setLevel("ERROR")
+    from tfps.embedding.checkpoint_tools import inspect
+    try:
+        tables = inspect(args.checkpoint, top=args.top)
+    except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as e:
+        raise ValueError(f"cannot read checkpoint {args.checkpoint!r}: {e}") from None
+    if not tables:
+        print(f"no tfps tables in {args.checkpoint}", flush=True)
+    for t in tables:
+        top = ", ".join(f"{k}:{f}" for k, f in t["top_ids_by_freq"])
+        print(f"{t['table']}: {t['rows']} rows, {t['shards']} shards, dim {t['dim']}, {t['slots']} slots, "
+              f"{t['bytes'] / 2**20:.2f} MiB; top ids (id:updates) {top}", flush=True)
+    print(json.dumps({"tables": tables}), flush=True)
+    return 0
+
+
 def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = argparse.ArgumentParser(prog="tfps", description="TF1-style PS trainer with hash-table embeddings")
@@ -51,6 +69,10 @@ def main(argv=None):
     exp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     exp.add_argument("--export-dir", required=True, help="directory under which the SavedModel is written")
     exp.set_defaults(fn=_export)
+    ins = sub.add_parser("inspect", help="per table of a checkpoint: rows, bytes, top ids by frequency")
+    ins.add_argument("checkpoint", help="checkpoint prefix or model directory")
+    ins.add_argument("--top", type=int, default=5, help="how many top ids to list per table")
+    ins.set_defaults(fn=_inspect)
     args = parser.parse_args(argv)
     from tfps.config import ConfigError
     try:

@@ -1,0 +1,112 @@
+"""Re-sharding on restore, tfps inspect, and checkpoints taken while training."""
+import json
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+import tfps
+from tfps.embedding.checkpoint_tools import inspect, restore_resharded
+
+KEYS = np.arange(-50, 250, dtype=np.int64) * 7919
+
+
+def _export_sorted(s, ev):
+    exp = s.run(ev.export())
+    order = np.argsort(exp["keys"])
+    return {k: v[order] for k, v in exp.items() if k != "slot_init"}
+
+
+def test_reshard_2_to_3_keeps_every_row(tmp_path):
+    prefix = str(tmp_path / "model")
+    with tf.Graph().as_default():
+        ev = tfps.get_embedding_variable("emb", 4, num_shards=2)
+        loss = tf.reduce_sum(tf.square(tfps.embedding_lookup(ev, KEYS)))
+        train = tfps.train.AdamOptimizer(0.1).minimize(loss)
+        with tf.compat.v1.Session() as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(3):
+                s.run(train)
+            saved = _export_sorted(s, ev)
+            tf.compat.v1.train.Saver().save(s, prefix)
+    with tf.Graph().as_default():
+        ev = tfps.get_embedding_variable("emb", 4, num_shards=3)
+        restore = restore_resharded(str(tmp_path), ev)
+        sizes = [tfps.ops.embedding_table.table_size(h) for h in ev.handles]
+        with tf.compat.v1.Session() as s:
+            s.run(restore)
+            got = _export_sorted(s, ev)
+            assert min(s.run(sizes)) > 0
+    assert len(got["keys"]) == len(KEYS)
+    for k in saved:
+        np.testing.assert_array_equal(got[k], saved[k], err_msg=k)
+    with tf.Graph().as_default():
+        ev = tfps.get_embedding_variable("other", 4)
+        try:
+            restore_resharded(str(tmp_path), ev)
+            raise AssertionError("expected a clear error")
+        except ValueError as e:
+            assert "holds no table 'other'" in str(e)
+
+
+def test_inspect_lists_tables_and_top_ids(tmp_path):
+    prefix = str(tmp_path / "model")
+    with tf.Graph().as_default():
+        ev = tfps.get_embedding_variable("clicks", 2)
+        ids = tf.compat.v1.placeholder(tf.int64, [None])
+        train = tfps.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_sum(tfps.embedding_lookup(ev, ids)))
+        with tf.compat.v1.Session() as s:
+            for batch in ([1, 2, 3], [1, 2], [1]):
+                s.run(train, {ids: batch})
+            tf.compat.v1.train.Saver().save(s, prefix)
+    (t,) = inspect(str(tmp_path), top=2)
+    assert t["table"] == "clicks" and t["rows"] == 3 and t["dim"] == 2
+    assert t["top_ids_by_freq"] == [[1, 3], [2, 2]]
+    out = subprocess.run([sys.executable, "-m", "tfps.cli", "inspect", str(tmp_path)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["tables"][0]["rows"] == 3
+    bad = subprocess.run([sys.executable, "-m", "tfps.cli", "inspect", str(tmp_path / "nope")],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "cannot read checkpoint" in bad.stderr
+
+
+def test_checkpoints_taken_while_training_are_consistent(tmp_path):
+    """Adagrad with gradient 1 on every row: after t updates a row's accumulator is 0.1 + t and
+    its value v0 - lr * sum_k 1/sqrt(0.1 + k). A checkpoint saved while another thread trains
+    must hold, for every row, a value and an accumulator from the same moment."""
+    lr = 0.01
+    with tf.Graph().as_default():
+        ev = tfps.get_embedding_variable("emb", 8, initializer=tf.compat.v1.zeros_initializer())
+        train = tfps.train.AdagradOptimizer(lr).minimize(tf.reduce_sum(tfps.embedding_lookup(ev, KEYS)))
+        saver = tf.compat.v1.train.Saver(max_to_keep=None)
+        with tf.compat.v1.Session() as s:
+            s.run(train)
+            stop = threading.Event()
+
+            def trainer():
+                while not stop.is_set():
+                    s.run(train)
+            thread = threading.Thread(target=trainer)
+            thread.start()
+            paths = [saver.save(s, str(tmp_path / "model"), global_step=i) for i in range(15)]
+            stop.set()
+            thread.join()
+    steps_seen = set()
+    for path in paths:
+        with tf.Graph().as_default():
+            ev = tfps.get_embedding_variable("emb", 8)
+            with tf.compat.v1.Session() as s:
+                tf.compat.v1.train.Saver().restore(s, path)
+                exp = s.run(ev.export())
+        assert np.isfinite(exp["values"]).all() and np.isfinite(exp["slots"]).all()
+        t = np.rint(exp["slots"] - 0.1).astype(int)               # updates per element
+        assert (t == t[:, :1]).all()                               # one moment per row
+        t = t[:, 0]
+        np.testing.assert_array_equal(t, exp["freq"])              # meta from the same moment too
+        expected = np.array([-lr * np.sum(1 / np.sqrt(0.1 + np.arange(1, n + 1))) for n in t])
+        np.testing.assert_allclose(exp["values"], np.repeat(expected[:, None], 8, 1), rtol=1e-4, atol=1e-5)
+        steps_seen |= set(t.tolist())
+    assert len(steps_seen) > 3   # the saves really interleaved with training
