@@ -243,6 +243,9 @@ class TableExportOp : public OpKernel {
   }
 };
 
+// Reads and checks inputs 1..6 (keys, values, slots, freq, last_step, slot_init) into a snapshot.
+Status ReadSnapshot(OpKernelContext* ctx, int64_t dim, core::TableSnapshot* snap);
+
 class TableImportOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
@@ -250,46 +253,106 @@ class TableImportOp : public OpKernel {
     TableResource* res = nullptr;
     OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
     ScopedUnref unref(res);
-    const Tensor& keys = ctx->input(1);
-    const Tensor& values = ctx->input(2);
-    const Tensor& slots = ctx->input(3);
-    const Tensor& freq = ctx->input(4);
-    const Tensor& last_step = ctx->input(5);
-    const Tensor& slot_init = ctx->input(6);
-    const int64_t dim = res->table().dim();
-    OP_REQUIRES_OK(ctx, CheckKeys(ctx, keys));
-    const int64_t n = keys.dim_size(0);
-    OP_REQUIRES(ctx, values.dims() == 2 && values.dim_size(1) == dim,
-                errors::InvalidArgument("TfpsTableImport: values have shape ", values.shape().DebugString(),
-                                        " but the table has dim ", dim));
-    OP_REQUIRES_OK(ctx, CheckRows(ctx, "values", values, n, dim));
-    OP_REQUIRES(ctx, slot_init.dims() == 1,
-                errors::InvalidArgument("TfpsTableImport: slot_init must be a vector, got ",
-                                        slot_init.shape().DebugString()));
-    const int64_t k = slot_init.dim_size(0);
-    OP_REQUIRES_OK(ctx, CheckRows(ctx, "slots", slots, n, dim * k));
-    OP_REQUIRES(ctx, freq.dims() == 1 && freq.dim_size(0) == n && last_step.dims() == 1 &&
-                         last_step.dim_size(0) == n,
-                errors::InvalidArgument("TfpsTableImport: freq ", freq.shape().DebugString(),
-                                        " and last_step ", last_step.shape().DebugString(),
-                                        " must be [", n, "] like keys"));
     core::TableSnapshot snap;
-    snap.dim = dim;
-    snap.num_slots = static_cast<int>(k);
-    auto vec = [](const Tensor& t, auto* out) {
-      using V = typename std::remove_pointer_t<decltype(out)>::value_type;
-      const V* p = t.flat<V>().data();
-      out->assign(p, p + t.NumElements());
-    };
-    vec(keys, &snap.keys);
-    vec(values, &snap.values);
-    vec(slots, &snap.slots);
-    vec(freq, &snap.freq);
-    vec(last_step, &snap.last_step);
-    vec(slot_init, &snap.slot_init);
+    OP_REQUIRES_OK(ctx, ReadSnapshot(ctx, res->table().dim(), &snap));
     std::string error;
     OP_REQUIRES(ctx, res->table().Import(snap, &error),
-                errors::InvalidArgument("TfpsTableImport: ", error));
+                errors::InvalidArgument(type_string(), ": ", error));
+  }
+};
+
+Status ReadSnapshot(OpKernelContext* ctx, int64_t dim, core::TableSnapshot* snap) {
+  const std::string op = ctx->op_kernel().type_string();
+  const Tensor& keys = ctx->input(1);
+  const Tensor& values = ctx->input(2);
+  const Tensor& slots = ctx->input(3);
+  const Tensor& freq = ctx->input(4);
+  const Tensor& last_step = ctx->input(5);
+  const Tensor& slot_init = ctx->input(6);
+  TF_RETURN_IF_ERROR(CheckKeys(ctx, keys));
+  const int64_t n = keys.dim_size(0);
+  if (values.dims() != 2 || values.dim_size(1) != dim) {
+    return errors::InvalidArgument(op, ": values have shape ", values.shape().DebugString(),
+                                   " but the table has dim ", dim);
+  }
+  TF_RETURN_IF_ERROR(CheckRows(ctx, "values", values, n, dim));
+  if (slot_init.dims() != 1) {
+    return errors::InvalidArgument(op, ": slot_init must be a vector, got ", slot_init.shape().DebugString());
+  }
+  const int64_t k = slot_init.dim_size(0);
+  TF_RETURN_IF_ERROR(CheckRows(ctx, "slots", slots, n, dim * k));
+  if (freq.dims() != 1 || freq.dim_size(0) != n || last_step.dims() != 1 || last_step.dim_size(0) != n) {
+    return errors::InvalidArgument(op, ": freq ", freq.shape().DebugString(), " and last_step ",
+                                   last_step.shape().DebugString(), " must be [", n, "] like keys");
+  }
+  snap->dim = dim;
+  snap->num_slots = static_cast<int>(k);
+  auto vec = [](const Tensor& t, auto* out) {
+    using V = typename std::remove_pointer_t<decltype(out)>::value_type;
+    const V* p = t.flat<V>().data();
+    out->assign(p, p + t.NumElements());
+  };
+  vec(keys, &snap->keys);
+  vec(values, &snap->values);
+  vec(slots, &snap->slots);
+  vec(freq, &snap->freq);
+  vec(last_step, &snap->last_step);
+  vec(slot_init, &snap->slot_init);
+  return tensorflow::OkStatus();
+}
+
+class TableExportDeltaOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* res = nullptr;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    ScopedUnref unref(res);
+    const Tensor& since = ctx->input(1);
+    OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(since.shape()),
+                errors::InvalidArgument("TfpsTableExportDelta: since_step must be a scalar"));
+    core::TableSnapshot snap;
+    std::vector<int64_t> removed;
+    res->table().ExportDelta(since.scalar<int64_t>()(), &snap, &removed);
+    const int64_t n = static_cast<int64_t>(snap.keys.size());
+    CopyOut<int64_t>(ctx, 0, snap.keys, TensorShape({n}));
+    CopyOut<float>(ctx, 1, snap.values, TensorShape({n, snap.dim}));
+    CopyOut<float>(ctx, 2, snap.slots, TensorShape({n, snap.dim * snap.num_slots}));
+    CopyOut<int64_t>(ctx, 3, snap.freq, TensorShape({n}));
+    CopyOut<int64_t>(ctx, 4, snap.last_step, TensorShape({n}));
+    CopyOut<float>(ctx, 5, snap.slot_init, TensorShape({snap.num_slots}));
+    CopyOut<int64_t>(ctx, 6, removed, TensorShape({static_cast<int64_t>(removed.size())}));
+  }
+};
+
+class TableImportDeltaOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* res = nullptr;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    ScopedUnref unref(res);
+    core::TableSnapshot snap;
+    OP_REQUIRES_OK(ctx, ReadSnapshot(ctx, res->table().dim(), &snap));
+    const Tensor& removed = ctx->input(7);
+    OP_REQUIRES(ctx, removed.dims() == 1,
+                errors::InvalidArgument("TfpsTableImportDelta: removed must be a vector, got ",
+                                        removed.shape().DebugString()));
+    std::vector<int64_t> gone(removed.flat<int64_t>().data(), removed.flat<int64_t>().data() + removed.NumElements());
+    std::string error;
+    OP_REQUIRES(ctx, res->table().ImportDelta(snap, gone, &error),
+                errors::InvalidArgument("TfpsTableImportDelta: ", error));
+  }
+};
+
+class TableResetRemovedOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* res = nullptr;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    ScopedUnref unref(res);
+    res->table().ResetRemoved();
   }
 };
 
@@ -353,6 +416,9 @@ TFPS_CPU_KERNEL("TfpsTableExport", TableExportOp);
 TFPS_CPU_KERNEL("TfpsTableImport", TableImportOp);
 TFPS_CPU_KERNEL("TfpsTableMemoryStats", TableMemoryStatsOp);
 TFPS_CPU_KERNEL("TfpsTableEvict", TableEvictOp);
+TFPS_CPU_KERNEL("TfpsTableExportDelta", TableExportDeltaOp);
+TFPS_CPU_KERNEL("TfpsTableImportDelta", TableImportDeltaOp);
+TFPS_CPU_KERNEL("TfpsTableResetRemoved", TableResetRemovedOp);
 #undef TFPS_CPU_KERNEL
 
 }  // namespace

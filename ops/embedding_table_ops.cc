@@ -236,6 +236,50 @@ max_rows: then at most this many rows stay, dropping the least frequently (lfu) 
 step: the current global step. evicted: rows removed.
 )doc");
 
+REGISTER_OP("TfpsTableExportDelta")
+    .Input("table: resource")
+    .Input("since_step: int64")
+    .Output("keys: int64")
+    .Output("values: float")
+    .Output("slots: float")
+    .Output("freq: int64")
+    .Output("last_step: int64")
+    .Output("slot_init: float")
+    .Output("removed: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      DimensionHandle n = c->UnknownDim();
+      c->set_output(0, c->Vector(n));
+      c->set_output(1, c->Matrix(n, InferenceContext::kUnknownDim));
+      c->set_output(2, c->Matrix(n, InferenceContext::kUnknownDim));
+      c->set_output(3, c->Vector(n));
+      c->set_output(4, c->Vector(n));
+      c->set_output(5, c->Vector(InferenceContext::kUnknownDim));
+      c->set_output(6, c->Vector(InferenceContext::kUnknownDim));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+An incremental checkpoint: the rows updated at or after since_step (as TfpsTableExport,
+each row under its lock), and removed: the keys removed or evicted since the last
+TfpsTableResetRemoved. Restore = the full checkpoint, then each delta in order.
+)doc");
+
+REGISTER_OP("TfpsTableImportDelta")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("values: float")
+    .Input("slots: float")
+    .Input("freq: int64")
+    .Input("last_step: int64")
+    .Input("slot_init: float")
+    .Input("removed: int64")
+    .SetShapeFn([](InferenceContext*) { return tensorflow::OkStatus(); })
+    .Doc("Applies a TfpsTableExportDelta output: removes `removed`, then writes the rows.");
+
+REGISTER_OP("TfpsTableResetRemoved")
+    .Input("table: resource")
+    .SetShapeFn([](InferenceContext*) { return tensorflow::OkStatus(); })
+    .Doc("Forgets the removed keys recorded for deltas (run when a full checkpoint is written).");
+
 REGISTER_OP("TfpsTableMemoryStats")
     .Input("table: resource")
     .Output("stats: int64")

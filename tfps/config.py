@@ -35,6 +35,8 @@ class TrainConfig:
     log_every_steps: int = 100
     save_checkpoints_steps: int = 1000
     keep_checkpoint_max: int = 3
+    delta_every_secs: Optional[float] = None   # incremental table checkpoints between full ones
+    evict_every_steps: Optional[int] = None    # run the tables' eviction rules this often
 
 
 @dataclasses.dataclass
@@ -129,6 +131,9 @@ def validate(cfg):
         (cfg.train.optimizer in ("adagrad", "sgd"), "train.optimizer must be adagrad or sgd"),
         (cfg.train.learning_rate > 0, "train.learning_rate must be > 0"),
         (cfg.train.log_every_steps > 0, "train.log_every_steps must be > 0"),
+        (cfg.train.delta_every_secs is None or cfg.train.delta_every_secs > 0, "train.delta_every_secs must be > 0"),
+        (cfg.train.evict_every_steps is None or cfg.train.evict_every_steps > 0,
+         "train.evict_every_steps must be > 0"),
         (cfg.eval.examples > 0 and cfg.eval.batch_size > 0, "eval.examples and eval.batch_size must be > 0"),
     ]
     for ok, msg in checks:

@@ -253,6 +253,7 @@ int64_t EmbeddingTable::Remove(const int64_t* keys, int64_t n) {
     for (int64_t j = 0; j < m; ++j) {
       const int64_t pos = Find(s, h[j], keys[idx[j]]);
       if (pos < 0) continue;
+      s.removed.push_back(keys[idx[j]]);
       pool_->Free(s.slots[pos].row);
       EraseLocked(&s, pos);
       ++local;
@@ -306,6 +307,7 @@ int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
     for (int64_t pos = 0; pos < static_cast<int64_t>(s.slots.size());) {
       Slot& e = s.slots[pos];
       if (e.row != nullptr && pred(e.key, e.row)) {
+        s.removed.push_back(e.key);
         pool_->Free(e.row);
         EraseLocked(&s, pos);  // backward shift may move another entry into pos: look again
         ++n;
@@ -338,6 +340,7 @@ int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
       const uint64_t h = HashKey(key);
       Shard& s = shards_[ShardOf(h)];
       const int64_t pos = Find(s, h, key);
+      s.removed.push_back(key);
       pool_->Free(s.slots[pos].row);
       EraseLocked(&s, pos);
     }
@@ -383,6 +386,76 @@ bool EmbeddingTable::EnsureSlots(int k, const float* slot_init, std::string* err
   }
   UnlockAll();
   return ok;
+}
+
+void EmbeddingTable::ExportDelta(int64_t since_step, TableSnapshot* snap, std::vector<int64_t>* removed) const {
+  snap->dim = dim_;
+  snap->keys.clear();
+  snap->values.clear();
+  snap->slots.clear();
+  snap->freq.clear();
+  snap->last_step.clear();
+  removed->clear();
+  for (int i = 0; i < kNumShards; ++i) {
+    ReadLock lock(shards_[i].mu, false);
+    if (i == 0) {
+      snap->num_slots = num_slots_;
+      snap->slot_init = slot_init_;
+    }
+    const int64_t slot_floats = dim_ * num_slots_;
+    for (const Slot& e : shards_[i].slots) {
+      if (e.row == nullptr) continue;
+      const uint32_t* meta = Meta(e.row);
+      if (static_cast<int64_t>(meta[1]) < since_step || meta[0] == 0) continue;  // not updated since
+      snap->keys.push_back(e.key);
+      snap->values.insert(snap->values.end(), e.row, e.row + dim_);
+      snap->slots.insert(snap->slots.end(), e.row + dim_, e.row + dim_ + slot_floats);
+      snap->freq.push_back(meta[0]);
+      snap->last_step.push_back(meta[1]);
+    }
+    removed->insert(removed->end(), shards_[i].removed.begin(), shards_[i].removed.end());
+  }
+}
+
+void EmbeddingTable::ResetRemoved() {
+  for (int i = 0; i < kNumShards; ++i) {
+    ReadLock lock(shards_[i].mu, true);
+    shards_[i].removed.clear();
+  }
+}
+
+bool EmbeddingTable::ImportDelta(const TableSnapshot& snap, const std::vector<int64_t>& removed,
+                                 std::string* error) {
+  const int64_t n = static_cast<int64_t>(snap.keys.size());
+  if (snap.dim != dim_) {
+    *error = "dim " + std::to_string(snap.dim) + " does not match the table's dim " + std::to_string(dim_);
+    return false;
+  }
+  if (static_cast<int64_t>(snap.values.size()) != n * dim_ ||
+      static_cast<int64_t>(snap.slots.size()) != n * dim_ * snap.num_slots ||
+      static_cast<int64_t>(snap.freq.size()) != n || static_cast<int64_t>(snap.last_step.size()) != n) {
+    *error = "delta parts have inconsistent sizes";
+    return false;
+  }
+  if (n > 0 && snap.num_slots != num_slots() && !EnsureSlots(snap.num_slots, snap.slot_init.data(), error)) {
+    return false;
+  }
+  Remove(removed.data(), static_cast<int64_t>(removed.size()));
+  Assign(snap.keys.data(), n, snap.values.data());
+  const int64_t slot_floats = dim_ * num_slots_;
+  // Slots and meta of the rows just written.
+  ForEachShard(snap.keys.data(), n, [&](Shard& s, const int64_t* idx, const uint64_t* h, int64_t m) {
+    ReadLock lock(s.mu, true);
+    for (int64_t j = 0; j < m; ++j) {
+      const int64_t i = idx[j];
+      float* row = s.slots[Find(s, h[j], snap.keys[i])].row;
+      if (slot_floats > 0) std::memcpy(row + dim_, &snap.slots[i * slot_floats], sizeof(float) * slot_floats);
+      uint32_t* meta = Meta(row);
+      meta[0] = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(snap.freq[i], UINT32_MAX)));
+      meta[1] = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(snap.last_step[i], UINT32_MAX)));
+    }
+  });
+  return true;
 }
 
 void EmbeddingTable::Export(TableSnapshot* snap) const {

@@ -113,6 +113,14 @@ class EmbeddingTable {
   void Export(TableSnapshot* snap) const;
   // Replaces the contents with the snapshot (validated by the caller).
   bool Import(const TableSnapshot& snap, std::string* error);
+
+  // Incremental checkpoints. ExportDelta: the rows updated at or after since_step (their
+  // last_step), each under its shard lock, and the keys removed since ResetRemoved().
+  void ExportDelta(int64_t since_step, TableSnapshot* snap, std::vector<int64_t>* removed) const;
+  // Applies a delta: removes `removed`, then inserts or overwrites the snapshot's rows.
+  bool ImportDelta(const TableSnapshot& snap, const std::vector<int64_t>& removed, std::string* error);
+  // Forgets the removed keys recorded so far (call when a full checkpoint is written).
+  void ResetRemoved();
   void Clear();
 
   TableStats Stats() const;
@@ -130,6 +138,8 @@ class EmbeddingTable {
     // A std::unordered_map, about 48 bytes per pending key; cleared when it passes
     // kMaxPendingPerShard entries, so keys seen too rarely are forgotten, never stored.
     std::unordered_map<int64_t, uint32_t> pending;
+    // Keys removed (Remove, Evict) since the last ResetRemoved, for incremental checkpoints.
+    std::vector<int64_t> removed;
   };
 
   static int ShardOf(uint64_t h) { return static_cast<int>(h >> (64 - kShardBits)); }

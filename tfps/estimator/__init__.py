@@ -1,4 +1,5 @@
-"""Estimator helpers: the single-process runner and session hooks."""
+"""Estimator helpers: the single-process runner, session hooks, incremental checkpoints."""
 from tfps.estimator.hooks import EvictionHook, ProgressHook
+from tfps.estimator.incremental import DeltaRestoreHook, IncrementalCheckpoints
 
-__all__ = ["EvictionHook", "ProgressHook"]
+__all__ = ["DeltaRestoreHook", "EvictionHook", "IncrementalCheckpoints", "ProgressHook"]

@@ -7,7 +7,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfps.data.synthetic import SyntheticCriteo, auc
-from tfps.estimator.hooks import ProgressHook
+from tfps.estimator.hooks import EvictionHook, ProgressHook
+from tfps.estimator.incremental import DeltaRestoreHook, IncrementalCheckpoints
 from tfps.models.deepfm import model_fn
 
 EVAL_INDEX_BASE = 1 << 40  # eval batches never share a seed with training batches
@@ -86,9 +87,16 @@ def run(cfg, printer=print):
             f"({cfg.data.num_categorical} tfps tables, dim {cfg.model.embedding_dim})", flush=True)
     start_step = int(tf.train.load_variable(est.model_dir, "global_step")) if est.latest_checkpoint() else 0
     hook = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer)
+    hooks, listeners = [hook, DeltaRestoreHook(cfg.model_dir, printer)], []
+    if cfg.train.delta_every_secs:
+        inc = IncrementalCheckpoints(cfg.model_dir, every_secs=cfg.train.delta_every_secs, printer=printer)
+        hooks.append(inc)
+        listeners.append(inc.listener)
+    if cfg.train.evict_every_steps:
+        hooks.append(EvictionHook(cfg.train.evict_every_steps, printer))
     t0 = time.time()
     est.train(train_input_fn(gen, cfg.train.batch_size, first_batch=start_step),
-              max_steps=cfg.train.steps, hooks=[hook])
+              max_steps=cfg.train.steps, hooks=hooks, saving_listeners=listeners)
     train_seconds = time.time() - t0
     trained_steps = cfg.train.steps - start_step
     printer(f"trained in {train_seconds:.1f} s; evaluating on {cfg.eval.examples} examples", flush=True)

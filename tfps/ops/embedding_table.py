@@ -10,7 +10,8 @@ _INITIALIZERS = ("zeros", "constant", "uniform", "normal", "truncated_normal")
 
 for _op in ("TfpsTableHandle", "TfpsTableFind", "TfpsTableLookupUnique", "TfpsTableAssign", "TfpsScatterAddRows",
             "TfpsTableRemove", "TfpsTableSize", "TfpsTableExport", "TfpsTableImport",
-            "TfpsTableMemoryStats", "TfpsTableEvict"):
+            "TfpsTableMemoryStats", "TfpsTableEvict", "TfpsTableExportDelta", "TfpsTableImportDelta",
+            "TfpsTableResetRemoved"):
     tf.no_gradient(_op)
 
 
@@ -93,3 +94,20 @@ def table_evict(table, step, evict_after_steps=-1, evict_min_freq=-1, evict_l2_b
     return load().tfps_table_evict(table, step, evict_after_steps=int(evict_after_steps),
                                    evict_min_freq=int(evict_min_freq), evict_l2_below=float(evict_l2_below),
                                    max_rows=int(max_rows), cap_policy=cap_policy, name=name)
+
+
+def table_export_delta(table, since_step, name=None):
+    """Rows updated at or after since_step, and keys removed since the last reset:
+    (keys, values, slots, freq, last_step, slot_init, removed)."""
+    return load().tfps_table_export_delta(table, since_step, name=name)
+
+
+def table_import_delta(table, keys, values, slots, freq, last_step, slot_init, removed, name=None):
+    """Applies a delta: removes `removed`, then writes the rows. Returns the op."""
+    return load().tfps_table_import_delta(table, keys, values, slots, freq, last_step, slot_init, removed,
+                                          name=name)
+
+
+def table_reset_removed(table, name=None):
+    """Forgets the removed keys recorded for deltas. Returns the op."""
+    return load().tfps_table_reset_removed(table, name=name)
