@@ -2,8 +2,8 @@
 
 `python setup.py build_ops` compiles ops/*.cc and kernels/**/*.cc with the flags
 TensorFlow reports (tf.sysconfig), -O3, and links the system oneTBB (-ltbb).
-`python setup.py print_core_flags` prints the flags of the TF-free core for the
-C++ tests. This file is the one place that owns build flags; BUILD mirrors it.
+This file owns the flags of the op library; BUILD mirrors it, and the Makefile adds only
+the sanitizer flags of the C++ tests of the TF-free core.
 """
 import concurrent.futures
 import glob
@@ -73,20 +73,6 @@ class BuildOps(Command):
         build_ops()
 
 
-class PrintCoreFlags(Command):
-    description = "print the compile flags of the TF-free core (for tests/cc)"
-    user_options = []
-
-    def initialize_options(self):
-        pass
-
-    def finalize_options(self):
-        pass
-
-    def run(self):
-        print(" ".join(CORE_FLAGS + ["-Werror"]), "LINK:", " ".join(TBB_LINK))
-
-
 if __name__ == "__main__":
     setup(
         name="tfps",
@@ -95,5 +81,5 @@ if __name__ == "__main__":
         package_data={"tfps": ["_tfps_ops.so", "_build_info.json"]},
         entry_points={"console_scripts": ["tfps = tfps.cli:main"]},
         python_requires=">=3.11",
-        cmdclass={"build_ops": BuildOps, "print_core_flags": PrintCoreFlags},
+        cmdclass={"build_ops": BuildOps},
     )

@@ -388,14 +388,15 @@ bool EmbeddingTable::EnsureSlots(int k, const float* slot_init, std::string* err
   return ok;
 }
 
-void EmbeddingTable::ExportDelta(int64_t since_step, TableSnapshot* snap, std::vector<int64_t>* removed) const {
+void EmbeddingTable::ExportRows(int64_t since_step, bool updated_only, TableSnapshot* snap,
+                                std::vector<int64_t>* removed) const {
   snap->dim = dim_;
   snap->keys.clear();
   snap->values.clear();
   snap->slots.clear();
   snap->freq.clear();
   snap->last_step.clear();
-  removed->clear();
+  if (removed != nullptr) removed->clear();
   for (int i = 0; i < kNumShards; ++i) {
     ReadLock lock(shards_[i].mu, false);
     if (i == 0) {
@@ -406,15 +407,19 @@ void EmbeddingTable::ExportDelta(int64_t since_step, TableSnapshot* snap, std::v
     for (const Slot& e : shards_[i].slots) {
       if (e.row == nullptr) continue;
       const uint32_t* meta = Meta(e.row);
-      if (static_cast<int64_t>(meta[1]) < since_step || meta[0] == 0) continue;  // not updated since
+      if (updated_only && (static_cast<int64_t>(meta[1]) < since_step || meta[0] == 0)) continue;
       snap->keys.push_back(e.key);
       snap->values.insert(snap->values.end(), e.row, e.row + dim_);
       snap->slots.insert(snap->slots.end(), e.row + dim_, e.row + dim_ + slot_floats);
       snap->freq.push_back(meta[0]);
       snap->last_step.push_back(meta[1]);
     }
-    removed->insert(removed->end(), shards_[i].removed.begin(), shards_[i].removed.end());
+    if (removed != nullptr) removed->insert(removed->end(), shards_[i].removed.begin(), shards_[i].removed.end());
   }
+}
+
+void EmbeddingTable::ExportDelta(int64_t since_step, TableSnapshot* snap, std::vector<int64_t>* removed) const {
+  ExportRows(since_step, /*updated_only=*/true, snap, removed);
 }
 
 void EmbeddingTable::ResetRemoved() {
@@ -458,31 +463,7 @@ bool EmbeddingTable::ImportDelta(const TableSnapshot& snap, const std::vector<in
   return true;
 }
 
-void EmbeddingTable::Export(TableSnapshot* snap) const {
-  snap->dim = dim_;
-  snap->keys.clear();
-  snap->values.clear();
-  snap->slots.clear();
-  snap->freq.clear();
-  snap->last_step.clear();
-  for (int i = 0; i < kNumShards; ++i) {
-    ReadLock lock(shards_[i].mu, false);
-    if (i == 0) {
-      snap->num_slots = num_slots_;
-      snap->slot_init = slot_init_;
-    }
-    const int64_t slot_floats = dim_ * num_slots_;
-    for (const Slot& e : shards_[i].slots) {
-      if (e.row == nullptr) continue;
-      snap->keys.push_back(e.key);
-      snap->values.insert(snap->values.end(), e.row, e.row + dim_);
-      snap->slots.insert(snap->slots.end(), e.row + dim_, e.row + dim_ + slot_floats);
-      const uint32_t* meta = Meta(e.row);
-      snap->freq.push_back(meta[0]);
-      snap->last_step.push_back(meta[1]);
-    }
-  }
-}
+void EmbeddingTable::Export(TableSnapshot* snap) const { ExportRows(0, /*updated_only=*/false, snap, nullptr); }
 
 void EmbeddingTable::Clear() {
   LockAll();

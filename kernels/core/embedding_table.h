@@ -158,6 +158,9 @@ class EmbeddingTable {
   uint32_t* Meta(float* row) const {
     return reinterpret_cast<uint32_t*>(row + dim_ * (1 + num_slots_));
   }
+  // Every row (or, with updated_only, those updated at or after since_step), each copied
+  // under its shard lock; removed (if not null) gets the keys removed since ResetRemoved.
+  void ExportRows(int64_t since_step, bool updated_only, TableSnapshot* snap, std::vector<int64_t>* removed) const;
   void LockAll() const;
   void UnlockAll() const;
 
