@@ -1,0 +1,62 @@
+"""Load-balanced placement vs round-robin, and capacities."""
+import pytest
+import tensorflow as tf
+
+import tfps
+from tfps.cluster import LoadBalancedStrategy
+
+
+def _loads(graph, tasks, expected_rows=200_000):
+    sizes = LoadBalancedStrategy(tasks, expected_rows=expected_rows)
+    loads = [0] * tasks
+    for op in graph.get_operations():
+        if op.type == "VarHandleOp" or op.type == "TfpsTableHandle":
+            task = tf.DeviceSpec.from_string(op.device).task
+            loads[task] += sizes.bytes_of(op)
+    return loads
+
+
+def _model(setter):
+    g = tf.Graph()
+    with g.as_default(), tf.compat.v1.device(setter):
+        # Shapes round-robin places badly: a big, small, big, small ... pattern over 2 tasks.
+        for i in range(8):
+            rows = 100_000 if i % 2 == 0 else 1_000
+            tf.compat.v1.get_variable(f"v{i}", [rows, 16])
+        tfps.get_embedding_variable("table", 8, num_shards=2)
+    return g
+
+
+def test_balanced_within_10_percent_where_round_robin_is_2_to_1():
+    rr = _loads(_model(tf.compat.v1.train.replica_device_setter(
+        ps_tasks=2, ps_ops=["VarHandleOp", "TfpsTableHandle"])), 2)
+    assert max(rr) >= 2 * min(rr)
+    strategy = LoadBalancedStrategy(2, expected_rows=200_000)
+    ours = _loads(_model(tfps.cluster.replica_device_setter(ps_tasks=2, ps_strategy=strategy)), 2)
+    ideal = sum(ours) / 2
+    assert max(abs(x - ideal) for x in ours) <= 0.1 * ideal
+    assert "load %" in strategy.table()
+
+
+def test_capacities_2_to_1():
+    strategy = LoadBalancedStrategy(2, capacities=[2, 1])
+    g = tf.Graph()
+    with g.as_default(), tf.compat.v1.device(tfps.cluster.replica_device_setter(ps_tasks=2, ps_strategy=strategy)):
+        for i in range(60):
+            tf.compat.v1.get_variable(f"v{i}", [1000, 8])
+    a, b = strategy.loads
+    assert abs(a / b - 2.0) < 0.1
+
+
+def test_tables_go_to_ps():
+    g = tf.Graph()
+    with g.as_default(), tf.compat.v1.device(tfps.cluster.replica_device_setter(ps_tasks=3)):
+        ev = tfps.get_embedding_variable("t", 4, num_shards=3)
+    assert {tf.DeviceSpec.from_string(h.device).job for h in ev.handles} == {"ps"}
+
+
+def test_bad_strategy_arguments():
+    with pytest.raises(ValueError, match="capacities must be 2 positive numbers"):
+        LoadBalancedStrategy(2, capacities=[1, 0])
+    with pytest.raises(ValueError, match="num_tasks must be > 0"):
+        LoadBalancedStrategy(0)
