@@ -84,7 +84,8 @@ def run(cfg, printer=print):
     gen = SyntheticCriteo(cfg.data)
     est = make_estimator(cfg)
     printer(f"model_dir {cfg.model_dir}; training {cfg.train.steps} steps of {cfg.train.batch_size} "
-            f"({cfg.data.num_categorical} tfps tables, dim {cfg.model.embedding_dim})", flush=True)
+            f"({cfg.data.num_categorical} features, dim {cfg.model.embedding_dim}, "
+            f"{'one merged table' if cfg.model.merge_tables else 'a table each'})", flush=True)
     start_step = int(tf.train.load_variable(est.model_dir, "global_step")) if est.latest_checkpoint() else 0
     hook = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer)
     hooks, listeners = [hook, DeltaRestoreHook(cfg.model_dir, printer)], []
