@@ -69,26 +69,23 @@ class TableHandleOp : public OpKernel {
   core::InitSpec init_;
 };
 
-class TableFindOp : public OpKernel {
+class TableFindOp : public TableOpKernel {
  public:
-  explicit TableFindOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit TableFindOp(OpKernelConstruction* ctx) : TableOpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("insert", &insert_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("missing_zeros", &missing_zeros_));
   }
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* res = nullptr;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    ScopedUnref unref(res);
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     const Tensor& keys = ctx->input(1);
     const Tensor& counts = ctx->input(2);
     OP_REQUIRES_OK(ctx, CheckKeys(ctx, keys));
-    const int64_t n = keys.dim_size(0), dim = res->table().dim();
+    const int64_t n = keys.dim_size(0), dim = table.dim();
     OP_REQUIRES(ctx, counts.dims() == 1 && (counts.dim_size(0) == 0 || counts.dim_size(0) == n),
                 errors::InvalidArgument("TfpsTableFind: counts must be empty or [", n, "], got ",
                                         counts.shape().DebugString()));
     Tensor* values = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim}), &values));
-    res->table().Lookup(keys.flat<int64_t>().data(), n, insert_, missing_zeros_, values->flat<float>().data(),
+    table.Lookup(keys.flat<int64_t>().data(), n, insert_, missing_zeros_, values->flat<float>().data(),
                         counts.dim_size(0) ? counts.flat<int32_t>().data() : nullptr);
   }
 
@@ -97,19 +94,16 @@ class TableFindOp : public OpKernel {
 };
 
 // Dedups ids, probes the table once per distinct id: (unique_ids, inverse, unique_values).
-class TableLookupUniqueOp : public OpKernel {
+class TableLookupUniqueOp : public TableOpKernel {
  public:
-  explicit TableLookupUniqueOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit TableLookupUniqueOp(OpKernelConstruction* ctx) : TableOpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("insert", &insert_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("missing_zeros", &missing_zeros_));
   }
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* res = nullptr;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    ScopedUnref unref(res);
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     const Tensor& ids = ctx->input(1);
     OP_REQUIRES_OK(ctx, CheckKeys(ctx, ids));
-    const int64_t n = ids.dim_size(0), dim = res->table().dim();
+    const int64_t n = ids.dim_size(0), dim = table.dim();
     OP_REQUIRES(ctx, n < (int64_t{1} << 31),
                 errors::InvalidArgument("TfpsTableLookupUnique: batch of ", n, " ids exceeds 2^31 - 1"));
     Tensor* inverse = nullptr;
@@ -123,7 +117,7 @@ class TableLookupUniqueOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u}), &uniq_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({u, dim}), &values));
     if (u > 0) std::memcpy(uniq_t->flat<int64_t>().data(), uniq.data(), sizeof(int64_t) * u);
-    res->table().Lookup(uniq.data(), u, insert_, missing_zeros_, values->flat<float>().data(), counts.data());
+    table.Lookup(uniq.data(), u, insert_, missing_zeros_, values->flat<float>().data(), counts.data());
   }
 
  private:
@@ -173,46 +167,37 @@ class ScatterAddRowsOp : public OpKernel {
   }
 };
 
-class TableAssignOp : public OpKernel {
+class TableAssignOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* res = nullptr;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    ScopedUnref unref(res);
+  using TableOpKernel::TableOpKernel;
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     const Tensor& keys = ctx->input(1);
     const Tensor& values = ctx->input(2);
     OP_REQUIRES_OK(ctx, CheckKeys(ctx, keys));
-    OP_REQUIRES_OK(ctx, CheckRows(ctx, "values", values, keys.dim_size(0), res->table().dim()));
-    res->table().Assign(keys.flat<int64_t>().data(), keys.dim_size(0), values.flat<float>().data());
+    OP_REQUIRES_OK(ctx, CheckRows(ctx, "values", values, keys.dim_size(0), table.dim()));
+    table.Assign(keys.flat<int64_t>().data(), keys.dim_size(0), values.flat<float>().data());
   }
 };
 
-class TableRemoveOp : public OpKernel {
+class TableRemoveOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* res = nullptr;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    ScopedUnref unref(res);
+  using TableOpKernel::TableOpKernel;
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     const Tensor& keys = ctx->input(1);
     OP_REQUIRES_OK(ctx, CheckKeys(ctx, keys));
     Tensor* removed = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &removed));
-    removed->scalar<int64_t>()() = res->table().Remove(keys.flat<int64_t>().data(), keys.dim_size(0));
+    removed->scalar<int64_t>()() = table.Remove(keys.flat<int64_t>().data(), keys.dim_size(0));
   }
 };
 
-class TableSizeOp : public OpKernel {
+class TableSizeOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* res = nullptr;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    ScopedUnref unref(res);
+  using TableOpKernel::TableOpKernel;
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     Tensor* size = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &size));
-    size->scalar<int64_t>()() = res->table().size();
+    size->scalar<int64_t>()() = table.size();
   }
 };
 
@@ -224,15 +209,12 @@ void CopyOut(OpKernelContext* ctx, int index, const std::vector<U>& src, TensorS
   for (size_t i = 0; i < src.size(); ++i) dst[i] = static_cast<T>(src[i]);
 }
 
-class TableExportOp : public OpKernel {
+class TableExportOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* res = nullptr;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    ScopedUnref unref(res);
+  using TableOpKernel::TableOpKernel;
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     core::TableSnapshot snap;
-    res->table().Export(&snap);
+    table.Export(&snap);
     const int64_t n = static_cast<int64_t>(snap.keys.size());
     CopyOut<int64_t>(ctx, 0, snap.keys, TensorShape({n}));
     CopyOut<float>(ctx, 1, snap.values, TensorShape({n, snap.dim}));
@@ -246,17 +228,14 @@ class TableExportOp : public OpKernel {
 // Reads and checks inputs 1..6 (keys, values, slots, freq, last_step, slot_init) into a snapshot.
 Status ReadSnapshot(OpKernelContext* ctx, int64_t dim, core::TableSnapshot* snap);
 
-class TableImportOp : public OpKernel {
+class TableImportOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* res = nullptr;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    ScopedUnref unref(res);
+  using TableOpKernel::TableOpKernel;
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     core::TableSnapshot snap;
-    OP_REQUIRES_OK(ctx, ReadSnapshot(ctx, res->table().dim(), &snap));
+    OP_REQUIRES_OK(ctx, ReadSnapshot(ctx, table.dim(), &snap));
     std::string error;
-    OP_REQUIRES(ctx, res->table().Import(snap, &error),
+    OP_REQUIRES(ctx, table.Import(snap, &error),
                 errors::InvalidArgument(type_string(), ": ", error));
   }
 };
@@ -301,19 +280,16 @@ Status ReadSnapshot(OpKernelContext* ctx, int64_t dim, core::TableSnapshot* snap
   return tensorflow::OkStatus();
 }
 
-class TableExportDeltaOp : public OpKernel {
+class TableExportDeltaOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* res = nullptr;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    ScopedUnref unref(res);
+  using TableOpKernel::TableOpKernel;
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     const Tensor& since = ctx->input(1);
     OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(since.shape()),
                 errors::InvalidArgument("TfpsTableExportDelta: since_step must be a scalar"));
     core::TableSnapshot snap;
     std::vector<int64_t> removed;
-    res->table().ExportDelta(since.scalar<int64_t>()(), &snap, &removed);
+    table.ExportDelta(since.scalar<int64_t>()(), &snap, &removed);
     const int64_t n = static_cast<int64_t>(snap.keys.size());
     CopyOut<int64_t>(ctx, 0, snap.keys, TensorShape({n}));
     CopyOut<float>(ctx, 1, snap.values, TensorShape({n, snap.dim}));
@@ -325,40 +301,34 @@ class TableExportDeltaOp : public OpKernel {
   }
 };
 
-class TableImportDeltaOp : public OpKernel {
+class TableImportDeltaOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* res = nullptr;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    ScopedUnref unref(res);
+  using TableOpKernel::TableOpKernel;
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     core::TableSnapshot snap;
-    OP_REQUIRES_OK(ctx, ReadSnapshot(ctx, res->table().dim(), &snap));
+    OP_REQUIRES_OK(ctx, ReadSnapshot(ctx, table.dim(), &snap));
     const Tensor& removed = ctx->input(7);
     OP_REQUIRES(ctx, removed.dims() == 1,
                 errors::InvalidArgument("TfpsTableImportDelta: removed must be a vector, got ",
                                         removed.shape().DebugString()));
     std::vector<int64_t> gone(removed.flat<int64_t>().data(), removed.flat<int64_t>().data() + removed.NumElements());
     std::string error;
-    OP_REQUIRES(ctx, res->table().ImportDelta(snap, gone, &error),
+    OP_REQUIRES(ctx, table.ImportDelta(snap, gone, &error),
                 errors::InvalidArgument("TfpsTableImportDelta: ", error));
   }
 };
 
-class TableResetRemovedOp : public OpKernel {
+class TableResetRemovedOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* res = nullptr;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    ScopedUnref unref(res);
-    res->table().ResetRemoved();
+  using TableOpKernel::TableOpKernel;
+  void ComputeOnTable(OpKernelContext*, core::EmbeddingTable& table) override {
+    table.ResetRemoved();
   }
 };
 
-class TableEvictOp : public OpKernel {
+class TableEvictOp : public TableOpKernel {
  public:
-  explicit TableEvictOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit TableEvictOp(OpKernelConstruction* ctx) : TableOpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_after_steps", &policy_.after_steps));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_min_freq", &policy_.min_freq));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_l2_below", &policy_.l2_below));
@@ -367,30 +337,24 @@ class TableEvictOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("cap_policy", &cap));
     policy_.lru = cap == "lru";
   }
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* res = nullptr;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    ScopedUnref unref(res);
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     const Tensor& step = ctx->input(1);
     OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(step.shape()),
                 errors::InvalidArgument("TfpsTableEvict: step must be a scalar, got ", step.shape().DebugString()));
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    out->scalar<int64_t>()() = res->table().Evict(policy_, step.scalar<int64_t>()());
+    out->scalar<int64_t>()() = table.Evict(policy_, step.scalar<int64_t>()());
   }
 
  private:
   core::EvictPolicy policy_;
 };
 
-class TableMemoryStatsOp : public OpKernel {
+class TableMemoryStatsOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* res = nullptr;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    ScopedUnref unref(res);
-    const core::TableStats st = res->table().Stats();
+  using TableOpKernel::TableOpKernel;
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
+    const core::TableStats st = table.Stats();
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({5}), &out));
     auto v = out->vec<int64_t>();

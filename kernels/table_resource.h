@@ -31,6 +31,22 @@ inline tensorflow::Status GetTable(tensorflow::OpKernelContext* ctx, TableResour
   return tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, 0), table);
 }
 
+// Base of the kernels whose input 0 is a table: Compute looks it up (holding a ref for the
+// call) and hands it to ComputeOnTable.
+class TableOpKernel : public tensorflow::OpKernel {
+ public:
+  using tensorflow::OpKernel::OpKernel;
+  void Compute(tensorflow::OpKernelContext* ctx) final {
+    TableResource* res = nullptr;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
+    tensorflow::core::ScopedUnref unref(res);
+    ComputeOnTable(ctx, res->table());
+  }
+
+ protected:
+  virtual void ComputeOnTable(tensorflow::OpKernelContext* ctx, core::EmbeddingTable& table) = 0;
+};
+
 // Checks that `t` is a vector of keys.
 inline tensorflow::Status CheckKeys(const tensorflow::OpKernelContext* ctx, const tensorflow::Tensor& t) {
   if (!tensorflow::TensorShapeUtils::IsVector(t.shape())) {

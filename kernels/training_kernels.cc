@@ -13,24 +13,19 @@ using tensorflow::OpKernel;
 using tensorflow::OpKernelConstruction;
 using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
-using tensorflow::core::ScopedUnref;
 namespace errors = tensorflow::errors;
 
 // Validates (table, keys, grads, lr, step), makes sure the table has
 // `num_slots` slots starting at `slot_init`, then runs Update(fn).
-class ApplyOpBase : public OpKernel {
+class ApplyOpBase : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
+  using TableOpKernel::TableOpKernel;
 
  protected:
   // fn(row, grad, dim, lr, updates) updates one row [value | slots] from grad [dim];
   // updates = how many times the row was updated before.
   template <typename Fn>
-  void Apply(OpKernelContext* ctx, int num_slots, const float* slot_init, Fn fn) {
-    TableResource* res = nullptr;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
-    ScopedUnref unref(res);
-    core::EmbeddingTable& table = res->table();
+  void Apply(OpKernelContext* ctx, core::EmbeddingTable& table, int num_slots, const float* slot_init, Fn fn) {
     const Tensor& keys = ctx->input(1);
     const Tensor& grads = ctx->input(2);
     const Tensor& lr = ctx->input(3);
@@ -56,8 +51,8 @@ class ApplyOpBase : public OpKernel {
 class ApplyGradientDescentOp : public ApplyOpBase {
  public:
   using ApplyOpBase::ApplyOpBase;
-  void Compute(OpKernelContext* ctx) override {
-    Apply(ctx, 0, nullptr, [](float* row, const float* g, int64_t dim, float lr, uint32_t) {
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
+    Apply(ctx, table, 0, nullptr, [](float* row, const float* g, int64_t dim, float lr, uint32_t) {
       for (int64_t j = 0; j < dim; ++j) row[j] -= lr * g[j];
     });
   }
@@ -68,8 +63,8 @@ class ApplyAdagradOp : public ApplyOpBase {
   explicit ApplyAdagradOp(OpKernelConstruction* ctx) : ApplyOpBase(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("initial_accumulator_value", &init_acc_));
   }
-  void Compute(OpKernelContext* ctx) override {
-    Apply(ctx, 1, &init_acc_, [](float* row, const float* g, int64_t dim, float lr, uint32_t) {
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
+    Apply(ctx, table, 1, &init_acc_, [](float* row, const float* g, int64_t dim, float lr, uint32_t) {
       float* acc = row + dim;
       for (int64_t j = 0; j < dim; ++j) {
         acc[j] += g[j] * g[j];
@@ -102,11 +97,11 @@ bool ScalarInput(OpKernelContext* ctx, int index, float* out) {
 class ApplyAdamOp : public ApplyOpBase {
  public:
   using ApplyOpBase::ApplyOpBase;
-  void Compute(OpKernelContext* ctx) override {
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     float b1, b2, eps;
     if (!ScalarInput(ctx, 5, &b1) || !ScalarInput(ctx, 6, &b2) || !ScalarInput(ctx, 7, &eps)) return;
     const float zeros[2] = {0.f, 0.f};
-    Apply(ctx, 2, zeros, [b1, b2, eps](float* row, const float* g, int64_t dim, float lr, uint32_t updates) {
+    Apply(ctx, table, 2, zeros, [b1, b2, eps](float* row, const float* g, int64_t dim, float lr, uint32_t updates) {
       const double t = static_cast<double>(updates) + 1.0;
       const float lr_t = static_cast<float>(lr * std::sqrt(1.0 - std::pow(static_cast<double>(b2), t)) /
                                             (1.0 - std::pow(static_cast<double>(b1), t)));
@@ -128,10 +123,10 @@ class ApplyFtrlOp : public ApplyOpBase {
   explicit ApplyFtrlOp(OpKernelConstruction* ctx) : ApplyOpBase(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("initial_accumulator_value", &init_[0]));
   }
-  void Compute(OpKernelContext* ctx) override {
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     float l1, l2, lr_power;
     if (!ScalarInput(ctx, 5, &l1) || !ScalarInput(ctx, 6, &l2) || !ScalarInput(ctx, 7, &lr_power)) return;
-    Apply(ctx, 2, init_, [l1, l2, lr_power](float* row, const float* g, int64_t dim, float lr, uint32_t) {
+    Apply(ctx, table, 2, init_, [l1, l2, lr_power](float* row, const float* g, int64_t dim, float lr, uint32_t) {
       float* accum = row + dim;
       float* linear = row + 2 * dim;
       for (int64_t j = 0; j < dim; ++j) {
