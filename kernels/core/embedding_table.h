@@ -126,6 +126,9 @@ class EmbeddingTable {
   TableStats Stats() const;
 
  private:
+  static constexpr int kNumShards = 1 << kShardBits;
+  using ReadLock = tbb::spin_rw_mutex::scoped_lock;
+
   struct Slot {
     int64_t key;
     float* row;  // nullptr: empty slot

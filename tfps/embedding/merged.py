@@ -61,7 +61,7 @@ class _Tables:
             group = ("own", feature.name)
             name = f"tfps_features/{feature.name}"
         tables = self.by_group.setdefault(group, [])
-        for i, (ev, tags) in enumerate(tables):
+        for ev, tags in tables:
             owner = tags.get(feature.tag)
             if owner in (None, feature.name):
                 tags[feature.tag] = feature.name
