@@ -60,3 +60,21 @@ def test_bad_strategy_arguments():
         LoadBalancedStrategy(2, capacities=[1, 0])
     with pytest.raises(ValueError, match="num_tasks must be > 0"):
         LoadBalancedStrategy(0)
+
+
+def test_plan_places_known_tables_largest_first():
+    sizes = [1000 * 1.5 ** i for i in range(12)]  # created smallest first: the worst order online
+    rows = {f"t{i}/": int(s) for i, s in enumerate(sizes)}
+    per_row = 4 * 4 * 2 + 8
+    online, planned = LoadBalancedStrategy(3, expected_rows=rows), LoadBalancedStrategy(3, expected_rows=rows)
+    planned.plan({name: n * per_row for name, n in rows.items()})
+    for strategy in (online, planned):
+        g = tf.Graph()
+        with g.as_default(), tf.compat.v1.device(tfps.cluster.replica_device_setter(ps_tasks=3,
+                                                                                    ps_strategy=strategy)):
+            for i in range(12):
+                tfps.get_embedding_variable(f"t{i}", 4)
+    ideal = sum(planned.loads) / 3
+    assert max(planned.loads) <= 1.1 * ideal
+    assert max(online.loads) > max(planned.loads)
+    assert len(planned.placed) == 12 and not planned._planned

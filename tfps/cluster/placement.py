@@ -48,6 +48,7 @@ class LoadBalancedStrategy:
         self.table_slots = table_slots
         self.loads = [0] * num_tasks
         self.placed = []
+        self._planned = {}   # table name prefix -> task, from plan()
 
     def _rows(self, name):
         if isinstance(self.expected_rows, dict):
@@ -65,10 +66,28 @@ class LoadBalancedStrategy:
         n = shape.num_elements() if shape.is_fully_defined() else 1
         return int(n * dtype.size)
 
+    def _least_loaded(self, size):
+        return min(range(self.num_tasks), key=lambda t: ((self.loads[t] + size) / self.capacities[t], t))
+
+    def plan(self, tables):
+        """Places tables known before the graph is built, largest first (LPT), which balances far
+        better than placing them in the order the graph creates them.
+
+        tables: {table name prefix: estimated bytes}, e.g. from the config's vocabularies.
+        """
+        for name, size in sorted(tables.items(), key=lambda kv: (-kv[1], kv[0])):
+            task = self._least_loaded(size)
+            self._planned[name] = task
+            self.loads[task] += int(size)
+
     def __call__(self, op):
         size = self.bytes_of(op)
-        task = min(range(self.num_tasks), key=lambda t: ((self.loads[t] + size) / self.capacities[t], t))
-        self.loads[task] += size
+        planned = max((p for p in self._planned if op.name.startswith(p)), key=len, default=None)
+        if planned is not None:
+            task = self._planned.pop(planned)   # its bytes were counted by plan()
+        else:
+            task = self._least_loaded(size)
+            self.loads[task] += size
         self.placed.append(Placed(op.name, task, size))
         return task
 
