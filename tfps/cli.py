@@ -10,12 +10,22 @@ import sys
 
 
 def _train(args):
-    from tfps.config import load_config
+    from tfps.config import ConfigError, load_config
     cfg = load_config(args.config, args.set)
     import tensorflow as tf
     tf.get_logger().setLevel("ERROR")
-    from tfps.estimator.runner import run
-    metrics = run(cfg)
+    from tfps.cluster.tf_config import parse_tf_config
+    cluster = parse_tf_config()
+    if cluster is not None:
+        if cfg.model_dir is None:
+            raise ConfigError("training on a cluster (TF_CONFIG) needs model_dir shared by all tasks")
+        from tfps.estimator.cluster_runner import run_task
+        metrics = run_task(cfg, cluster)
+        if metrics is None:
+            return 0
+    else:
+        from tfps.estimator.runner import run
+        metrics = run(cfg)
     print(f"AUC {metrics['auc']:.4f} (planted oracle AUC {metrics['oracle_auc']:.4f}), "
           f"{metrics['examples_per_sec'] or 0:.0f} examples/s (steady), "
           f"{metrics['examples_per_sec_overall']:.0f} overall", flush=True)
@@ -55,6 +65,16 @@ def _inspect(args):
     return 0
 
 
+def _launch(args):
+    from tfps.cluster.launch import launch
+    from tfps.config import load_config
+    cfg = load_config(args.config, args.set)   # fail here, before starting any process
+    if args.protocol != "grpc":
+        raise ValueError(f"tfps launch: protocol {args.protocol!r} needs a TensorFlow build with that "
+                         f"transport; this TensorFlow has only grpc")
+    return launch(args.config, args.set, args.ps, args.workers, model_dir=cfg.model_dir)
+
+
 def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     parser = argparse.ArgumentParser(prog="tfps", description="TF1-style PS trainer with hash-table embeddings")
@@ -69,15 +89,23 @@ def main(argv=None):
     exp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     exp.add_argument("--export-dir", required=True, help="directory under which the SavedModel is written")
     exp.set_defaults(fn=_export)
+    lau = sub.add_parser("launch", help="run a PS/worker cluster on this machine (one process per task)")
+    lau.add_argument("--config", help="YAML job config")
+    lau.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    lau.add_argument("--ps", type=int, default=2, help="parameter server tasks")
+    lau.add_argument("--workers", type=int, default=2, help="worker tasks, the chief included")
+    lau.add_argument("--protocol", default="grpc", help="grpc (grpc+verbs needs a TF build with verbs)")
+    lau.set_defaults(fn=_launch)
     ins = sub.add_parser("inspect", help="per table of a checkpoint: rows, bytes, top ids by frequency")
     ins.add_argument("checkpoint", help="checkpoint prefix or model directory")
     ins.add_argument("--top", type=int, default=5, help="how many top ids to list per table")
     ins.set_defaults(fn=_inspect)
     args = parser.parse_args(argv)
+    from tfps.cluster.tf_config import ClusterConfigError
     from tfps.config import ConfigError
     try:
         return args.fn(args)
-    except ConfigError as e:
+    except (ConfigError, ClusterConfigError) as e:
         print(f"tfps: config error: {e}", file=sys.stderr)
         return 2
     except ValueError as e:
