@@ -209,19 +209,24 @@ void CopyOut(OpKernelContext* ctx, int index, const std::vector<U>& src, TensorS
   for (size_t i = 0; i < src.size(); ++i) dst[i] = static_cast<T>(src[i]);
 }
 
+// Outputs 0..5: keys, values, slots, freq, last_step, slot_init of a snapshot.
+void WriteSnapshot(OpKernelContext* ctx, const core::TableSnapshot& snap) {
+  const int64_t n = static_cast<int64_t>(snap.keys.size());
+  CopyOut<int64_t>(ctx, 0, snap.keys, TensorShape({n}));
+  CopyOut<float>(ctx, 1, snap.values, TensorShape({n, snap.dim}));
+  CopyOut<float>(ctx, 2, snap.slots, TensorShape({n, snap.dim * snap.num_slots}));
+  CopyOut<int64_t>(ctx, 3, snap.freq, TensorShape({n}));
+  CopyOut<int64_t>(ctx, 4, snap.last_step, TensorShape({n}));
+  CopyOut<float>(ctx, 5, snap.slot_init, TensorShape({snap.num_slots}));
+}
+
 class TableExportOp : public TableOpKernel {
  public:
   using TableOpKernel::TableOpKernel;
   void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     core::TableSnapshot snap;
     table.Export(&snap);
-    const int64_t n = static_cast<int64_t>(snap.keys.size());
-    CopyOut<int64_t>(ctx, 0, snap.keys, TensorShape({n}));
-    CopyOut<float>(ctx, 1, snap.values, TensorShape({n, snap.dim}));
-    CopyOut<float>(ctx, 2, snap.slots, TensorShape({n, snap.dim * snap.num_slots}));
-    CopyOut<int64_t>(ctx, 3, snap.freq, TensorShape({n}));
-    CopyOut<int64_t>(ctx, 4, snap.last_step, TensorShape({n}));
-    CopyOut<float>(ctx, 5, snap.slot_init, TensorShape({snap.num_slots}));
+    WriteSnapshot(ctx, snap);
   }
 };
 
@@ -290,13 +295,7 @@ class TableExportDeltaOp : public TableOpKernel {
     core::TableSnapshot snap;
     std::vector<int64_t> removed;
     table.ExportDelta(since.scalar<int64_t>()(), &snap, &removed);
-    const int64_t n = static_cast<int64_t>(snap.keys.size());
-    CopyOut<int64_t>(ctx, 0, snap.keys, TensorShape({n}));
-    CopyOut<float>(ctx, 1, snap.values, TensorShape({n, snap.dim}));
-    CopyOut<float>(ctx, 2, snap.slots, TensorShape({n, snap.dim * snap.num_slots}));
-    CopyOut<int64_t>(ctx, 3, snap.freq, TensorShape({n}));
-    CopyOut<int64_t>(ctx, 4, snap.last_step, TensorShape({n}));
-    CopyOut<float>(ctx, 5, snap.slot_init, TensorShape({snap.num_slots}));
+    WriteSnapshot(ctx, snap);
     CopyOut<int64_t>(ctx, 6, removed, TensorShape({static_cast<int64_t>(removed.size())}));
   }
 };
