@@ -21,7 +21,7 @@ def test_two_ps_two_workers_train_and_checkpoint_every_shard(tmp_path):
     assert 0.5 < metrics["auc"] <= metrics["oracle_auc"]
     # The checkpoint holds every shard of the merged table (one per PS), with rows in each.
     ckpt = tf.train.latest_checkpoint(str(tmp_path))
-    assert ckpt.endswith("-120")
+    assert int(ckpt.rsplit("-", 1)[1]) >= 120   # async workers may overshoot by a step or two
     keys = {n: s for n, s in tf.train.list_variables(ckpt) if n.endswith("-keys")}
     assert len(keys) == 2 and all(s[0] > 0 for s in keys.values())
     for task in ("ps0", "ps1", "chief0", "worker0"):
