@@ -18,6 +18,18 @@ Status KeysVector(InferenceContext* c, int input, DimensionHandle* n) {
   return tensorflow::OkStatus();
 }
 
+// Outputs 0..5 of an export: keys [N], values [N, ?], slots [N, ?], freq [N], last_step [N],
+// slot_init [?].
+void SnapshotOutputs(InferenceContext* c) {
+  DimensionHandle n = c->UnknownDim();
+  c->set_output(0, c->Vector(n));
+  c->set_output(1, c->Matrix(n, InferenceContext::kUnknownDim));
+  c->set_output(2, c->Matrix(n, InferenceContext::kUnknownDim));
+  c->set_output(3, c->Vector(n));
+  c->set_output(4, c->Vector(n));
+  c->set_output(5, c->Vector(InferenceContext::kUnknownDim));
+}
+
 Status RowsOutput(InferenceContext* c) {
   DimensionHandle n;
   TF_RETURN_IF_ERROR(KeysVector(c, 1, &n));
@@ -184,13 +196,7 @@ REGISTER_OP("TfpsTableExport")
     .Output("last_step: int64")
     .Output("slot_init: float")
     .SetShapeFn([](InferenceContext* c) {
-      DimensionHandle n = c->UnknownDim();
-      c->set_output(0, c->Vector(n));
-      c->set_output(1, c->Matrix(n, InferenceContext::kUnknownDim));
-      c->set_output(2, c->Matrix(n, InferenceContext::kUnknownDim));
-      c->set_output(3, c->Vector(n));
-      c->set_output(4, c->Vector(n));
-      c->set_output(5, c->Vector(InferenceContext::kUnknownDim));
+      SnapshotOutputs(c);
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(
@@ -247,13 +253,7 @@ REGISTER_OP("TfpsTableExportDelta")
     .Output("slot_init: float")
     .Output("removed: int64")
     .SetShapeFn([](InferenceContext* c) {
-      DimensionHandle n = c->UnknownDim();
-      c->set_output(0, c->Vector(n));
-      c->set_output(1, c->Matrix(n, InferenceContext::kUnknownDim));
-      c->set_output(2, c->Matrix(n, InferenceContext::kUnknownDim));
-      c->set_output(3, c->Vector(n));
-      c->set_output(4, c->Vector(n));
-      c->set_output(5, c->Vector(InferenceContext::kUnknownDim));
+      SnapshotOutputs(c);
       c->set_output(6, c->Vector(InferenceContext::kUnknownDim));
       return tensorflow::OkStatus();
     })

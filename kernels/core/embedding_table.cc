@@ -84,12 +84,6 @@ void EmbeddingTable::EraseLocked(Shard* s, int64_t pos) {
   --s->size;
 }
 
-float* EmbeddingTable::NewRow(int64_t key) {
-  float* row = pool_->Allocate();
-  InitNewRow(key, row);
-  return row;
-}
-
 void EmbeddingTable::InitNewRow(int64_t key, float* row) const {
   InitRow(init_, key, dim_, row);
   InitSlotsAndMeta(row);

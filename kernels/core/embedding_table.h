@@ -154,7 +154,6 @@ class EmbeddingTable {
   static int64_t Find(const Shard& s, uint64_t h, int64_t key);  // slot index or -1
   void InsertLocked(Shard* s, uint64_t h, int64_t key, float* row);
   void EraseLocked(Shard* s, int64_t pos);
-  float* NewRow(int64_t key);  // allocated and initialised, freq=last_step=0
   void InitNewRow(int64_t key, float* row) const;  // initialiser values, slot init, zero meta
   void InitSlotsAndMeta(float* row) const;          // slot init, zero meta
   int64_t stride_floats() const { return dim_ * (1 + num_slots_) + 2; }

@@ -25,7 +25,7 @@ from tfps.embedding.initializers import init_spec
 from tfps.embedding.lookup import _lookup_flat, combine_sparse
 from tfps.embedding.options import EmbeddingOptions
 from tfps.embedding.variable import EmbeddingVariable, get_embedding_variable
-from tfps.ops.unique_partition import MAX_TAG, feature_tag
+from tfps.ops.unique_partition import MAX_TAG, feature_tag, feature_untag
 
 DEFAULT_SEED = 0x7F5A  # seed of feature tables whose initializer names none
 
@@ -171,10 +171,9 @@ def export_feature(feature):
     (exact for ids that were in [0, 2^48)), values [N, dim], slots, freq, last_step."""
     ev, tag = physical_table(feature)
     exported = ev.export()
-    mask = tf.equal(tf.bitwise.right_shift(exported["keys"], tf.constant(48, tf.int64)), tag)
+    mask, ids = feature_untag(exported["keys"], tag)
     out = {k: tf.boolean_mask(v, mask) for k, v in exported.items() if k not in ("keys", "slot_init")}
-    out["ids"] = tf.bitwise.bitwise_and(tf.boolean_mask(exported["keys"], mask),
-                                        tf.constant((1 << 48) - 1, tf.int64))
+    out["ids"] = ids
     return out
 
 
