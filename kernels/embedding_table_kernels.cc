@@ -236,12 +236,29 @@ Status ReadSnapshot(OpKernelContext* ctx, int64_t dim, core::TableSnapshot* snap
 class TableImportOp : public TableOpKernel {
  public:
   using TableOpKernel::TableOpKernel;
-  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
+  void ComputeOnResource(OpKernelContext* ctx, TableResource& res) override {
     core::TableSnapshot snap;
-    OP_REQUIRES_OK(ctx, ReadSnapshot(ctx, table.dim(), &snap));
+    OP_REQUIRES_OK(ctx, ReadSnapshot(ctx, res.table().dim(), &snap));
     std::string error;
-    OP_REQUIRES(ctx, table.Import(snap, &error),
+    OP_REQUIRES(ctx, res.table().Import(snap, &error),
                 errors::InvalidArgument(type_string(), ": ", error));
+    res.set_initialized();
+  }
+};
+
+class TableInitializeOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void ComputeOnResource(OpKernelContext*, TableResource& res) override { res.set_initialized(); }
+};
+
+class TableIsInitializedOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void ComputeOnResource(OpKernelContext* ctx, TableResource& res) override {
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<bool>()() = res.initialized();
   }
 };
 
@@ -377,6 +394,8 @@ TFPS_CPU_KERNEL("TfpsTableRemove", TableRemoveOp);
 TFPS_CPU_KERNEL("TfpsTableSize", TableSizeOp);
 TFPS_CPU_KERNEL("TfpsTableExport", TableExportOp);
 TFPS_CPU_KERNEL("TfpsTableImport", TableImportOp);
+TFPS_CPU_KERNEL("TfpsTableInitialize", TableInitializeOp);
+TFPS_CPU_KERNEL("TfpsTableIsInitialized", TableIsInitializedOp);
 TFPS_CPU_KERNEL("TfpsTableMemoryStats", TableMemoryStatsOp);
 TFPS_CPU_KERNEL("TfpsTableEvict", TableEvictOp);
 TFPS_CPU_KERNEL("TfpsTableExportDelta", TableExportDeltaOp);

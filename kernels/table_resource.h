@@ -3,6 +3,7 @@
 #ifndef TFPS_KERNELS_TABLE_RESOURCE_H_
 #define TFPS_KERNELS_TABLE_RESOURCE_H_
 
+#include <atomic>
 #include <string>
 
 #include "kernels/core/embedding_table.h"
@@ -20,9 +21,14 @@ class TableResource : public tensorflow::ResourceBase {
   }
   int64_t MemoryUsed() const override { return table_.Stats().bytes_reserved; }
   core::EmbeddingTable& table() { return table_; }
+  // Set by the init op or a checkpoint import. A table re-created empty on a restarted PS is
+  // not initialized until the chief restores it, so the session's ready_op waits for that.
+  bool initialized() const { return initialized_.load(std::memory_order_acquire); }
+  void set_initialized() { initialized_.store(true, std::memory_order_release); }
 
  private:
   core::EmbeddingTable table_;
+  std::atomic<bool> initialized_{false};
 };
 
 // Looks up the table behind input 0; the returned ref must be Unref()'d
@@ -40,11 +46,15 @@ class TableOpKernel : public tensorflow::OpKernel {
     TableResource* res = nullptr;
     OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
     tensorflow::core::ScopedUnref unref(res);
-    ComputeOnTable(ctx, res->table());
+    ComputeOnResource(ctx, *res);
   }
 
  protected:
-  virtual void ComputeOnTable(tensorflow::OpKernelContext* ctx, core::EmbeddingTable& table) = 0;
+  // Kernels that read or set the resource's own state (the initialized flag) override this.
+  virtual void ComputeOnResource(tensorflow::OpKernelContext* ctx, TableResource& res) {
+    ComputeOnTable(ctx, res.table());
+  }
+  virtual void ComputeOnTable(tensorflow::OpKernelContext*, core::EmbeddingTable&) {}
 };
 
 // Checks that `t` is a vector of keys.

@@ -221,6 +221,22 @@ checked against each other and against the table's dim (InvalidArgument names
 the mismatch); the number of slots comes from slot_init.
 )doc");
 
+REGISTER_OP("TfpsTableInitialize")
+    .Input("table: resource")
+    .SetShapeFn([](InferenceContext*) { return tensorflow::OkStatus(); })
+    .Doc(R"doc(
+Marks a fresh table initialized (its rows come from the initializer as keys
+arrive). A checkpoint import marks it too; until one of them runs,
+TfpsTableIsInitialized is false, which is how a session's ready_op sees a table
+that a restarted PS task re-created empty.
+)doc");
+
+REGISTER_OP("TfpsTableIsInitialized")
+    .Input("table: resource")
+    .Output("is_initialized: bool")
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc("Whether TfpsTableInitialize or TfpsTableImport has run on this table.");
+
 REGISTER_OP("TfpsTableEvict")
     .Input("table: resource")
     .Input("step: int64")

@@ -137,3 +137,38 @@ def test_truncated_checkpoint_file_is_a_clear_error(tmp_path):
             with pytest.raises((tf.errors.DataLossError, tf.errors.OutOfRangeError,
                                 tf.errors.InvalidArgumentError)):
                 saver.restore(s, prefix)
+
+
+def test_ready_op_waits_for_a_table_recreated_empty(tmp_path):
+    """A table re-created empty (as on a restarted PS) is reported by the Scaffold's ready_op
+    until the init op or a restore runs; the restore brings back every row."""
+    prefix = str(tmp_path / "model")
+    with tf.Graph().as_default():
+        ev, ids, w, train_op = _model()
+        export = ev.export()
+        init_variables = tf.compat.v1.global_variables_initializer()
+        scaffold = tf.compat.v1.train.Scaffold()
+        scaffold.finalize()
+
+        def rows(s):
+            exp = s.run(export)
+            order = np.argsort(exp["keys"])
+            return {k: v[order] for k, v in exp.items() if k != "slot_init"}
+
+        with tf.compat.v1.Session() as s:
+            assert {b"emb/shard_0:0", b"emb/shard_1:0"} <= set(s.run(scaffold.ready_op))
+            s.run(scaffold.init_op)
+            assert s.run(scaffold.ready_op).size == 0
+            for t in range(3):
+                s.run(train_op, {ids: KEYS[t:]})
+            scaffold.saver.save(s, prefix)
+            saved = rows(s)
+        with tf.compat.v1.Session() as s:   # a fresh session: fresh, empty tables
+            s.run(init_variables)           # variables alone do not make the model ready
+            assert sorted(s.run(scaffold.ready_op)) == [b"emb/shard_0:0", b"emb/shard_1:0"]
+            scaffold.saver.restore(s, prefix)
+            assert s.run(scaffold.ready_op).size == 0
+            restored = rows(s)
+    assert len(saved["keys"]) == len(KEYS)
+    for k in saved:
+        np.testing.assert_array_equal(restored[k], saved[k], err_msg=k)

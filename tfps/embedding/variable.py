@@ -1,13 +1,29 @@
 """EmbeddingVariable: a dynamic hash-table embedding, sharded over k tables."""
 import dataclasses
+import logging
 import weakref
 
 import tensorflow as tf
+from tensorflow.python.ops import resources
 
 from tfps.embedding import initializers
 from tfps.embedding.options import EmbeddingOptions
 from tfps.embedding.saveable import TableSaveable
 from tfps.ops import embedding_table as table_ops
+
+
+class _ResourceCollectionWarningFilter(logging.Filter):
+    """Drops MetaGraph export's warning about the RESOURCES collection.
+
+    Tables register there (resources.register_resource, as TF's BoostedTrees does) so that a
+    session's ready_op waits for them; the collection's tuples have no proto, so every
+    checkpoint save would warn that it skipped them."""
+
+    def filter(self, record):
+        return not record.getMessage().startswith("Issue encountered when serializing resources")
+
+
+tf.get_logger().addFilter(_ResourceCollectionWarningFilter())
 
 # graph -> {full name: EmbeddingVariable}, in creation order. Kept off the graph's collections
 # so that exporting a MetaGraph does not try to serialize Python objects.
@@ -80,6 +96,11 @@ class EmbeddingVariable:
                                             admit_min_count=self.options.admit_min_count, name=f"shard_{i}")
             self.handles.append(handle)
             self.saveables.append(TableSaveable(handle, shard_name))
+            # Scaffold's default init_op initializes registered resources and its ready_op
+            # reports uninitialized ones: after a PS restart, workers wait for the restore.
+            with tf.compat.v1.get_default_graph().colocate_with(handle.op):
+                resources.register_resource(handle, table_ops.table_initialize(handle),
+                                            table_ops.table_is_initialized(handle))
         self.records = []
 
     # -- lookups -------------------------------------------------------------------------

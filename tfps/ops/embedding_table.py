@@ -11,7 +11,7 @@ _INITIALIZERS = ("zeros", "constant", "uniform", "normal", "truncated_normal")
 for _op in ("TfpsTableHandle", "TfpsTableFind", "TfpsTableLookupUnique", "TfpsTableAssign", "TfpsScatterAddRows",
             "TfpsTableRemove", "TfpsTableSize", "TfpsTableExport", "TfpsTableImport",
             "TfpsTableMemoryStats", "TfpsTableEvict", "TfpsTableExportDelta", "TfpsTableImportDelta",
-            "TfpsTableResetRemoved"):
+            "TfpsTableResetRemoved", "TfpsTableInitialize", "TfpsTableIsInitialized"):
     tf.no_gradient(_op)
 
 
@@ -23,6 +23,16 @@ def table_handle(dim, initializer="zeros", init_a=0.0, init_b=0.0, seed=0, share
     return load().tfps_table_handle(dim=int(dim), initializer=initializer, init_a=float(init_a),
                                     init_b=float(init_b), seed=int(seed), shared_name=shared_name,
                                     container=container, admit_min_count=int(admit_min_count), name=name)
+
+
+def table_initialize(table, name=None):
+    """Marks a fresh table initialized (an import marks it too). Returns the op."""
+    return load().tfps_table_initialize(table, name=name)
+
+
+def table_is_initialized(table, name=None):
+    """bool scalar: whether table_initialize or an import has run on the table."""
+    return load().tfps_table_is_initialized(table, name=name)
 
 
 def table_find(table, keys, insert=True, missing_zeros=False, counts=None, name=None):
