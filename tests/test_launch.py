@@ -1,31 +1,52 @@
 """`tfps launch`: real PS/worker processes on loopback (small config, bounded time)."""
 import json
+import os
+import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 
+import numpy as np
 import tensorflow as tf
 
 from tfps.cluster.launch import cluster_spec
 
 
-def test_two_ps_two_workers_train_and_checkpoint_every_shard(tmp_path):
-    sets = ["train.steps=120", "train.batch_size=256", "train.log_every_steps=40", "eval.examples=2000",
-            "model.hidden_units=[16]", "data.vocab_max=5000", "train.save_checkpoints_steps=60",
-            f"model_dir={tmp_path}"]
-    out = subprocess.run([sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml",
-                          "--ps", "2", "--workers", "2"] + [a for s in sets for a in ("--set", s)],
+SMALL = ["train.batch_size=256", "train.log_every_steps=100", "eval.examples=2000", "model.hidden_units=[16]",
+         "data.vocab_max=5000"]
+
+
+def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path):
+    """train_and_evaluate on 2 PS + chief + worker + evaluator against `tfps train` in one process,
+    same data stream and step budget."""
+    sets = SMALL + ["train.steps=800", "train.save_checkpoints_steps=400", "eval.examples=20000"]
+    args = [a for s in sets for a in ("--set", s)]
+    single = subprocess.run([sys.executable, "-m", "tfps.cli", "train", "--config", "configs/demo.yaml", *args,
+                             "--set", f"model_dir={tmp_path / 'single'}"], capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr[-3000:]
+    single = json.loads(single.stdout.strip().splitlines()[-1])
+    out = subprocess.run([sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml", "--ps", "2",
+                          "--workers", "2", "--evaluator", *args, "--set", f"model_dir={tmp_path / 'cluster'}"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     metrics = json.loads(out.stdout.strip().splitlines()[-1])
     assert metrics["task"] == "chief:0" and metrics["cluster"] == {"chief": 1, "ps": 2, "worker": 1}
-    assert 0.5 < metrics["auc"] <= metrics["oracle_auc"]
+    assert abs(metrics["auc"] - single["auc"]) <= 0.01, (metrics["auc"], single["auc"])
+    assert metrics["oracle_auc"] == single["oracle_auc"]   # the same eval sample
+    # Both trainers took part, and the evaluator scored the last checkpoint.
+    tasks = metrics["tasks"]
+    assert tasks["chief0"]["local_steps"] > 0 and tasks["worker0"]["local_steps"] > 0
+    assert tasks["evaluator0"]["global_step"] >= 800 and abs(tasks["evaluator0"]["auc"] - metrics["auc"]) < 0.01
+    assert metrics["traffic_per_step"]["recv_tensor_rpcs"] > 0 and metrics["traffic_per_step"]["tasks"] == 3
     # The checkpoint holds every shard of the merged table (one per PS), with rows in each.
-    ckpt = tf.train.latest_checkpoint(str(tmp_path))
-    assert int(ckpt.rsplit("-", 1)[1]) >= 120   # async workers may overshoot by a step or two
+    ckpt = tf.train.latest_checkpoint(str(tmp_path / "cluster"))
+    assert int(ckpt.rsplit("-", 1)[1]) >= 800   # async workers may overshoot by a step or two
     keys = {n: s for n, s in tf.train.list_variables(ckpt) if n.endswith("-keys")}
     assert len(keys) == 2 and all(s[0] > 0 for s in keys.values())
-    for task in ("ps0", "ps1", "chief0", "worker0"):
-        assert (tmp_path / "logs" / f"{task}.log").exists()
+    for task in ("ps0", "ps1", "chief0", "worker0", "evaluator0"):
+        assert (tmp_path / "cluster" / "logs" / f"{task}.log").exists()
 
 
 def test_bad_launches_fail_clearly(tmp_path):
@@ -41,3 +62,112 @@ def test_cluster_spec_uses_distinct_free_ports():
     spec = cluster_spec(2, 3)
     addresses = spec["chief"] + spec["ps"] + spec["worker"]
     assert len(set(addresses)) == 5 and len(spec["worker"]) == 2 and len(spec["ps"]) == 2
+
+
+def _launch(tmp_path, sets, *extra):
+    sets = SMALL + sets + [f"model_dir={tmp_path}"]
+    return subprocess.Popen([sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml", "--ps", "2",
+                             "--workers", "2", *extra] + [a for s in sets for a in ("--set", s)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(predicate, what, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _checkpoint_steps(model_dir):
+    return sorted(int(p.name[len("model.ckpt-"):-len(".index")]) for p in model_dir.glob("model.ckpt-*.index"))
+
+
+def _kill(model_dir, task):
+    pid = int((model_dir / "logs" / f"{task}.pid").read_text())
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def _table_rows(checkpoint):
+    """{key: (freq, values, slots)} over every shard of the merged table in a checkpoint."""
+    reader = tf.train.load_checkpoint(checkpoint)
+    prefixes = {n[:-len("-keys")] for n in reader.get_variable_to_shape_map() if n.endswith("-keys")}
+    rows = {}
+    for p in prefixes:
+        keys, freq, values, slots = (reader.get_tensor(f"{p}-{part}") for part in ("keys", "freq", "values", "slots"))
+        rows.update({int(k): (int(f), v, s) for k, f, v, s in zip(keys, freq, values, slots)})
+    return rows
+
+
+def test_killed_ps_and_worker_are_restarted_and_every_restored_key_survives(tmp_path):
+    job = _launch(tmp_path, ["train.steps=2400", "train.save_checkpoints_steps=200", "train.keep_checkpoint_max=100"],
+                  "--max-restarts", "2")
+    try:
+        _wait_for(lambda: [s for s in _checkpoint_steps(tmp_path) if s >= 200], "a checkpoint past step 200")
+        _kill(tmp_path, "ps1")
+        chief_log = tmp_path / "logs" / "chief0.log"
+        _wait_for(lambda: "session re-created after a task failure" in chief_log.read_text(), "the chief's recovery")
+        _kill(tmp_path, "worker0")
+        out, err = job.communicate(timeout=300)
+    finally:
+        job.kill()
+    assert job.returncode == 0, out[-3000:] + err[-3000:]
+    metrics = json.loads(out.strip().splitlines()[-1])
+    assert metrics["restarts"] == {"ps1": 1, "worker0": 1}
+    assert metrics["tasks"]["worker0"]["local_steps"] > 0   # the restarted worker trained
+    assert "[ps1] exited -9: restarting it (1 of 2 restarts)" in out
+    # The checkpoint the chief restored after the PS came back: its last restore before the
+    # "re-created" line.
+    log = chief_log.read_text()
+    restored = re.findall(r"Restoring parameters from (\S+)", log[:log.index("session re-created")])[-1]
+    final = tf.train.latest_checkpoint(str(tmp_path))
+    assert int(final.rsplit("-", 1)[1]) >= 2400 > int(restored.rsplit("-", 1)[1])
+    before, after = _table_rows(restored), _table_rows(final)
+    assert len(before) > 1000 and not set(before) - set(after)   # every restored key is still there
+    unchanged = 0
+    for key, (freq, values, slots) in before.items():
+        freq_after, values_after, slots_after = after[key]
+        # freq counts updates: it never goes back, so no restored row was lost or re-initialized
+        assert freq_after >= freq, key
+        assert np.all(slots_after >= slots - 1e-6), key   # Adagrad accumulators only grow
+        if freq_after == freq:                             # never updated since: the restored value
+            unchanged += 1
+            np.testing.assert_array_equal(values_after, values)
+            np.testing.assert_array_equal(slots_after, slots)
+    assert unchanged > 0
+
+
+def test_restarts_are_bounded(tmp_path):
+    job = _launch(tmp_path, ["train.steps=100000"], "--max-restarts", "0")
+    try:
+        _wait_for(lambda: (tmp_path / "logs" / "ps0.pid").exists() and
+                  "training to global step" in (tmp_path / "logs" / "chief0.log").read_text(), "the job to start")
+        _kill(tmp_path, "ps0")
+        out, err = job.communicate(timeout=120)
+    finally:
+        job.kill()
+    assert job.returncode == 1, out[-2000:]
+    assert "ps0 exited -9 and the job has used its 0 restart(s) (--max-restarts)" in out
+
+
+def test_bad_cluster_configs_fail_clearly(tmp_path):
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    busy = f"127.0.0.1:{taken.getsockname()[1]}"
+    spec = cluster_spec(1, 1)
+    cases = (({"cluster": {**spec, "ps": [busy]}, "task": {"type": "ps", "index": 0}}, f"cannot listen on {busy}"),
+             ({"cluster": {"chief": spec["chief"]}, "task": {"type": "chief", "index": 0}}, "no 'ps' tasks"),
+             ({"cluster": {**spec, "trainer": ["127.0.0.1:1"]}, "task": {"type": "ps", "index": 0}},
+              "unknown task type 'trainer'"))
+    try:
+        for tf_config, message in cases:
+            out = subprocess.run([sys.executable, "-m", "tfps.cli", "train", "--config", "configs/demo.yaml",
+                                  "--set", f"model_dir={tmp_path}"], env=dict(os.environ, TF_CONFIG=json.dumps(tf_config)),
+                                 capture_output=True, text=True, timeout=120)
+            assert out.returncode == 2 and message in out.stderr, (message, out.stderr[-2000:])
+    finally:
+        taken.close()

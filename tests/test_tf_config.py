@@ -18,6 +18,8 @@ def test_good_config(monkeypatch):
     assert parse_tf_config(_config({"type": "chief", "index": 0})).is_chief
     no_chief = {k: v for k, v in CLUSTER.items() if k != "chief"}
     assert parse_tf_config(_config({"type": "worker", "index": 0}, no_chief)).is_chief
+    evaluator = parse_tf_config(_config({"type": "evaluator", "index": 0}))   # outside the cluster spec
+    assert (evaluator.task_type, evaluator.is_chief, evaluator.num_ps) == ("evaluator", False, 2)
     monkeypatch.delenv("TF_CONFIG", raising=False)
     assert parse_tf_config() is None
     monkeypatch.setenv("TF_CONFIG", _config({"type": "worker", "index": 0}))
@@ -31,7 +33,8 @@ def test_good_config(monkeypatch):
     (_config({"type": "ps", "index": 0}, {**CLUSTER, "ps": ["localhost"]}), r"cluster.ps\[0\] must be 'host:port'"),
     (_config({"type": "ps", "index": 0}, {**CLUSTER, "ps": ["h:99999"]}), "bad host or port"),
     (_config({"type": "ps", "index": 0}, {**CLUSTER, "ps": ["127.0.0.1:2222"]}), "given to both chief"),
-    (_config({"type": "evaluator", "index": 0}), "task.type 'evaluator' is not a task type"),
+    (_config({"type": "evaluator", "index": 1}), "index of the evaluator must be 0"),
+    (_config({"type": "trainer", "index": 0}), "task.type 'trainer' is not a task type"),
     (_config({"type": "ps", "index": 2}), "task.index 2 is out of range for 2 ps"),
     (json.dumps({"cluster": CLUSTER}), "needs a 'task'"),
 ])

@@ -21,7 +21,8 @@ def _train(args):
             raise ConfigError("training on a cluster (TF_CONFIG) needs model_dir shared by all tasks")
         from tfps.estimator.cluster_runner import run_task
         metrics = run_task(cfg, cluster)
-        if metrics is None:
+        if "auc" not in metrics or "oracle_auc" not in metrics:   # a worker's rate, the evaluator's metrics
+            print(json.dumps(metrics), flush=True)
             return 0
     else:
         from tfps.estimator.runner import run
@@ -68,11 +69,12 @@ def _inspect(args):
 def _launch(args):
     from tfps.cluster.launch import launch
     from tfps.config import load_config
-    cfg = load_config(args.config, args.set)   # fail here, before starting any process
-    if args.protocol != "grpc":
-        raise ValueError(f"tfps launch: protocol {args.protocol!r} needs a TensorFlow build with that "
-                         f"transport; this TensorFlow has only grpc")
-    return launch(args.config, args.set, args.ps, args.workers, model_dir=cfg.model_dir)
+    overrides = list(args.set) + ([f"cluster.protocol={args.protocol}"] if args.protocol else [])
+    cfg = load_config(args.config, overrides)   # fail here, before starting any process
+    from tfps.cluster.tf_config import check_protocol
+    check_protocol(cfg.cluster.protocol)
+    return launch(args.config, overrides, args.ps, args.workers, model_dir=cfg.model_dir, evaluator=args.evaluator,
+                  max_restarts=args.max_restarts, host=cfg.cluster.host)
 
 
 def main(argv=None):
@@ -94,7 +96,13 @@ def main(argv=None):
     lau.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     lau.add_argument("--ps", type=int, default=2, help="parameter server tasks")
     lau.add_argument("--workers", type=int, default=2, help="worker tasks, the chief included")
-    lau.add_argument("--protocol", default="grpc", help="grpc (grpc+verbs needs a TF build with verbs)")
+    lau.add_argument("--protocol", help="server protocol, default cluster.protocol of the config (grpc); "
+                                         "grpc+verbs needs a TF build with verbs")
+    lau.add_argument("--evaluator", action="store_true",
+                     help="also run an evaluator task that evaluates each new checkpoint")
+    lau.add_argument("--max-restarts", type=int, default=3,
+                     help="how many times in all a dead task (ps, worker, chief, evaluator) is restarted "
+                          "before the job fails")
     lau.set_defaults(fn=_launch)
     ins = sub.add_parser("inspect", help="per table of a checkpoint: rows, bytes, top ids by frequency")
     ins.add_argument("checkpoint", help="checkpoint prefix or model directory")

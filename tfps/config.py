@@ -43,6 +43,13 @@ class TrainConfig:
 class EvalConfig:
     examples: int = 100_000
     batch_size: int = 4096
+    throttle_secs: int = 10              # cluster evaluator: at most one evaluation this often
+
+
+@dataclasses.dataclass
+class ClusterSection:
+    protocol: str = "grpc"               # TF server protocol; grpc+verbs only where TF has that plugin
+    host: str = "127.0.0.1"              # tfps launch binds every task here (TF's gRPC has no authentication)
 
 
 @dataclasses.dataclass
@@ -52,6 +59,7 @@ class JobConfig:
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    cluster: ClusterSection = dataclasses.field(default_factory=ClusterSection)
 
 
 def _coerce(value, tp, where):
@@ -135,6 +143,9 @@ def validate(cfg):
         (cfg.train.evict_every_steps is None or cfg.train.evict_every_steps > 0,
          "train.evict_every_steps must be > 0"),
         (cfg.eval.examples > 0 and cfg.eval.batch_size > 0, "eval.examples and eval.batch_size must be > 0"),
+        (cfg.eval.throttle_secs >= 0, "eval.throttle_secs must be >= 0"),
+        (cfg.cluster.protocol in ("grpc", "grpc+verbs", "grpc+mpi", "grpc+gdr"),
+         f"cluster.protocol must be grpc, grpc+verbs, grpc+mpi or grpc+gdr, got {cfg.cluster.protocol!r}"),
     ]
     for ok, msg in checks:
         if not ok:

@@ -1,10 +1,17 @@
 """`tfps launch`: a real PS/worker cluster on this machine, one process per task.
 
 Each task is `python -m tfps.cli train` with its own TF_CONFIG (gRPC servers on free loopback
-ports); logs go to MODEL_DIR/logs/<task>.log. While the job runs, one status line per task is
-printed every few seconds. When the chief exits every other task is stopped, and the launcher
-exits with the chief's code after printing the chief's last line (its JSON metrics).
-Ctrl-C stops every task.
+ports); logs go to MODEL_DIR/logs/<task>.log, the task's current pid to <task>.pid. While the job runs, one status line per task is
+printed every few seconds.
+
+A task that dies (a PS or worker killed, a crash) is started again with the same TF_CONFIG and
+address: the PS comes back empty, the chief restores the latest checkpoint into it and the
+workers carry on. At most `max_restarts` restarts happen in the whole job; one more failure
+stops the job with a message naming the task and its log.
+
+When the chief exits, the other trainers and the evaluator get a grace period to finish on
+their own, then every task is stopped; the launcher exits with the chief's code after printing
+the chief's last line (its JSON metrics) with a per-task summary added. Ctrl-C stops every task.
 """
 import json
 import os
@@ -14,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+GRACE_SECS = 120.0   # after the chief exits, how long the other workers and the evaluator may run on
 
 
 def free_ports(n, host="127.0.0.1"):
@@ -38,69 +47,155 @@ def cluster_spec(num_ps, num_workers, host="127.0.0.1"):
     return spec
 
 
-def _last_line(path):
+def _last_line(path, json_only=False):
+    """The last line of a log (the last JSON object line with json_only), or ''."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 4096))
+            f.seek(max(0, f.tell() - 16384))
             lines = f.read().decode(errors="replace").strip().splitlines()
-        return lines[-1] if lines else ""
     except OSError:
         return ""
+    if json_only:
+        lines = [line for line in lines if line.startswith("{") and line.endswith("}")]
+    return lines[-1] if lines else ""
 
 
-def launch(config, overrides, num_ps, num_workers, model_dir=None, status_every=5.0, printer=print):
-    """Runs the job; returns the chief's exit code."""
+class _Task:
+    """One process of the job, restartable with the same TF_CONFIG and log file."""
+
+    def __init__(self, task_type, index, args, spec, log_dir):
+        self.type, self.index, self.name = task_type, index, f"{task_type}{index}"
+        self.log_path = os.path.join(log_dir, f"{self.name}.log")
+        self._args = args
+        self._env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": spec,
+                                                           "task": {"type": task_type, "index": index}}))
+        self._log = open(self.log_path, "w")
+        self.restarts = 0
+        self.proc = None
+
+    def start(self):
+        if self.proc is not None:
+            self.restarts += 1
+            self._log.write(f"\n==== tfps launch: restart {self.restarts} of {self.name} "
+                            f"(the last run exited {self.proc.returncode}) ====\n")
+            self._log.flush()
+        self.proc = subprocess.Popen(self._args, env=self._env, stdout=self._log, stderr=subprocess.STDOUT)
+        with open(self.log_path[:-len(".log")] + ".pid", "w") as f:   # for operators' tools
+            f.write(f"{self.proc.pid}\n")
+
+    @property
+    def state(self):
+        code = self.proc.poll()
+        return "running" if code is None else f"exited {code}"
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def reap(self, timeout=10):
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=False, max_restarts=3,
+           host="127.0.0.1", status_every=5.0, printer=print):
+    """Runs the job; returns the chief's exit code (1 when restarts ran out)."""
     if num_ps < 1:
         raise ValueError(f"tfps launch: --ps must be >= 1 (embedding tables live on PS tasks), got {num_ps}")
     if num_workers < 1:
         raise ValueError(f"tfps launch: --workers must be >= 1, got {num_workers}")
+    if max_restarts < 0:
+        raise ValueError(f"tfps launch: --max-restarts must be >= 0, got {max_restarts}")
     model_dir = model_dir or tempfile.mkdtemp(prefix="tfps_cluster_")
     log_dir = os.path.join(model_dir, "logs")
     os.makedirs(log_dir, exist_ok=True)
-    spec = cluster_spec(num_ps, num_workers)
-    tasks = [(t, i) for t in ("ps", "chief", "worker") for i in range(len(spec.get(t, [])))]
+    spec = cluster_spec(num_ps, num_workers, host)
     args = [sys.executable, "-m", "tfps.cli", "train"] + (["--config", config] if config else [])
     for item in list(overrides) + [f"model_dir={model_dir}"]:
         args += ["--set", item]
-    procs = {}
-    printer(f"launching {num_ps} ps + {num_workers} worker(s) (chief included) on loopback; "
-            f"model_dir {model_dir}; logs in {log_dir}", flush=True)
+    names = [(t, i) for t in ("ps", "chief", "worker") for i in range(len(spec.get(t, [])))]
+    names += [("evaluator", 0)] if evaluator else []
+    tasks = [_Task(t, i, args, spec, log_dir) for t, i in names]
+    chief = next(t for t in tasks if t.type == "chief")
+    printer(f"launching {num_ps} ps + {num_workers} worker(s) (chief included)"
+            f"{' + an evaluator' if evaluator else ''} on {host}; model_dir {model_dir}; logs in {log_dir}; "
+            f"at most {max_restarts} restart(s)", flush=True)
+    restarts, failure, code = 0, None, 1   # code: the chief's, or 1 when the job fails
     try:
-        for task_type, index in tasks:
-            env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": spec,
-                                                          "task": {"type": task_type, "index": index}}))
-            log = open(os.path.join(log_dir, f"{task_type}{index}.log"), "w")
-            procs[(task_type, index)] = (subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT), log)
-        chief = procs[("chief", 0)][0]
+        for t in tasks:
+            t.start()
         last_status = time.time()
-        while chief.poll() is None:
+        while True:
             time.sleep(0.5)
+            if chief.proc.poll() == 0:
+                break
+            for t in tasks:
+                rc = t.proc.poll()
+                if rc is None or (rc == 0 and t.type != "ps"):
+                    continue
+                if restarts >= max_restarts:
+                    failure = (f"tfps launch: {t.name} exited {rc} and the job has used its {max_restarts} "
+                               f"restart(s) (--max-restarts); stopping the job. See {t.log_path}")
+                    code = rc if t is chief and rc > 0 else 1
+                    break
+                restarts += 1
+                printer(f"[{t.name}] exited {rc}: restarting it ({restarts} of {max_restarts} restarts)", flush=True)
+                t.start()
+            if failure:
+                break
             if time.time() - last_status >= status_every:
                 last_status = time.time()
-                for (task_type, index), (proc, _) in procs.items():
-                    state = "running" if proc.poll() is None else f"exited {proc.returncode}"
-                    line = _last_line(os.path.join(log_dir, f"{task_type}{index}.log"))[:100]
-                    printer(f"[{task_type}{index}] {state}: {line}", flush=True)
-        code = chief.returncode
+                for t in tasks:
+                    printer(f"[{t.name}] {t.state}: {_last_line(t.log_path)[:110]}", flush=True)
+        if failure is None:
+            code = 0
+            _wait_for_others(tasks, printer)
     except KeyboardInterrupt:
         printer("interrupted: stopping every task", flush=True)
         code = 130
     finally:
-        for proc, log in procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc, log in procs.values():
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            log.close()
-    for task_type, index in tasks:
-        proc = procs[(task_type, index)][0]
-        if task_type != "ps" and proc.returncode not in (0, -signal.SIGTERM):
-            printer(f"[{task_type}{index}] exited {proc.returncode}; see {log_dir}/{task_type}{index}.log",
-                    flush=True)
-    printer(_last_line(os.path.join(log_dir, "chief0.log")), flush=True)
+        for t in tasks:
+            t.stop()
+        for t in tasks:
+            t.reap()
+    if failure:
+        printer(failure, flush=True)
+        return code
+    final = _last_line(chief.log_path, json_only=True)
+    if code == 0 and final:
+        metrics = json.loads(final)
+        metrics["tasks"] = {t.name: _summary(t) for t in tasks if t.type != "ps"}
+        metrics["restarts"] = {t.name: t.restarts for t in tasks if t.restarts}
+        for name, s in metrics["tasks"].items():
+            printer(f"[{name}] " + ", ".join(f"{k} {v}" for k, v in s.items() if k != "task"), flush=True)
+        final = json.dumps(metrics)
+    printer(final or _last_line(chief.log_path), flush=True)
     return code
+
+
+def _wait_for_others(tasks, printer):
+    """After the chief's success: lets the other workers and the evaluator finish (bounded)."""
+    others = [t for t in tasks if t.type in ("worker", "evaluator")]
+    deadline = time.time() + GRACE_SECS
+    while time.time() < deadline and any(t.proc.poll() is None for t in others):
+        time.sleep(0.5)
+    for t in others:
+        if t.proc.poll() is None:
+            printer(f"[{t.name}] still running {GRACE_SECS:.0f} s after the chief finished: stopping it", flush=True)
+        elif t.proc.returncode != 0:
+            printer(f"[{t.name}] exited {t.proc.returncode}; see {t.log_path}", flush=True)
+
+
+def _summary(task):
+    line = _last_line(task.log_path, json_only=True)
+    try:
+        metrics = json.loads(line) if line else {}
+    except json.JSONDecodeError:
+        metrics = {}
+    keep = ("local_steps", "task_examples_per_sec", "global_step", "auc", "loss")
+    return {k: metrics[k] for k in keep if k in metrics} or {"state": task.state}

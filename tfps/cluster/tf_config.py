@@ -69,6 +69,11 @@ def parse_tf_config(text=None):
     if not isinstance(task, dict):
         raise ClusterConfigError("TF_CONFIG needs a 'task' mapping with 'type' and 'index'")
     task_type, index = task.get("type"), task.get("index", 0)
+    if task_type == "evaluator" and "evaluator" not in cluster:
+        # The evaluator stays outside the cluster spec (it reads checkpoints, joins no server).
+        if index != 0:
+            raise ClusterConfigError(f"TF_CONFIG task.index of the evaluator must be 0, got {index!r}")
+        return ClusterConfig(cluster, task_type, index)
     if task_type not in cluster:
         raise ClusterConfigError(f"TF_CONFIG task.type {task_type!r} is not a task type of the cluster "
                                  f"({', '.join(cluster)})")
@@ -76,3 +81,20 @@ def parse_tf_config(text=None):
         raise ClusterConfigError(f"TF_CONFIG task.index {index!r} is out of range for {len(cluster[task_type])} "
                                  f"{task_type} task(s)")
     return ClusterConfig(cluster, task_type, index)
+
+
+def check_protocol(protocol):
+    """Raises ClusterConfigError unless this TensorFlow can start a server with `protocol`
+    (TF 2.15 wheels have only grpc; grpc+verbs and friends need a TF built with them)."""
+    if protocol == "grpc":
+        return
+    import tensorflow as tf
+    from tfps.cluster.launch import free_ports
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    try:
+        tf.distribute.Server(tf.train.ClusterSpec({"probe": [address]}), job_name="probe", task_index=0,
+                             protocol=protocol, start=False)
+    except (tf.errors.NotFoundError, tf.errors.UnimplementedError, tf.errors.InvalidArgumentError):
+        raise ClusterConfigError(f"cluster.protocol {protocol!r} needs a TensorFlow build with that transport; "
+                                 f"this TensorFlow {tf.__version__} registers no server for it. "
+                                 f"Use protocol grpc") from None

@@ -1,69 +1,198 @@
 """One task of a PS/worker cluster described by TF_CONFIG (what `tfps train` runs under
-`tfps launch`, a TFJob or any scheduler).
+`tfps launch`, a TFJob or any scheduler), through tf.estimator.train_and_evaluate.
 
-ps:            a tf.distribute.Server over gRPC that holds variables and tables, until killed.
-chief, worker: a server of their own, then Estimator.train with variables and table shards
-               placed over the PS tasks by size (tfps.cluster.replica_device_setter); async
-               training to the shared global step. The chief writes checkpoints, and at the end
-               scores the eval sample from the last checkpoint and returns the metrics.
+ps:            a tf.distribute.Server over gRPC that holds variables and table shards, until killed.
+chief, worker: a server of their own, then asynchronous training to the shared global step, with
+               variables and table shards placed over the PS tasks by size
+               (tfps.cluster.replica_device_setter). The chief writes checkpoints and, at the end,
+               scores the eval sample from the last checkpoint.
+evaluator:     outside the cluster; evaluates each new checkpoint until the last one.
+
+If a PS task dies and comes back (tfps launch restarts it), the sessions of the chief and the
+workers fail with Aborted/Unavailable and MonitoredTrainingSession re-creates them: the chief
+restores the latest checkpoint (tables included) and the workers wait until the model is ready
+again, tables included (they register as resources with an initialized flag).
 """
 import dataclasses
+import functools
+import json
+import logging
 import os
+import socket
 import time
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.training import session_manager
 
 from tfps.cluster.placement import LoadBalancedStrategy, replica_device_setter
+from tfps.cluster.tf_config import ClusterConfigError, check_protocol
 from tfps.data.synthetic import SyntheticCriteo, auc
-from tfps.estimator.hooks import ProgressHook
+from tfps.estimator.hooks import ProgressHook, StepStatsHook
 from tfps.estimator.runner import eval_set, make_estimator, train_input_fn
+
+# Seconds between a waiting worker's checks that the chief has initialized or restored the model.
+READY_POLL_SECS = 1.0
+
+
+def _poll_ready_every(seconds):
+    """Makes SessionManager check model readiness every `seconds` instead of 30.
+
+    MonitoredTrainingSession gives no way to set SessionManager's recovery_wait_secs, so a
+    worker that starts before the chief has initialized the model (or that waits for the chief's
+    restore after a PS restart) would otherwise sleep 30 s per check. Only cluster tasks (their
+    own processes) call this."""
+    init = session_manager.SessionManager.__init__
+    if getattr(init, "_tfps_poll_secs", None) is not None:
+        return
+
+    @functools.wraps(init)
+    def patched(self, *args, **kwargs):
+        if len(args) < 5:   # recovery_wait_secs is the 5th parameter
+            kwargs.setdefault("recovery_wait_secs", seconds)
+        init(self, *args, **kwargs)
+
+    patched._tfps_poll_secs = seconds
+    session_manager.SessionManager.__init__ = patched
+
+
+class _CheckpointEvents(logging.Filter):
+    """Lets TF's own checkpoint lines through a logger otherwise kept at ERROR: which checkpoint
+    a (re-created) session restored and when the chief saves."""
+
+    def filter(self, record):
+        return record.levelno >= logging.ERROR or record.getMessage().startswith(
+            ("Restoring parameters from", "Saving checkpoints for"))
+
+
+def _check_address_free(cluster_config):
+    """A clear error when this task's host:port is taken, before TF's gRPC server tries it."""
+    address = cluster_config.cluster[cluster_config.task_type][cluster_config.task_index]
+    host, port = address.rsplit(":", 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, int(port)))
+        except OSError as e:
+            raise ClusterConfigError(f"TF_CONFIG {cluster_config.task_type}[{cluster_config.task_index}]: cannot "
+                                     f"listen on {address}: {e.strerror}") from None
+
+
+class _PrintEvalMetrics(tf.estimator.Exporter):
+    """An 'exporter' that exports nothing: it prints each evaluation's metrics as a JSON line."""
+
+    def __init__(self, printer):
+        self._print = printer
+        self.last = None
+
+    @property
+    def name(self):
+        return "print_metrics"
+
+    def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
+        self.last = {"task": "evaluator", "global_step": int(eval_result["global_step"]),
+                     "auc": round(float(eval_result["auc"]), 5), "loss": round(float(eval_result["loss"]), 5)}
+        self._print(json.dumps(self.last), flush=True)
+        return None
+
+
+class _RecoveryLog(tf.compat.v1.train.SessionRunHook):
+    """Says so when MonitoredTrainingSession re-creates the session after a task failed (the
+    chief's session creator has just restored the latest checkpoint and logged which)."""
+
+    def __init__(self, printer):
+        self._print = printer
+        self.sessions = 0
+
+    def begin(self):
+        self._gs = tf.compat.v1.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        self.sessions += 1
+        if self.sessions == 1:
+            return
+        self._print(f"session re-created after a task failure ({self.sessions - 1} so far); the model is "
+                    f"ready at global step {int(session.run(self._gs))}", flush=True)
+
+
+def _run_config(cfg, cluster_config, spec, strategy):
+    common = dict(model_dir=cfg.model_dir, save_checkpoints_steps=cfg.train.save_checkpoints_steps,
+                  save_checkpoints_secs=None, keep_checkpoint_max=cfg.train.keep_checkpoint_max,
+                  log_step_count_steps=None, protocol=cfg.cluster.protocol,
+                  experimental_max_worker_delay_secs=0)   # workers wait for readiness instead
+    if cluster_config.task_type in ("ps", "evaluator"):
+        return tf.estimator.RunConfig(**common)
+    device_fn = replica_device_setter(cluster=spec, ps_strategy=strategy,
+                                      worker_device=f"/job:{cluster_config.task_type}/task:{cluster_config.task_index}")
+    return tf.estimator.RunConfig(device_fn=device_fn, **common)
 
 
 def run_task(cfg, cluster_config, printer=print):
-    """Runs this task; returns the metrics dict on the chief, None elsewhere (ps never returns)."""
-    spec = tf.train.ClusterSpec(cluster_config.cluster)
-    job = cluster_config.task_type
-    server = tf.distribute.Server(spec, job_name=job, task_index=cluster_config.task_index, protocol="grpc",
-                                  start=True)
-    if job == "ps":
-        printer(f"ps {cluster_config.task_index} serving at {server.target}", flush=True)
-        server.join()
-        return None
+    """Runs this task through tf.estimator.train_and_evaluate.
+
+    Returns a metrics dict: the chief's final metrics (AUC of the last checkpoint, rates, traffic
+    per step), a worker's own rate, the evaluator's last evaluation. A PS never returns."""
+    job, index = cluster_config.task_type, cluster_config.task_index
     cluster_config.require_ps()
+    check_protocol(cfg.cluster.protocol)
+    if job != "evaluator":
+        _check_address_free(cluster_config)
     if cfg.model.num_shards == 1 and cluster_config.num_ps > 1:
         # One table shard per PS, so that placement can spread the tables.
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, num_shards=cluster_config.num_ps))
+    _poll_ready_every(READY_POLL_SECS)
+    if not any(isinstance(f, _CheckpointEvents) for f in tf.get_logger().filters):
+        tf.get_logger().setLevel(logging.INFO)
+        tf.get_logger().addFilter(_CheckpointEvents())
+    spec = tf.train.ClusterSpec(cluster_config.cluster)
     strategy = LoadBalancedStrategy(cluster_config.num_ps)
-    run_config = tf.estimator.RunConfig(
-        model_dir=cfg.model_dir, save_checkpoints_steps=cfg.train.save_checkpoints_steps, save_checkpoints_secs=None,
-        keep_checkpoint_max=cfg.train.keep_checkpoint_max, log_step_count_steps=None,
-        device_fn=replica_device_setter(cluster=spec, worker_device=f"/job:{job}/task:{cluster_config.task_index}",
-                                        ps_strategy=strategy))
-    est = make_estimator(cfg, run_config)
+    est = make_estimator(cfg, _run_config(cfg, cluster_config, spec, strategy))
     gen = SyntheticCriteo(cfg.data)
-    hook = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer)
-    # Each worker reads its own stretch of the synthetic stream.
-    first_batch = cluster_config.task_index * 10_000_000 + (0 if job in ("chief", "master") else 5_000_000)
+    # Trainers read interleaved batches: task k of W reads k, k + W, k + 2W, ... from where the
+    # latest checkpoint left off, so together they read the stream one process would.
+    trainers = [t for t in ("chief", "master", "worker") for _ in cluster_config.cluster.get(t, [])]
+    rank = index + (0 if job in ("chief", "master") else len(cluster_config.cluster.get("chief", [])))
+    start = int(tf.train.load_variable(cfg.model_dir, "global_step")) if est.latest_checkpoint() else 0
+    input_fn = train_input_fn(gen, cfg.train.batch_size, first_batch=start - start % len(trainers) + rank,
+                              stride=len(trainers))
+    progress = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer, task_rate=True)
+    traffic = StepStatsHook(after_local_steps=min(50, cfg.train.steps // 4), num_steps=5, printer=printer)
+    eval_data = functools.lru_cache(None)(lambda: eval_set(gen, cfg.eval.examples, cfg.eval.batch_size))
+    exporter = _PrintEvalMetrics(printer)
+    recovery = _RecoveryLog(printer)
+    train_spec = tf.estimator.TrainSpec(input_fn, max_steps=cfg.train.steps, hooks=[recovery, progress, traffic])
+    eval_spec = tf.estimator.EvalSpec(
+        lambda: tf.data.Dataset.from_tensor_slices(eval_data()[:2]).batch(cfg.eval.batch_size), steps=None,
+        exporters=[exporter], start_delay_secs=0, throttle_secs=cfg.eval.throttle_secs)
+    if job == "ps":
+        printer(f"ps {index} serving at {cluster_config.cluster['ps'][index]}", flush=True)
+    elif job != "evaluator":
+        printer(f"{job} {index}: training to global step {cfg.train.steps} from step {start}, "
+                f"batches {rank}, {rank + len(trainers)}, ... of the stream", flush=True)
     t0 = time.time()
-    est.train(train_input_fn(gen, cfg.train.batch_size, first_batch=first_batch), max_steps=cfg.train.steps,
-              hooks=[hook])
+    tf.estimator.train_and_evaluate(est, train_spec, eval_spec)
     seconds = time.time() - t0
+    if job == "evaluator":
+        return exporter.last or {"task": "evaluator", "global_step": None}
     printer("placement:\n" + strategy.table(), flush=True)
+    task = {"task": f"{job}:{index}", "local_steps": progress.local_steps, "sessions": recovery.sessions,
+            "task_examples_per_sec": _round(progress.task_examples_per_sec),
+            "examples_per_sec": _round(progress.examples_per_sec), "traffic_per_step": traffic.stats}
     if not cluster_config.is_chief:
-        return None
+        return task
     # Score the last checkpoint in this process: no cluster needed to predict, and a RunConfig
     # made while TF_CONFIG is set would join the cluster.
     os.environ.pop("TF_CONFIG", None)
-    local = make_estimator(dataclasses.replace(cfg))
-    features, labels, prob = eval_set(gen, cfg.eval.examples, cfg.eval.batch_size)
-    preds = local.predict(lambda: tf.data.Dataset.from_tensor_slices(features).batch(cfg.eval.batch_size),
-                          yield_single_examples=False)
+    features, labels, prob = eval_data()
+    preds = make_estimator(cfg).predict(
+        lambda: tf.data.Dataset.from_tensor_slices(features).batch(cfg.eval.batch_size), yield_single_examples=False)
     scores = np.concatenate([p["probabilities"] for p in preds])
-    return {"auc": round(auc(labels, scores), 5), "oracle_auc": round(auc(labels, prob), 5),
-            "examples_per_sec": round(hook.examples_per_sec, 1) if hook.examples_per_sec else None,
+    return {"auc": round(auc(labels, scores), 5), "oracle_auc": round(auc(labels, prob), 5), **task,
             # every worker's steps count in the shared global step
-            "examples_per_sec_overall": round(cfg.train.steps * cfg.train.batch_size / seconds, 1),
+            "examples_per_sec_overall": round((cfg.train.steps - start) * cfg.train.batch_size / seconds, 1),
             "steps": cfg.train.steps, "batch_size": cfg.train.batch_size, "train_seconds": round(seconds, 1),
-            "model_dir": cfg.model_dir, "task": f"{job}:{cluster_config.task_index}",
-            "cluster": {k: len(v) for k, v in cluster_config.cluster.items()}}
+            "model_dir": cfg.model_dir, "cluster": {k: len(v) for k, v in cluster_config.cluster.items()}}
+
+
+def _round(x):
+    return round(x, 1) if x else None

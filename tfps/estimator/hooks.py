@@ -8,15 +8,20 @@ LOSS_COLLECTION = "tfps_training_loss"
 
 
 class ProgressHook(tf.compat.v1.train.SessionRunHook):
-    """Prints `step N loss L examples/s X` every `every_n_steps` and keeps the overall rate.
+    """Prints `step N loss L examples/s X` each time the global step passes a multiple of
+    `every_n_steps`, and keeps the rates of the run.
 
-    The loss is the scalar a model_fn added to LOSS_COLLECTION.
-    examples_per_sec excludes the first logging window (graph warm-up).
+    The loss is the scalar a model_fn added to LOSS_COLLECTION. On a cluster the global step
+    counts every worker's steps: `examples/s` is the job's rate, and with task_rate=True the line
+    also gives this task's own (`this task Y`). Rates exclude the first logging window (graph
+    warm-up). After a session is re-created (a PS restarted) the windows start again.
     """
 
-    def __init__(self, batch_size, every_n_steps, printer=print):
-        self._batch, self._every, self._print = batch_size, every_n_steps, printer
-        self.examples_per_sec = None
+    def __init__(self, batch_size, every_n_steps, printer=print, task_rate=False):
+        self._batch, self._every, self._print, self._task_rate = batch_size, every_n_steps, printer, task_rate
+        self.examples_per_sec = None        # all workers (global steps)
+        self.task_examples_per_sec = None   # this task's own steps
+        self.local_steps = 0
         self.last_loss = None
 
     def begin(self):
@@ -28,34 +33,94 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         self._loss = losses[0]
 
     def after_create_session(self, session, coord):
-        self._start_step = session.run(self._gs)
-        self._t0 = self._tw = time.time()
-        self._w0 = self._start_step
+        step = int(session.run(self._gs))
+        # (global step, local steps, time) at the session start, the last log line and the last step
+        self._start = self._window = self._last = (step, self.local_steps, time.time())
         self._steady = None
+        self._logged = step // self._every
 
     def before_run(self, run_context):
         return tf.compat.v1.train.SessionRunArgs([self._gs, self._loss])
 
     def after_run(self, run_context, run_values):
         step, loss = run_values.results
-        step += 1
+        step = int(step) + 1
+        self.local_steps += 1
         self.last_loss = float(loss)
-        if step % self._every == 0:
-            now = time.time()
-            rate = (step - self._w0) * self._batch / max(now - self._tw, 1e-9)
-            self._print(f"step {step} loss {loss:.4f} examples/s {rate:.0f}", flush=True)
+        self._last = (step, self.local_steps, time.time())
+        if step // self._every > self._logged:
+            self._logged = step // self._every
+            global_rate, task_rate = self._rates(self._window, self._last)
+            line = f"step {step} loss {loss:.4f} examples/s {global_rate:.0f}"
+            self._print(line + (f" (this task {task_rate:.0f})" if self._task_rate else ""), flush=True)
             if self._steady is None:
-                self._steady = (step, now)
-            self._tw, self._w0 = now, step
-        self._last = (step, time.time())
+                self._steady = self._last
+            self._window = self._last
+
+    def _rates(self, a, b):
+        seconds = max(b[2] - a[2], 1e-9)
+        return (b[0] - a[0]) * self._batch / seconds, (b[1] - a[1]) * self._batch / seconds
 
     def end(self, session):
-        if self._steady is not None and self._last[0] > self._steady[0]:
-            step0, t0 = self._steady
-        else:
-            step0, t0 = self._start_step, self._t0
-        step, t = self._last
-        self.examples_per_sec = (step - step0) * self._batch / max(t - t0, 1e-9)
+        first = self._steady if self._steady is not None and self._last[1] > self._steady[1] else self._start
+        self.examples_per_sec, self.task_examples_per_sec = self._rates(first, self._last)
+
+
+def rpc_stats(run_metadata):
+    """Cross-task traffic of one traced distributed step, from its RunMetadata step stats.
+
+    Returns {"recv_tensor_rpcs", "bytes", "bytes_to_ps", "bytes_from_ps", "tasks"}: each
+    RecvTensor entry is one tensor fetched over gRPC from another task (its timeline label
+    reads `[NB] ... edge_... from /job:a/... to /job:b/...`); "tasks" is how many tasks ran a
+    partition of the step (each one RunGraph call)."""
+    rpcs = nbytes = to_ps = from_ps = 0
+    tasks = set()
+    for dev in run_metadata.step_stats.dev_stats:
+        tasks.add(dev.device.split("/device:")[0])
+        for node in dev.node_stats:
+            if node.node_name != "RecvTensor":
+                continue
+            label = node.timeline_label
+            size = int(label[1:label.index("B]")]) if label.startswith("[") and "B]" in label else 0
+            src, dst = label.rsplit(" from ", 1)[1].split(" to ")
+            rpcs += 1
+            nbytes += size
+            to_ps += size if "/job:ps/" in dst else 0
+            from_ps += size if "/job:ps/" in src else 0
+    return {"recv_tensor_rpcs": rpcs, "bytes": nbytes, "bytes_to_ps": to_ps, "bytes_from_ps": from_ps,
+            "tasks": len(tasks)}
+
+
+class StepStatsHook(tf.compat.v1.train.SessionRunHook):
+    """Traces `num_steps` training steps after `after_local_steps` of this task and averages
+    their cross-task traffic (rpc_stats): RecvTensor RPCs and bytes per step.
+
+    `stats` is None until the traces are done."""
+
+    def __init__(self, after_local_steps=50, num_steps=5, printer=print):
+        self._after, self._n, self._print = after_local_steps, num_steps, printer
+        self._local = 0
+        self._traces = []
+        self.stats = None
+
+    def before_run(self, run_context):
+        self._local += 1
+        if self.stats is None and self._local > self._after:
+            return tf.compat.v1.train.SessionRunArgs(
+                None, options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
+        return None
+
+    def after_run(self, run_context, run_values):
+        if self.stats is not None or self._local <= self._after or run_values.run_metadata is None:
+            return
+        self._traces.append(rpc_stats(run_values.run_metadata))
+        if len(self._traces) == self._n:
+            self.stats = {k: round(sum(t[k] for t in self._traces) / self._n, 1) for k in self._traces[0]}
+            self._print(f"traffic per step (mean of {self._n} traced steps): {self.stats['recv_tensor_rpcs']:.0f} "
+                        f"RecvTensor RPCs, {self.stats['bytes'] / 2**20:.2f} MiB "
+                        f"({self.stats['bytes_to_ps'] / 2**20:.2f} to PS, "
+                        f"{self.stats['bytes_from_ps'] / 2**20:.2f} from PS), {self.stats['tasks']:.0f} tasks",
+                        flush=True)
 
 
 class EvictionHook(tf.compat.v1.train.SessionRunHook):

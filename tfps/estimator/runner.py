@@ -18,8 +18,8 @@ def _features(dense, ids):
     return {"dense": dense, "ids": ids}
 
 
-def train_input_fn(gen, batch_size, first_batch=0):
-    """Endless batches first_batch, first_batch + 1, ... of the generator."""
+def train_input_fn(gen, batch_size, first_batch=0, stride=1):
+    """Endless batches first_batch, first_batch + stride, ... of the generator."""
     c = gen.config
 
     def batches():
@@ -27,7 +27,7 @@ def train_input_fn(gen, batch_size, first_batch=0):
         while True:
             dense, ids, labels, _ = gen.batch(i, batch_size)
             yield _features(dense, ids), labels
-            i += 1
+            i += stride
 
     def input_fn():
         sig = ({"dense": tf.TensorSpec([batch_size, c.num_dense], tf.float32),
