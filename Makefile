@@ -9,8 +9,9 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 .PHONY: demo test build setup deps cc-test py-test bench clean
 
+# The demo model on a local cluster: 2 PS, a chief and a worker, one process each (gRPC on loopback).
 demo: build
-	$(PY) -m tfps.cli train --config configs/demo.yaml
+	$(PY) -m tfps.cli launch --config configs/demo.yaml --ps 2 --workers 2
 
 test: build cc-test py-test
 

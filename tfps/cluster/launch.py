@@ -173,6 +173,9 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
         metrics["restarts"] = {t.name: t.restarts for t in tasks if t.restarts}
         for name, s in metrics["tasks"].items():
             printer(f"[{name}] " + ", ".join(f"{k} {v}" for k, v in s.items() if k != "task"), flush=True)
+        if "auc" in metrics:
+            printer(f"AUC {metrics['auc']:.4f} (planted oracle AUC {metrics.get('oracle_auc', float('nan')):.4f}), "
+                    f"{metrics.get('examples_per_sec') or 0:.0f} examples/s over the cluster (steady)", flush=True)
         final = json.dumps(metrics)
     printer(final or _last_line(chief.log_path), flush=True)
     return code

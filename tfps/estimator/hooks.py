@@ -71,8 +71,8 @@ def rpc_stats(run_metadata):
 
     Returns {"recv_tensor_rpcs", "bytes", "bytes_to_ps", "bytes_from_ps", "tasks"}: each
     RecvTensor entry is one tensor fetched over gRPC from another task (its timeline label
-    reads `[NB] ... edge_... from /job:a/... to /job:b/...`); "tasks" is how many tasks ran a
-    partition of the step (each one RunGraph call)."""
+    reads `[size] ... edge_... from /job:a/... to /job:b/...`, its output the tensor's bytes);
+    "tasks" is how many tasks ran a partition of the step (each one RunGraph call)."""
     rpcs = nbytes = to_ps = from_ps = 0
     tasks = set()
     for dev in run_metadata.step_stats.dev_stats:
@@ -80,9 +80,9 @@ def rpc_stats(run_metadata):
         for node in dev.node_stats:
             if node.node_name != "RecvTensor":
                 continue
-            label = node.timeline_label
-            size = int(label[1:label.index("B]")]) if label.startswith("[") and "B]" in label else 0
-            src, dst = label.rsplit(" from ", 1)[1].split(" to ")
+            size = sum(o.tensor_description.allocation_description.requested_bytes for o in node.output)
+            route = node.timeline_label.rsplit(" from ", 1)[-1].split(" to ")
+            src, dst = route if len(route) == 2 else ("", "")
             rpcs += 1
             nbytes += size
             to_ps += size if "/job:ps/" in dst else 0
@@ -113,7 +113,12 @@ class StepStatsHook(tf.compat.v1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         if self.stats is not None or self._local <= self._after or run_values.run_metadata is None:
             return
-        self._traces.append(rpc_stats(run_values.run_metadata))
+        try:
+            self._traces.append(rpc_stats(run_values.run_metadata))
+        except Exception as e:   # a monitoring hook never stops training
+            self.stats = {}
+            self._print(f"StepStatsHook: could not read the step stats ({e!r}); not tracing further", flush=True)
+            return
         if len(self._traces) == self._n:
             self.stats = {k: round(sum(t[k] for t in self._traces) / self._n, 1) for k in self._traces[0]}
             self._print(f"traffic per step (mean of {self._n} traced steps): {self.stats['recv_tensor_rpcs']:.0f} "

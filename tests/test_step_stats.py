@@ -1,0 +1,43 @@
+"""rpc_stats: cross-task traffic of a traced step, on an in-process cluster (real gRPC on loopback).
+
+Oracle: the sizes of the tensors that must cross tasks in the graph below."""
+import numpy as np
+import tensorflow as tf
+
+import tfps
+from tfps.cluster.launch import cluster_spec
+from tfps.estimator import rpc_stats
+
+N, DIM = 1000, 8
+
+
+def test_traffic_of_a_traced_step_matches_the_tensors_that_cross_tasks():
+    spec = tf.train.ClusterSpec(cluster_spec(2, 1))
+    servers = [tf.distribute.Server(spec, job_name="ps", task_index=i) for i in range(2)]
+    chief = tf.distribute.Server(spec, job_name="chief", task_index=0)
+    with tf.Graph().as_default():
+        with tf.device("/job:ps/task:0"):
+            w = tf.compat.v1.get_variable("w", [DIM, 1])
+        with tf.device("/job:ps/task:1"):
+            ev = tfps.get_embedding_variable("e", DIM)
+        with tf.device("/job:chief/task:0"):
+            ids = tf.constant(np.arange(N), tf.int64)   # N distinct ids
+            loss = tf.reduce_sum(tf.matmul(tfps.embedding_lookup(ev, ids), w))
+            train_op = tfps.train.AdagradOptimizer(0.1).minimize(loss)
+        with tf.compat.v1.Session(chief.target) as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            s.run(train_op)
+            meta = tf.compat.v1.RunMetadata()
+            s.run(train_op, options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+                  run_metadata=meta)
+    stats = rpc_stats(meta)
+    assert stats["tasks"] == 3
+    # From the PS: the N looked-up rows (float32) and w. To the PS: the N ids (int64), the N
+    # row gradients, w's gradient.
+    assert stats["bytes_from_ps"] >= N * DIM * 4 + DIM * 4
+    assert stats["bytes_to_ps"] >= N * 8 + N * DIM * 4 + DIM * 4
+    assert stats["bytes"] == stats["bytes_from_ps"] + stats["bytes_to_ps"]
+    # Nothing much else crosses: the transfers above plus small bookkeeping tensors.
+    assert stats["bytes"] < 1.2 * (N * 8 + 2 * N * DIM * 4 + 2 * DIM * 4) + 8 * N
+    assert stats["recv_tensor_rpcs"] >= 5
+    del servers
