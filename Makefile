@@ -66,6 +66,7 @@ bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths
 	$(PY) benchmarks/bench_online.py
 	$(PY) benchmarks/bench_checkpoint.py
 	$(PY) benchmarks/bench_placement.py
+	$(PY) benchmarks/bench_cluster.py
 
 clean:
 	rm -rf build $(SO) tfps/_build_info.json
