@@ -96,6 +96,17 @@ class _PrintEvalMetrics(tf.estimator.Exporter):
         return None
 
 
+class _PrintPlacement(tf.compat.v1.train.SessionRunHook):
+    """Prints the placement table once the graph is built, before training starts."""
+
+    def __init__(self, strategy, printer):
+        self._strategy, self._print = strategy, printer
+
+    def begin(self):
+        self._print("placement of variables and table shards over the PS tasks:\n" + self._strategy.table(),
+                    flush=True)
+
+
 class _RecoveryLog(tf.compat.v1.train.SessionRunHook):
     """Says so when MonitoredTrainingSession re-creates the session after a task failed (the
     chief's session creator has just restored the latest checkpoint and logged which)."""
@@ -160,7 +171,7 @@ def run_task(cfg, cluster_config, printer=print):
     eval_data = functools.lru_cache(None)(lambda: eval_set(gen, cfg.eval.examples, cfg.eval.batch_size))
     exporter = _PrintEvalMetrics(printer)
     recovery = _RecoveryLog(printer)
-    train_spec = tf.estimator.TrainSpec(input_fn, max_steps=cfg.train.steps, hooks=[recovery, progress, traffic])
+    train_spec = tf.estimator.TrainSpec(input_fn, max_steps=cfg.train.steps, hooks=[_PrintPlacement(strategy, printer), recovery, progress, traffic])
     eval_spec = tf.estimator.EvalSpec(
         lambda: tf.data.Dataset.from_tensor_slices(eval_data()[:2]).batch(cfg.eval.batch_size), steps=None,
         exporters=[exporter], start_delay_secs=0, throttle_secs=cfg.eval.throttle_secs)
@@ -174,7 +185,6 @@ def run_task(cfg, cluster_config, printer=print):
     seconds = time.time() - t0
     if job == "evaluator":
         return exporter.last or {"task": "evaluator", "global_step": None}
-    printer("placement:\n" + strategy.table(), flush=True)
     task = {"task": f"{job}:{index}", "local_steps": progress.local_steps, "sessions": recovery.sessions,
             "task_examples_per_sec": _round(progress.task_examples_per_sec),
             "examples_per_sec": _round(progress.examples_per_sec), "traffic_per_step": traffic.stats}
