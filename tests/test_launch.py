@@ -167,7 +167,8 @@ def test_bad_cluster_configs_fail_clearly(tmp_path):
     try:
         for tf_config, message in cases:
             out = subprocess.run([sys.executable, "-m", "tfps.cli", "train", "--config", "configs/demo.yaml",
-                                  "--set", f"model_dir={tmp_path}"], env=dict(os.environ, TF_CONFIG=json.dumps(tf_config)),
+                                  "--set", f"model_dir={tmp_path}"],
+                                 env=dict(os.environ, TF_CONFIG=json.dumps(tf_config)),
                                  capture_output=True, text=True, timeout=120)
             assert out.returncode == 2 and message in out.stderr, (message, out.stderr[-2000:])
     finally:

@@ -1,8 +1,8 @@
 """`tfps launch`: a real PS/worker cluster on this machine, one process per task.
 
 Each task is `python -m tfps.cli train` with its own TF_CONFIG (gRPC servers on free loopback
-ports); logs go to MODEL_DIR/logs/<task>.log, the task's current pid to <task>.pid. While the job runs, one status line per task is
-printed every few seconds.
+ports); logs go to MODEL_DIR/logs/<task>.log, the task's current pid to <task>.pid. While the
+job runs, one status line per task is printed every few seconds.
 
 A task that dies (a PS or worker killed, a crash) is started again with the same TF_CONFIG and
 address: the PS comes back empty, the chief restores the latest checkpoint into it and the

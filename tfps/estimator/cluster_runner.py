@@ -171,7 +171,8 @@ def run_task(cfg, cluster_config, printer=print):
     eval_data = functools.lru_cache(None)(lambda: eval_set(gen, cfg.eval.examples, cfg.eval.batch_size))
     exporter = _PrintEvalMetrics(printer)
     recovery = _RecoveryLog(printer)
-    train_spec = tf.estimator.TrainSpec(input_fn, max_steps=cfg.train.steps, hooks=[_PrintPlacement(strategy, printer), recovery, progress, traffic])
+    hooks = [_PrintPlacement(strategy, printer), recovery, progress, traffic]
+    train_spec = tf.estimator.TrainSpec(input_fn, max_steps=cfg.train.steps, hooks=hooks)
     eval_spec = tf.estimator.EvalSpec(
         lambda: tf.data.Dataset.from_tensor_slices(eval_data()[:2]).batch(cfg.eval.batch_size), steps=None,
         exporters=[exporter], start_delay_secs=0, throttle_secs=cfg.eval.throttle_secs)
