@@ -49,7 +49,8 @@ class EvalConfig:
 @dataclasses.dataclass
 class ClusterSection:
     protocol: str = "grpc"               # TF server protocol; grpc+verbs only where TF has that plugin
-    host: str = "127.0.0.1"              # tfps launch binds every task here (TF's gRPC has no authentication)
+    host: str = "127.0.0.1"              # tfps launch's cluster addresses (TF's server still listens on all
+                                         # interfaces; it has no bind-address option and no authentication)
 
 
 @dataclasses.dataclass

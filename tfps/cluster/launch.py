@@ -124,7 +124,8 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
     chief = next(t for t in tasks if t.type == "chief")
     printer(f"launching {num_ps} ps + {num_workers} worker(s) (chief included)"
             f"{' + an evaluator' if evaluator else ''} on {host}; model_dir {model_dir}; logs in {log_dir}; "
-            f"at most {max_restarts} restart(s)", flush=True)
+            f"at most {max_restarts} restart(s). TF's gRPC servers listen on all interfaces (TF offers no "
+            f"bind address) and have no authentication: keep these ports behind a firewall", flush=True)
     restarts, failure, code = 0, None, 1   # code: the chief's, or 1 when the job fails
     try:
         for t in tasks:
