@@ -9,6 +9,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tfps.cluster.launch import cluster_spec
@@ -173,3 +174,22 @@ def test_bad_cluster_configs_fail_clearly(tmp_path):
             assert out.returncode == 2 and message in out.stderr, (message, out.stderr[-2000:])
     finally:
         taken.close()
+
+
+def test_ctrl_c_or_sigterm_stops_every_task(tmp_path):
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        model_dir = tmp_path / sig.name
+        job = _launch(model_dir, ["train.steps=100000"])
+        try:
+            _wait_for(lambda: (model_dir / "logs" / "chief0.log").exists() and
+                      "training to global step" in (model_dir / "logs" / "chief0.log").read_text(), "the job to start")
+            pids = [int(p.read_text()) for p in (model_dir / "logs").glob("*.pid")]
+            job.send_signal(sig)
+            out, _ = job.communicate(timeout=60)
+        finally:
+            job.kill()
+        assert job.returncode == 130 and "interrupted: stopping every task" in out
+        assert len(pids) == 4
+        for pid in pids:   # every task is gone (reaped by the launcher)
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)

@@ -11,7 +11,8 @@ stops the job with a message naming the task and its log.
 
 When the chief exits, the other trainers and the evaluator get a grace period to finish on
 their own, then every task is stopped; the launcher exits with the chief's code after printing
-the chief's last line (its JSON metrics) with a per-task summary added. Ctrl-C stops every task.
+the chief's last line (its JSON metrics) with a per-task summary added. Ctrl-C or SIGTERM stops
+every task.
 """
 import json
 import os
@@ -127,6 +128,7 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
             f"at most {max_restarts} restart(s). TF's gRPC servers listen on all interfaces (TF offers no "
             f"bind address) and have no authentication: keep these ports behind a firewall", flush=True)
     restarts, failure, code = 0, None, 1   # code: the chief's, or 1 when the job fails
+    previous_term = signal.signal(signal.SIGTERM, _interrupt)   # a scheduler's stop: like Ctrl-C
     try:
         for t in tasks:
             t.start()
@@ -164,6 +166,7 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
             t.stop()
         for t in tasks:
             t.reap()
+        signal.signal(signal.SIGTERM, previous_term)
     if failure:
         printer(failure, flush=True)
         return code
@@ -180,6 +183,10 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
         final = json.dumps(metrics)
     printer(final or _last_line(chief.log_path), flush=True)
     return code
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _wait_for_others(tasks, printer):
