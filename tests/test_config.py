@@ -22,6 +22,9 @@ def test_demo_config_and_overrides(tmp_path):
     ("train.optimizer=adam9", "train.optimizer must be"),
     ("train.steps", "expects key.sub=value"),
     ("train.steps.x=1", "'steps' is not a section"),
+    ("train.save_checkpoints_secs=0", "train.save_checkpoints_secs must be > 0"),
+    ("cluster.protocol=carrier-pigeon", "cluster.protocol must be grpc"),
+    ("cluster.port=1", "unknown config key 'cluster.port'"),
 ])
 def test_bad_config_is_named(override, match):
     with pytest.raises(ConfigError, match=match):
@@ -35,3 +38,12 @@ def test_bad_yaml_file(tmp_path):
         load_config(str(p))
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config(str(tmp_path / "missing.yaml"))
+
+
+def test_checkpoints_by_steps_or_by_seconds():
+    from tfps.estimator.runner import make_estimator
+    by_steps = make_estimator(load_config("configs/demo.yaml", ["model_dir=/tmp/x"])).config
+    by_secs = make_estimator(load_config("configs/demo.yaml", ["model_dir=/tmp/x",
+                                                               "train.save_checkpoints_secs=30"])).config
+    assert (by_steps.save_checkpoints_steps, by_steps.save_checkpoints_secs) == (1500, None)
+    assert (by_secs.save_checkpoints_steps, by_secs.save_checkpoints_secs) == (None, 30)

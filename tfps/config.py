@@ -34,6 +34,7 @@ class TrainConfig:
     learning_rate: float = 0.5
     log_every_steps: int = 100
     save_checkpoints_steps: int = 1000
+    save_checkpoints_secs: Optional[int] = None   # set: checkpoint by time instead of by steps
     keep_checkpoint_max: int = 3
     delta_every_secs: Optional[float] = None   # incremental table checkpoints between full ones
     evict_every_steps: Optional[int] = None    # run the tables' eviction rules this often
@@ -145,6 +146,9 @@ def validate(cfg):
          "train.evict_every_steps must be > 0"),
         (cfg.eval.examples > 0 and cfg.eval.batch_size > 0, "eval.examples and eval.batch_size must be > 0"),
         (cfg.eval.throttle_secs >= 0, "eval.throttle_secs must be >= 0"),
+        (cfg.train.save_checkpoints_steps > 0, "train.save_checkpoints_steps must be > 0"),
+        (cfg.train.save_checkpoints_secs is None or cfg.train.save_checkpoints_secs > 0,
+         "train.save_checkpoints_secs must be > 0"),
         (cfg.cluster.protocol in ("grpc", "grpc+verbs", "grpc+mpi", "grpc+gdr"),
          f"cluster.protocol must be grpc, grpc+verbs, grpc+mpi or grpc+gdr, got {cfg.cluster.protocol!r}"),
     ]

@@ -29,7 +29,7 @@ from tfps.cluster.placement import LoadBalancedStrategy, replica_device_setter
 from tfps.cluster.tf_config import ClusterConfigError, check_protocol
 from tfps.data.synthetic import SyntheticCriteo, auc
 from tfps.estimator.hooks import ProgressHook, StepStatsHook
-from tfps.estimator.runner import eval_set, make_estimator, train_input_fn
+from tfps.estimator.runner import checkpoint_every, eval_set, make_estimator, train_input_fn
 
 # Seconds between a waiting worker's checks that the chief has initialized or restored the model.
 READY_POLL_SECS = 1.0
@@ -127,8 +127,7 @@ class _RecoveryLog(tf.compat.v1.train.SessionRunHook):
 
 
 def _run_config(cfg, cluster_config, spec, strategy):
-    common = dict(model_dir=cfg.model_dir, save_checkpoints_steps=cfg.train.save_checkpoints_steps,
-                  save_checkpoints_secs=None, keep_checkpoint_max=cfg.train.keep_checkpoint_max,
+    common = dict(model_dir=cfg.model_dir, **checkpoint_every(cfg), keep_checkpoint_max=cfg.train.keep_checkpoint_max,
                   log_step_count_steps=None, protocol=cfg.cluster.protocol,
                   experimental_max_worker_delay_secs=0)   # workers wait for readiness instead
     if cluster_config.task_type in ("ps", "evaluator"):

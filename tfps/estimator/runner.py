@@ -66,12 +66,18 @@ def export(cfg, export_dir):
     return est.export_saved_model(export_dir, serving_input_receiver_fn(cfg)).decode()
 
 
+def checkpoint_every(cfg):
+    """RunConfig's checkpoint frequency: train.save_checkpoints_secs if set, else _steps."""
+    if cfg.train.save_checkpoints_secs:
+        return {"save_checkpoints_secs": cfg.train.save_checkpoints_secs, "save_checkpoints_steps": None}
+    return {"save_checkpoints_steps": cfg.train.save_checkpoints_steps, "save_checkpoints_secs": None}
+
+
 def make_estimator(cfg, run_config=None):
     params = {"model": dataclasses.asdict(cfg.model), "train": dataclasses.asdict(cfg.train),
               "num_categorical": cfg.data.num_categorical}
     run_config = run_config or tf.estimator.RunConfig(
-        model_dir=cfg.model_dir, save_checkpoints_steps=cfg.train.save_checkpoints_steps,
-        save_checkpoints_secs=None, keep_checkpoint_max=cfg.train.keep_checkpoint_max,
+        model_dir=cfg.model_dir, **checkpoint_every(cfg), keep_checkpoint_max=cfg.train.keep_checkpoint_max,
         log_step_count_steps=None, session_config=tf.compat.v1.ConfigProto(
             intra_op_parallelism_threads=2, inter_op_parallelism_threads=2))
     return tf.estimator.Estimator(model_fn=model_fn, params=params, config=run_config)
