@@ -1,7 +1,6 @@
 """`tfps launch`: real PS/worker processes on loopback (small config, bounded time)."""
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -105,13 +104,17 @@ def _table_rows(checkpoint):
 
 def test_killed_ps_and_worker_are_restarted_and_every_restored_key_survives(tmp_path):
     # A large vocabulary, so that many restored rows are rare ids that training does not touch again.
-    job = _launch(tmp_path, ["train.steps=2400", "train.save_checkpoints_steps=200", "train.keep_checkpoint_max=100",
+    job = _launch(tmp_path, ["train.steps=3000", "train.save_checkpoints_steps=200", "train.keep_checkpoint_max=100",
                              "data.vocab_max=100000"], "--max-restarts", "2")
     try:
         _wait_for(lambda: [s for s in _checkpoint_steps(tmp_path) if s >= 200], "a checkpoint past step 200")
+        # The newest complete checkpoint (the state file is written last). The chief restores
+        # this one or a later one that training derived from it.
+        saved = tf.train.latest_checkpoint(str(tmp_path))
+        saved_step = int(saved.rsplit("-", 1)[1])
         _kill(tmp_path, "ps1")
-        chief_log = tmp_path / "logs" / "chief0.log"
-        _wait_for(lambda: "session re-created after a task failure" in chief_log.read_text(), "the chief's recovery")
+        # No checkpoint can be written before the chief has restored the tables on the new PS.
+        _wait_for(lambda: [s for s in _checkpoint_steps(tmp_path) if s >= saved_step + 400], "training to go on")
         _kill(tmp_path, "worker0")
         out, err = job.communicate(timeout=300)
     finally:
@@ -119,23 +122,19 @@ def test_killed_ps_and_worker_are_restarted_and_every_restored_key_survives(tmp_
     assert job.returncode == 0, out[-3000:] + err[-3000:]
     metrics = json.loads(out.strip().splitlines()[-1])
     assert metrics["restarts"] == {"ps1": 1, "worker0": 1}
+    assert metrics["sessions"] >= 2                          # the chief re-created its session
     assert metrics["tasks"]["worker0"]["local_steps"] > 0   # the restarted worker trained
-    assert "[ps1] exited -9: restarting it (1 of 2 restarts)" in out
-    # The checkpoint the chief restored after the PS came back: its last restore before the
-    # "re-created" line.
-    log = chief_log.read_text()
-    restored = re.findall(r"Restoring parameters from (\S+)", log[:log.index("session re-created")])[-1]
     final = tf.train.latest_checkpoint(str(tmp_path))
-    assert int(final.rsplit("-", 1)[1]) >= 2400 > int(restored.rsplit("-", 1)[1])
-    before, after = _table_rows(restored), _table_rows(final)
-    assert len(before) > 1000 and not set(before) - set(after)   # every restored key is still there
+    assert int(final.rsplit("-", 1)[1]) >= 3000
+    before, after = _table_rows(saved), _table_rows(final)
+    assert len(before) > 1000 and not set(before) - set(after)   # every saved key is still there
     unchanged = 0
     for key, (freq, values, slots) in before.items():
         freq_after, values_after, slots_after = after[key]
-        # freq counts updates: it never goes back, so no restored row was lost or re-initialized
+        # freq counts updates: it never goes back, so no saved row was lost or re-initialized
         assert freq_after >= freq, key
         assert np.all(slots_after >= slots - 1e-6), key   # Adagrad accumulators only grow
-        if freq_after == freq:                             # never updated since: the restored value
+        if freq_after == freq:                             # never updated since: the saved value
             unchanged += 1
             np.testing.assert_array_equal(values_after, values)
             np.testing.assert_array_equal(slots_after, slots)
@@ -145,8 +144,7 @@ def test_killed_ps_and_worker_are_restarted_and_every_restored_key_survives(tmp_
 def test_restarts_are_bounded(tmp_path):
     job = _launch(tmp_path, ["train.steps=100000"], "--max-restarts", "0")
     try:
-        _wait_for(lambda: (tmp_path / "logs" / "ps0.pid").exists() and
-                  "training to global step" in (tmp_path / "logs" / "chief0.log").read_text(), "the job to start")
+        _wait_for(lambda: _checkpoint_steps(tmp_path), "the chief's first checkpoint")
         _kill(tmp_path, "ps0")
         out, err = job.communicate(timeout=120)
     finally:
@@ -181,14 +179,13 @@ def test_ctrl_c_or_sigterm_stops_every_task(tmp_path):
         model_dir = tmp_path / sig.name
         job = _launch(model_dir, ["train.steps=100000"])
         try:
-            _wait_for(lambda: (model_dir / "logs" / "chief0.log").exists() and
-                      "training to global step" in (model_dir / "logs" / "chief0.log").read_text(), "the job to start")
+            _wait_for(lambda: model_dir.exists() and _checkpoint_steps(model_dir), "the chief's first checkpoint")
             pids = [int(p.read_text()) for p in (model_dir / "logs").glob("*.pid")]
             job.send_signal(sig)
             out, _ = job.communicate(timeout=60)
         finally:
             job.kill()
-        assert job.returncode == 130 and "interrupted: stopping every task" in out
+        assert job.returncode == 130, out[-2000:]
         assert len(pids) == 4
         for pid in pids:   # every task is gone (reaped by the launcher)
             with pytest.raises(ProcessLookupError):

@@ -11,7 +11,8 @@ evaluator:     outside the cluster; evaluates each new checkpoint until the last
 If a PS task dies and comes back (tfps launch restarts it), the sessions of the chief and the
 workers fail with Aborted/Unavailable and MonitoredTrainingSession re-creates them: the chief
 restores the latest checkpoint (tables included) and the workers wait until the model is ready
-again, tables included (they register as resources with an initialized flag).
+again, tables included (they register as resources with an initialized flag), checking every
+30 s as TF's SessionManager does.
 """
 import dataclasses
 import functools
@@ -23,7 +24,6 @@ import time
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.training import session_manager
 
 from tfps.cluster.placement import LoadBalancedStrategy, replica_device_setter
 from tfps.cluster.tf_config import ClusterConfigError, check_protocol
@@ -31,29 +31,23 @@ from tfps.data.synthetic import SyntheticCriteo, auc
 from tfps.estimator.hooks import ProgressHook, StepStatsHook
 from tfps.estimator.runner import checkpoint_every, eval_set, make_estimator, train_input_fn
 
-# Seconds between a waiting worker's checks that the chief has initialized or restored the model.
-READY_POLL_SECS = 1.0
+FIRST_CHECKPOINT_POLL_SECS = 0.5
 
 
-def _poll_ready_every(seconds):
-    """Makes SessionManager check model readiness every `seconds` instead of 30.
+def _wait_for_first_checkpoint(model_dir, printer, poll_secs=FIRST_CHECKPOINT_POLL_SECS):
+    """Blocks a non-chief trainer until the chief has written its first checkpoint.
 
-    MonitoredTrainingSession gives no way to set SessionManager's recovery_wait_secs, so a
-    worker that starts before the chief has initialized the model (or that waits for the chief's
-    restore after a PS restart) would otherwise sleep 30 s per check. Only cluster tasks (their
-    own processes) call this."""
-    init = session_manager.SessionManager.__init__
-    if getattr(init, "_tfps_poll_secs", None) is not None:
-        return
-
-    @functools.wraps(init)
-    def patched(self, *args, **kwargs):
-        if len(args) < 5:   # recovery_wait_secs is the 5th parameter
-            kwargs.setdefault("recovery_wait_secs", seconds)
-        init(self, *args, **kwargs)
-
-    patched._tfps_poll_secs = seconds
-    session_manager.SessionManager.__init__ = patched
+    The chief writes one right after it initializes the model. A worker whose session found the
+    model not ready would sleep SessionManager's fixed 30 s (MonitoredTrainingSession has no
+    setting for it) before it looks again; waiting here lets it start as soon as the chief is
+    ready. After a PS restart that 30 s poll still applies: workers rejoin up to 30 s after the
+    chief has restored."""
+    t0 = last = time.time()
+    while not tf.train.latest_checkpoint(model_dir):
+        if time.time() - last >= 30:
+            last = time.time()
+            printer(f"waiting for the chief's first checkpoint in {model_dir} ({last - t0:.0f} s so far)", flush=True)
+        time.sleep(poll_secs)
 
 
 class _CheckpointEvents(logging.Filter):
@@ -150,7 +144,6 @@ def run_task(cfg, cluster_config, printer=print):
     if cfg.model.num_shards == 1 and cluster_config.num_ps > 1:
         # One table shard per PS, so that placement can spread the tables.
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, num_shards=cluster_config.num_ps))
-    _poll_ready_every(READY_POLL_SECS)
     if not any(isinstance(f, _CheckpointEvents) for f in tf.get_logger().filters):
         tf.get_logger().setLevel(logging.INFO)
         tf.get_logger().addFilter(_CheckpointEvents())
@@ -180,6 +173,8 @@ def run_task(cfg, cluster_config, printer=print):
     elif job != "evaluator":
         printer(f"{job} {index}: training to global step {cfg.train.steps} from step {start}, "
                 f"batches {rank}, {rank + len(trainers)}, ... of the stream", flush=True)
+    if job == "worker" and not cluster_config.is_chief:
+        _wait_for_first_checkpoint(cfg.model_dir, printer)
     t0 = time.time()
     tf.estimator.train_and_evaluate(est, train_spec, eval_spec)
     seconds = time.time() - t0
