@@ -152,12 +152,21 @@ def run_task(cfg, cluster_config, printer=print):
     est = make_estimator(cfg, _run_config(cfg, cluster_config, spec, strategy))
     gen = SyntheticCriteo(cfg.data)
     # Trainers read interleaved batches: task k of W reads k, k + W, k + 2W, ... from where the
-    # latest checkpoint left off, so together they read the stream one process would.
+    # latest checkpoint left off, so together they read the stream one process would. The
+    # iterator restarts whenever a session is re-created (a PS restarted): it resumes from the
+    # checkpoint just restored instead of replaying the stream from its start.
     trainers = [t for t in ("chief", "master", "worker") for _ in cluster_config.cluster.get(t, [])]
     rank = index + (0 if job in ("chief", "master") else len(cluster_config.cluster.get("chief", [])))
-    start = int(tf.train.load_variable(cfg.model_dir, "global_step")) if est.latest_checkpoint() else 0
-    input_fn = train_input_fn(gen, cfg.train.batch_size, first_batch=start - start % len(trainers) + rank,
-                              stride=len(trainers))
+
+    def checkpoint_step():
+        return int(tf.train.load_variable(cfg.model_dir, "global_step")) if est.latest_checkpoint() else 0
+
+    def resume_batch():
+        step = checkpoint_step()
+        return step - step % len(trainers) + rank
+
+    start = checkpoint_step()
+    input_fn = train_input_fn(gen, cfg.train.batch_size, first_batch=resume_batch, stride=len(trainers))
     progress = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer, task_rate=True)
     traffic = StepStatsHook(after_local_steps=min(50, cfg.train.steps // 4), num_steps=5, printer=printer)
     eval_data = functools.lru_cache(None)(lambda: eval_set(gen, cfg.eval.examples, cfg.eval.batch_size))
@@ -172,7 +181,8 @@ def run_task(cfg, cluster_config, printer=print):
         printer(f"ps {index} serving at {cluster_config.cluster['ps'][index]}", flush=True)
     elif job != "evaluator":
         printer(f"{job} {index}: training to global step {cfg.train.steps} from step {start}, "
-                f"batches {rank}, {rank + len(trainers)}, ... of the stream", flush=True)
+                f"batches {rank}, {rank + len(trainers)}, ... of the stream, resuming at the latest checkpoint",
+                flush=True)
     if job == "worker" and not cluster_config.is_chief:
         _wait_for_first_checkpoint(cfg.model_dir, printer)
     t0 = time.time()

@@ -19,11 +19,14 @@ def _features(dense, ids):
 
 
 def train_input_fn(gen, batch_size, first_batch=0, stride=1):
-    """Endless batches first_batch, first_batch + stride, ... of the generator."""
+    """Endless batches first_batch, first_batch + stride, ... of the generator.
+
+    first_batch: an int, or a function called each time the iterator starts (a session
+    re-created after a failure re-initializes it) that says where to resume."""
     c = gen.config
 
     def batches():
-        i = first_batch
+        i = first_batch() if callable(first_batch) else first_batch
         while True:
             dense, ids, labels, _ = gen.batch(i, batch_size)
             yield _features(dense, ids), labels
