@@ -47,3 +47,25 @@ def test_tables_need_ps():
     no_ps = {k: v for k, v in CLUSTER.items() if k != "ps"}
     with pytest.raises(ClusterConfigError, match="no 'ps' tasks"):
         parse_tf_config(_config({"type": "worker", "index": 0}, no_ps)).require_ps()
+
+
+def test_k8s_tfjob_commands_are_valid_tfps_configs():
+    """configs/k8s/tfjob.yaml is not run here; its replica types and commands must still be ones
+    tfps accepts."""
+    import yaml
+
+    from tfps.cluster.tf_config import TASK_TYPES
+    from tfps.config import load_config
+
+    with open("configs/k8s/tfjob.yaml") as f:
+        replicas = yaml.safe_load(f)["spec"]["tfReplicaSpecs"]
+    assert {"PS", "Chief", "Worker", "Evaluator"} == set(replicas)
+    for name, spec in replicas.items():
+        assert name.lower() in TASK_TYPES
+        (container,) = spec["template"]["spec"]["containers"]
+        command = container["command"]
+        assert command[:2] == ["tfps", "train"]
+        args = command[2:]
+        config = args[args.index("--config") + 1]
+        overrides = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+        assert load_config(config, overrides).model_dir == "/shared/tfps-demo"
