@@ -159,7 +159,15 @@ def run_task(cfg, cluster_config, printer=print):
     rank = index + (0 if job in ("chief", "master") else len(cluster_config.cluster.get("chief", [])))
 
     def checkpoint_step():
-        return int(tf.train.load_variable(cfg.model_dir, "global_step")) if est.latest_checkpoint() else 0
+        for _ in range(3):
+            path = tf.train.latest_checkpoint(cfg.model_dir)
+            if not path:
+                return 0
+            try:
+                return int(tf.train.load_variable(path, "global_step"))
+            except tf.errors.NotFoundError:   # rotated away (keep_checkpoint_max) since we listed it
+                continue
+        return 0
 
     def resume_batch():
         step = checkpoint_step()
