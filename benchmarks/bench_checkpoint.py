@@ -35,9 +35,9 @@ def main():
         saver = tf.compat.v1.train.Saver()
         delta = et.table_export_delta(ev.handles[0], step)
         prefix = tf.compat.v1.placeholder(tf.string, [])
-        names = [f"big/shard_0-delta-{p}" for p in ("keys", "values", "slots", "freq", "last_step",
-                                                   "slot_init", "removed")]
-        save_delta = tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * 7,
+        names = [f"big-delta-{p}" for p in ("keys", "values", "slots", "freq", "last_step",
+                                            "slot_init", "removed", "complete")]
+        save_delta = tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * 8,
                                        tensors=list(delta))
         all_keys = np.arange(N, dtype=np.int64) * 7919
         with session() as s:

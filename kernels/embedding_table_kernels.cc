@@ -29,7 +29,13 @@ class TableHandleOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &name_));
     if (name_.empty()) name_ = name();
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
-    OP_REQUIRES(ctx, dim_ > 0, errors::InvalidArgument("TfpsTableHandle: dim must be > 0, got ", dim_));
+    OP_REQUIRES(ctx, dim_ > 0 && dim_ <= core::kMaxDim,
+                errors::InvalidArgument("TfpsTableHandle: dim must be in [1, ", core::kMaxDim, "], got ", dim_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("shard", &shard_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_shards", &num_shards_));
+    OP_REQUIRES(ctx, num_shards_ >= 1 && shard_ >= 0 && shard_ < num_shards_,
+                errors::InvalidArgument("TfpsTableHandle: shard must be in [0, num_shards), got shard ", shard_,
+                                        " of ", num_shards_));
     std::string kind;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("initializer", &kind));
     OP_REQUIRES(ctx, core::ParseInitKind(kind, &init_.kind),
@@ -48,13 +54,18 @@ class TableHandleOp : public OpKernel {
     TableResource* table = nullptr;
     OP_REQUIRES_OK(ctx, tensorflow::LookupOrCreateResource<TableResource>(
                             ctx, handle, &table, [this](TableResource** t) {
-                              *t = new TableResource(dim_, init_, static_cast<uint32_t>(admit_));
+                              *t = new TableResource(dim_, init_, static_cast<uint32_t>(admit_), shard_,
+                                                     num_shards_);
                               return tensorflow::OkStatus();
                             }));
     ScopedUnref unref(table);
     OP_REQUIRES(ctx, table->table().dim() == dim_,
                 errors::InvalidArgument("TfpsTableHandle: table '", name_, "' exists with dim ",
                                         table->table().dim(), ", this op asks for dim ", dim_));
+    OP_REQUIRES(ctx, table->shard() == shard_ && table->num_shards() == num_shards_,
+                errors::InvalidArgument("TfpsTableHandle: table '", name_, "' exists as shard ", table->shard(),
+                                        " of ", table->num_shards(), ", this op asks for shard ", shard_, " of ",
+                                        num_shards_));
     Tensor* out = nullptr;
     tensorflow::AllocatorAttributes attr;
     attr.set_on_host(true);
@@ -66,6 +77,7 @@ class TableHandleOp : public OpKernel {
   std::string container_, name_;
   int64_t dim_ = 0;
   int64_t admit_ = 1;
+  int64_t shard_ = 0, num_shards_ = 1;
   core::InitSpec init_;
 };
 
@@ -157,6 +169,8 @@ class ScatterAddRowsOp : public OpKernel {
                                         "expected, got ", data.shape().DebugString(), ", ",
                                         indices.shape().DebugString(), ", ", num_rows.shape().DebugString()));
     const int64_t n = data.dim_size(0), dim = data.dim_size(1), rows = num_rows.scalar<int64_t>()();
+    OP_REQUIRES(ctx, rows >= 0 && (dim == 0 || rows <= (int64_t{1} << 40) / dim),
+                errors::InvalidArgument("TfpsScatterAddRows: num_rows must be in [0, 2^40 / dim], got ", rows));
     const int32_t* idx = indices.flat<int32_t>().data();
     const int64_t bad = core::CheckIndices(idx, n, rows);
     OP_REQUIRES(ctx, bad < 0, errors::InvalidArgument("TfpsScatterAddRows: indices[", bad, "] = ",
@@ -203,6 +217,9 @@ class TableSizeOp : public TableOpKernel {
 
 template <typename T, typename U>
 void CopyOut(OpKernelContext* ctx, int index, const std::vector<U>& src, TensorShape shape) {
+  OP_REQUIRES(ctx, static_cast<int64_t>(src.size()) == shape.num_elements(),
+              errors::Internal(ctx->op_kernel().type_string(), ": output ", index, " has ", src.size(),
+                               " elements for shape ", shape.DebugString()));
   Tensor* out = nullptr;
   OP_REQUIRES_OK(ctx, ctx->allocate_output(index, shape, &out));
   T* dst = out->flat<T>().data();
@@ -239,6 +256,7 @@ class TableImportOp : public TableOpKernel {
   void ComputeOnResource(OpKernelContext* ctx, TableResource& res) override {
     core::TableSnapshot snap;
     OP_REQUIRES_OK(ctx, ReadSnapshot(ctx, res.table().dim(), &snap));
+    OP_REQUIRES_OK(ctx, res.CheckOwnsKeys(type_string(), snap.keys.data(), static_cast<int64_t>(snap.keys.size())));
     std::string error;
     OP_REQUIRES(ctx, res.table().Import(snap, &error),
                 errors::InvalidArgument(type_string(), ": ", error));
@@ -311,25 +329,31 @@ class TableExportDeltaOp : public TableOpKernel {
                 errors::InvalidArgument("TfpsTableExportDelta: since_step must be a scalar"));
     core::TableSnapshot snap;
     std::vector<int64_t> removed;
-    table.ExportDelta(since.scalar<int64_t>()(), &snap, &removed);
+    bool complete = false;
+    table.ExportDelta(since.scalar<int64_t>()(), &snap, &removed, &complete);
     WriteSnapshot(ctx, snap);
     CopyOut<int64_t>(ctx, 6, removed, TensorShape({static_cast<int64_t>(removed.size())}));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(7, TensorShape({}), &out));
+    out->scalar<bool>()() = complete;
   }
 };
 
 class TableImportDeltaOp : public TableOpKernel {
  public:
   using TableOpKernel::TableOpKernel;
-  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
+  void ComputeOnResource(OpKernelContext* ctx, TableResource& res) override {
     core::TableSnapshot snap;
-    OP_REQUIRES_OK(ctx, ReadSnapshot(ctx, table.dim(), &snap));
+    OP_REQUIRES_OK(ctx, ReadSnapshot(ctx, res.table().dim(), &snap));
+    OP_REQUIRES_OK(ctx, res.CheckOwnsKeys(type_string(), snap.keys.data(), static_cast<int64_t>(snap.keys.size())));
     const Tensor& removed = ctx->input(7);
-    OP_REQUIRES(ctx, removed.dims() == 1,
-                errors::InvalidArgument("TfpsTableImportDelta: removed must be a vector, got ",
-                                        removed.shape().DebugString()));
+    const Tensor& complete = ctx->input(8);
+    OP_REQUIRES(ctx, removed.dims() == 1 && tensorflow::TensorShapeUtils::IsScalar(complete.shape()),
+                errors::InvalidArgument("TfpsTableImportDelta: removed must be a vector and complete a scalar, got ",
+                                        removed.shape().DebugString(), " and ", complete.shape().DebugString()));
     std::vector<int64_t> gone(removed.flat<int64_t>().data(), removed.flat<int64_t>().data() + removed.NumElements());
     std::string error;
-    OP_REQUIRES(ctx, table.ImportDelta(snap, gone, &error),
+    OP_REQUIRES(ctx, res.table().ImportDelta(snap, gone, complete.scalar<bool>()(), &error),
                 errors::InvalidArgument("TfpsTableImportDelta: ", error));
   }
 };
@@ -339,6 +363,40 @@ class TableResetRemovedOp : public TableOpKernel {
   using TableOpKernel::TableOpKernel;
   void ComputeOnTable(OpKernelContext*, core::EmbeddingTable& table) override {
     table.ResetRemoved();
+  }
+};
+
+class TableTrackRemovedOp : public TableOpKernel {
+ public:
+  explicit TableTrackRemovedOp(OpKernelConstruction* ctx) : TableOpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("on", &on_));
+  }
+  void ComputeOnTable(OpKernelContext*, core::EmbeddingTable& table) override { table.SetTrackRemoved(on_); }
+
+ private:
+  bool on_ = true;
+};
+
+class TableExportAdmissionOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
+    std::vector<int32_t> counts;
+    table.ExportAdmission(&counts);
+    CopyOut<int32_t>(ctx, 0, counts, TensorShape({static_cast<int64_t>(counts.size())}));
+  }
+};
+
+class TableImportAdmissionOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
+    const Tensor& counts = ctx->input(1);
+    OP_REQUIRES(ctx, counts.dims() == 1,
+                errors::InvalidArgument(type_string(), ": counts must be a vector, got ", counts.shape().DebugString()));
+    std::string error;
+    OP_REQUIRES(ctx, table.ImportAdmission(counts.flat<int32_t>().data(), counts.dim_size(0), &error),
+                errors::InvalidArgument(type_string(), ": ", error));
   }
 };
 
@@ -372,13 +430,14 @@ class TableMemoryStatsOp : public TableOpKernel {
   void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     const core::TableStats st = table.Stats();
     Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({5}), &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({6}), &out));
     auto v = out->vec<int64_t>();
     v(0) = st.rows;
     v(1) = st.bytes_reserved;
     v(2) = st.bytes_in_use;
     v(3) = st.row_bytes;
     v(4) = st.pending;
+    v(5) = st.removed_logged;
   }
 };
 
@@ -401,6 +460,9 @@ TFPS_CPU_KERNEL("TfpsTableEvict", TableEvictOp);
 TFPS_CPU_KERNEL("TfpsTableExportDelta", TableExportDeltaOp);
 TFPS_CPU_KERNEL("TfpsTableImportDelta", TableImportDeltaOp);
 TFPS_CPU_KERNEL("TfpsTableResetRemoved", TableResetRemovedOp);
+TFPS_CPU_KERNEL("TfpsTableTrackRemoved", TableTrackRemovedOp);
+TFPS_CPU_KERNEL("TfpsTableExportAdmission", TableExportAdmissionOp);
+TFPS_CPU_KERNEL("TfpsTableImportAdmission", TableImportAdmissionOp);
 #undef TFPS_CPU_KERNEL
 
 }  // namespace

@@ -4,6 +4,7 @@
 #define TFPS_KERNELS_TABLE_RESOURCE_H_
 
 #include <atomic>
+#include <new>
 #include <string>
 
 #include "kernels/core/embedding_table.h"
@@ -14,8 +15,11 @@ namespace tfps {
 
 class TableResource : public tensorflow::ResourceBase {
  public:
-  TableResource(int64_t dim, const core::InitSpec& init, uint32_t admit_min_count)
-      : table_(dim, init, admit_min_count) {}
+  // This table is shard `shard` of `num_shards`: it holds the keys with floormod(key, num_shards)
+  // == shard, and imports refuse any other key.
+  TableResource(int64_t dim, const core::InitSpec& init, uint32_t admit_min_count, int64_t shard,
+                int64_t num_shards)
+      : table_(dim, init, admit_min_count), shard_(shard), num_shards_(num_shards) {}
   std::string DebugString() const override {
     return "TfpsEmbeddingTable(dim=" + std::to_string(table_.dim()) + ")";
   }
@@ -25,9 +29,26 @@ class TableResource : public tensorflow::ResourceBase {
   // not initialized until the chief restores it, so the session's ready_op waits for that.
   bool initialized() const { return initialized_.load(std::memory_order_acquire); }
   void set_initialized() { initialized_.store(true, std::memory_order_release); }
+  int64_t shard() const { return shard_; }
+  int64_t num_shards() const { return num_shards_; }
+  // InvalidArgument naming the first key that does not belong to this shard.
+  tensorflow::Status CheckOwnsKeys(const std::string& op, const int64_t* keys, int64_t n) const {
+    if (num_shards_ <= 1) return tensorflow::OkStatus();
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t r = keys[i] % num_shards_;
+      if (r < 0) r += num_shards_;
+      if (r != shard_) {
+        return tensorflow::errors::InvalidArgument(
+            op, ": key ", keys[i], " belongs to shard ", r, " of ", num_shards_, ", not to this shard ", shard_,
+            " (restore through the variable, which re-shards, or with the same shard count)");
+      }
+    }
+    return tensorflow::OkStatus();
+  }
 
  private:
   core::EmbeddingTable table_;
+  const int64_t shard_, num_shards_;
   std::atomic<bool> initialized_{false};
 };
 
@@ -46,7 +67,12 @@ class TableOpKernel : public tensorflow::OpKernel {
     TableResource* res = nullptr;
     OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
     tensorflow::core::ScopedUnref unref(res);
-    ComputeOnResource(ctx, *res);
+    try {
+      ComputeOnResource(ctx, *res);
+    } catch (const std::bad_alloc&) {
+      ctx->SetStatus(tensorflow::errors::ResourceExhausted(
+          type_string(), ": out of memory in table ", res->DebugString(), " (", res->table().size(), " rows)"));
+    }
   }
 
  protected:

@@ -1,8 +1,10 @@
 // Kernels of TfpsUniquePartition(WithCounts): adapters to core::UniquePartition.
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include "kernels/core/hash.h"
+#include "kernels/core/config.h"
 #include "kernels/core/unique.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -22,8 +24,9 @@ class UniquePartitionOp : public OpKernel {
  public:
   explicit UniquePartitionOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_partitions", &num_partitions_));
-    OP_REQUIRES(ctx, num_partitions_ >= 1,
-                errors::InvalidArgument(type_string(), ": num_partitions must be >= 1, got ", num_partitions_));
+    OP_REQUIRES(ctx, num_partitions_ >= 1 && num_partitions_ <= core::kMaxPartitions,
+                errors::InvalidArgument(type_string(), ": num_partitions must be in [1, ", core::kMaxPartitions,
+                                        "], got ", num_partitions_));
     std::string strategy;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("strategy", &strategy));
     strategy_ = strategy == "hash" ? core::PartitionStrategy::kHash : core::PartitionStrategy::kMod;
@@ -40,8 +43,13 @@ class UniquePartitionOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n}), &inverse));
     std::vector<int64_t> uniq, offsets;
     std::vector<int32_t> counts;
-    core::UniquePartition(ids.flat<int64_t>().data(), n, num_partitions_, strategy_,
-                          inverse->flat<Index>().data(), &uniq, &counts, &offsets);
+    try {
+      core::UniquePartition(ids.flat<int64_t>().data(), n, num_partitions_, strategy_,
+                            inverse->flat<Index>().data(), &uniq, &counts, &offsets);
+    } catch (const std::bad_alloc&) {
+      ctx->SetStatus(errors::ResourceExhausted(type_string(), ": out of memory for ", n, " ids"));
+      return;
+    }
     const int64_t u = static_cast<int64_t>(uniq.size());
     Tensor *uniq_t = nullptr, *offsets_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u}), &uniq_t));

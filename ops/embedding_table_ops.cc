@@ -49,6 +49,8 @@ REGISTER_OP("TfpsTableHandle")
     .Attr("init_b: float = 0.0")
     .Attr("seed: int = 0")
     .Attr("admit_min_count: int = 1")
+    .Attr("shard: int = 0")
+    .Attr("num_shards: int = 1")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
@@ -63,8 +65,11 @@ initializer: zeros | constant | uniform | normal | truncated_normal; the value o
 init_a: constant value | minval | mean.
 init_b: maxval | stddev.
 admit_min_count: a key gets a row only once training lookups have seen it this many times
-  (counted in a side table of about 48 bytes per pending key, forgotten per shard past
-  65536 pending keys); until then it reads as missing and its updates are dropped.
+  (counted in a count-min sketch of fixed size, kernels/core/config.h, which never forgets
+  and never under-counts); until then it reads as missing and its updates are dropped.
+shard, num_shards: this table holds the keys with floormod(key, num_shards) == shard;
+  imports refuse other keys. A table that exists under shared_name with another shard
+  assignment is InvalidArgument.
 )doc");
 
 REGISTER_OP("TfpsTableFind")
@@ -268,15 +273,19 @@ REGISTER_OP("TfpsTableExportDelta")
     .Output("last_step: int64")
     .Output("slot_init: float")
     .Output("removed: int64")
+    .Output("complete: bool")
     .SetShapeFn([](InferenceContext* c) {
       SnapshotOutputs(c);
       c->set_output(6, c->Vector(InferenceContext::kUnknownDim));
+      c->set_output(7, c->Scalar());
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(
 An incremental checkpoint: the rows updated at or after since_step (as TfpsTableExport,
-each row under its lock), and removed: the keys removed or evicted since the last
-TfpsTableResetRemoved. Restore = the full checkpoint, then each delta in order.
+under the shard locks), and removed: the keys removed or evicted since the last
+TfpsTableResetRemoved (logged only after TfpsTableTrackRemoved). complete: the removed-keys
+log outgrew its bound, so the delta holds every row instead and replaces the table when
+applied. Restore = the full checkpoint, then each delta in order.
 )doc");
 
 REGISTER_OP("TfpsTableImportDelta")
@@ -288,8 +297,43 @@ REGISTER_OP("TfpsTableImportDelta")
     .Input("last_step: int64")
     .Input("slot_init: float")
     .Input("removed: int64")
+    .Input("complete: bool")
     .SetShapeFn([](InferenceContext*) { return tensorflow::OkStatus(); })
-    .Doc("Applies a TfpsTableExportDelta output: removes `removed`, then writes the rows.");
+    .Doc(R"doc(
+Applies a TfpsTableExportDelta output: removes `removed`, then writes the rows (complete:
+replaces the contents). Every key must belong to this shard (InvalidArgument otherwise).
+)doc");
+
+REGISTER_OP("TfpsTableTrackRemoved")
+    .Input("table: resource")
+    .Attr("on: bool = true")
+    .SetShapeFn([](InferenceContext*) { return tensorflow::OkStatus(); })
+    .Doc(R"doc(
+Starts (on) or stops logging removed and evicted keys for incremental checkpoints. Off by
+default, so that a table without deltas keeps no log; stopping drops the log.
+)doc");
+
+REGISTER_OP("TfpsTableExportAdmission")
+    .Input("table: resource")
+    .Output("counts: int32")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+counts: the admission count-min sketch (sightings of keys not admitted yet), int32 [S], S = 0
+when the table admits at once. Sketches of shards of one variable add up element-wise.
+)doc");
+
+REGISTER_OP("TfpsTableImportAdmission")
+    .Input("table: resource")
+    .Input("counts: int32")
+    .SetShapeFn([](InferenceContext*) { return tensorflow::OkStatus(); })
+    .Doc(R"doc(
+Replaces the admission sketch with a TfpsTableExportAdmission output (counts clipped to
+[0, 65535]; an empty one is accepted and changes nothing); a sketch of another size is
+InvalidArgument.
+)doc");
 
 REGISTER_OP("TfpsTableResetRemoved")
     .Input("table: resource")
@@ -300,13 +344,13 @@ REGISTER_OP("TfpsTableMemoryStats")
     .Input("table: resource")
     .Output("stats: int64")
     .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->Vector(5));
+      c->set_output(0, c->Vector(6));
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(
-stats: int64 [5] = (rows, bytes_reserved, bytes_in_use, row_bytes, pending); bytes count
-the BucketPool blocks, the index and the admission side table; pending = keys seen but not
-admitted yet.
+stats: int64 [6] = (rows, bytes_reserved, bytes_in_use, row_bytes, pending, removed_logged);
+bytes count the BucketPool blocks, the index, the admission sketch and the removed-keys log;
+pending = keys seen but not admitted yet (estimated); removed_logged = keys in the log.
 )doc");
 
 }  // namespace tfps

@@ -24,7 +24,7 @@ def _model(num_shards=2, dim=4):
 def _state(sess, ev, w):
     exp = sess.run(ev.export())
     order = np.argsort(exp["keys"])
-    return {k: v[order] for k, v in exp.items() if k != "slot_init"}, sess.run(w), exp["slot_init"]
+    return {k: v[order] for k, v in exp.items() if k not in ("slot_init", "admission")}, sess.run(w), exp["slot_init"]
 
 
 def test_save_restore_identical_lookups_and_next_step(tmp_path):
@@ -67,11 +67,10 @@ def test_checkpoint_is_readable_per_feature(tmp_path):
             s.run(train_op, {ids: KEYS})
             tf.compat.v1.train.Saver().save(s, prefix)
     names = dict(tf.train.list_variables(prefix))
-    for shard in (0, 1):
-        for part in ("keys", "values", "slots", "freq", "last_step", "slot_init"):
-            assert f"emb/shard_{shard}-{part}" in names
-    total = sum(names[f"emb/shard_{i}-keys"][0] for i in (0, 1))
-    assert total == len(KEYS)
+    for part in ("keys", "values", "slots", "freq", "last_step", "slot_init", "admission"):
+        assert f"emb-{part}" in names          # one name per table, whatever its shard count
+    assert not [n for n in names if "shard" in n]
+    assert names["emb-keys"] == [len(KEYS)] and names["emb-values"] == [len(KEYS), 4]
 
 
 def test_export_load_round_trip_reshards():
@@ -98,7 +97,7 @@ def test_restore_wrong_dim_is_invalid_argument(tmp_path):
         tfps.get_embedding_variable("emb", 8, num_shards=2)
         saver = tf.compat.v1.train.Saver()
         with tf.compat.v1.Session() as s:
-            with pytest.raises(tf.errors.InvalidArgumentError, match="table has dim 8"):
+            with pytest.raises(tf.errors.InvalidArgumentError, match="another dim"):
                 saver.restore(s, prefix)
 
 
@@ -106,17 +105,18 @@ def test_corrupt_tensor_in_checkpoint_is_invalid_argument(tmp_path):
     """A checkpoint whose values tensor is shorter than its keys (truncated) is rejected."""
     prefix = str(tmp_path / "bad")
     with tf.Graph().as_default():
-        names = [f"emb/shard_0-{p}" for p in ("keys", "values", "slots", "freq", "last_step", "slot_init")]
+        names = [f"emb-{p}" for p in ("keys", "values", "slots", "freq", "last_step", "slot_init", "admission")]
         tensors = [tf.constant([1, 2, 3], tf.int64), tf.zeros([2, 4]), tf.zeros([3, 0]),
-                   tf.constant([1, 1, 1], tf.int64), tf.constant([0, 0, 0], tf.int64), tf.zeros([0])]
+                   tf.constant([1, 1, 1], tf.int64), tf.constant([0, 0, 0], tf.int64), tf.zeros([0]),
+                   tf.zeros([0], tf.int32)]
         with tf.compat.v1.Session() as s:
-            s.run(tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * 6,
+            s.run(tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * 7,
                                     tensors=tensors))
     with tf.Graph().as_default():
         tfps.get_embedding_variable("emb", 4)
         saver = tf.compat.v1.train.Saver()
         with tf.compat.v1.Session() as s:
-            with pytest.raises(tf.errors.InvalidArgumentError, match=r"values must be \[3, 4\]"):
+            with pytest.raises(tf.errors.InvalidArgumentError, match=r"values must be \[rows, 4\]"):
                 saver.restore(s, prefix)
 
 
@@ -153,7 +153,7 @@ def test_ready_op_waits_for_a_table_recreated_empty(tmp_path):
         def rows(s):
             exp = s.run(export)
             order = np.argsort(exp["keys"])
-            return {k: v[order] for k, v in exp.items() if k != "slot_init"}
+            return {k: v[order] for k, v in exp.items() if k not in ("slot_init", "admission")}
 
         with tf.compat.v1.Session() as s:
             assert {b"emb/shard_0:0", b"emb/shard_1:0"} <= set(s.run(scaffold.ready_op))
@@ -172,3 +172,75 @@ def test_ready_op_waits_for_a_table_recreated_empty(tmp_path):
     assert len(saved["keys"]) == len(KEYS)
     for k in saved:
         np.testing.assert_array_equal(restored[k], saved[k], err_msg=k)
+
+
+@pytest.mark.parametrize("saved_shards,restored_shards", [(3, 2), (2, 3), (1, 4)])
+def test_saver_restores_into_another_shard_count_exactly(tmp_path, saved_shards, restored_shards):
+    """The shard count is placement: a plain Saver restores N shards into M, every row exact,
+    each key in its shard floormod(key, M), and the next step equals the one without re-sharding."""
+    prefix = str(tmp_path / "model")
+    many = np.concatenate([KEYS, np.arange(-300, 700, dtype=np.int64) * 7919])
+    with tf.Graph().as_default():
+        ev, ids, w, train_op = _model(num_shards=saved_shards)
+        with tf.compat.v1.Session() as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            for t in range(4):
+                s.run(train_op, {ids: many[t:]})
+            tf.compat.v1.train.Saver().save(s, prefix)
+            saved, saved_w, _ = _state(s, ev, w)
+            s.run(train_op, {ids: many})
+            after_step, _, _ = _state(s, ev, w)
+    with tf.Graph().as_default():
+        ev, ids, w, train_op = _model(num_shards=restored_shards)
+        shards = [ev.handles[i] for i in range(restored_shards)]
+        exports = [tfps.ops.embedding_table.table_export(h)[0] for h in shards]
+        with tf.compat.v1.Session() as s:
+            tf.compat.v1.train.Saver().restore(s, prefix)
+            restored, restored_w, _ = _state(s, ev, w)
+            for i, keys in enumerate(s.run(exports)):
+                assert len(keys) > 0 and (np.mod(keys, restored_shards) == i).all()
+            s.run(train_op, {ids: many})
+            resumed, _, _ = _state(s, ev, w)
+    assert len(restored["keys"]) == len(many)
+    for k in saved:
+        np.testing.assert_array_equal(restored[k], saved[k], err_msg=k)
+        np.testing.assert_array_equal(resumed[k], after_step[k], err_msg=k)
+    np.testing.assert_array_equal(restored_w, saved_w)
+
+
+def test_import_refuses_keys_of_another_shard():
+    with tf.Graph().as_default():
+        ev = tfps.get_embedding_variable("emb", 2, num_shards=2)
+        keys = tf.constant([4, 7], tf.int64)       # 7 belongs to shard 1
+        imp = tfps.ops.embedding_table.table_import(ev.handles[0], keys, tf.zeros([2, 2]), tf.zeros([2, 0]),
+                                                    tf.zeros([2], tf.int64), tf.zeros([2], tf.int64), tf.zeros([0]))
+        with tf.compat.v1.Session() as s:
+            with pytest.raises(tf.errors.InvalidArgumentError, match="key 7 belongs to shard 1 of 2"):
+                s.run(imp)
+            assert s.run(ev.size()) == 0
+
+
+def test_checked_saver_refuses_a_mismatch_before_any_table_changes(tmp_path):
+    """Table b has another dim in the checkpoint: the whole restore is refused, naming b, and
+    table a keeps its rows (a plain Saver would have restored a, then failed on b)."""
+    prefix = str(tmp_path / "model")
+    ids = np.arange(10, dtype=np.int64)
+    with tf.Graph().as_default():
+        a = tfps.get_embedding_variable("a", 4)
+        b = tfps.get_embedding_variable("b", 4)
+        look = [tfps.embedding_lookup(a, ids), tfps.embedding_lookup(b, ids)]
+        with tf.compat.v1.Session() as s:
+            s.run(look)
+            s.run(a.assign(ids, np.full([10, 4], 7.0, np.float32)))
+            tf.compat.v1.train.Saver().save(s, prefix)
+    with tf.Graph().as_default():
+        a = tfps.get_embedding_variable("a", 4)
+        tfps.get_embedding_variable("b", 8)
+        fresh = tfps.embedding_lookup(a, ids[:3])
+        with tf.compat.v1.Session() as s:
+            before = s.run(fresh)
+            saver = tfps.embedding.checkpoint_tools.Saver()
+            with pytest.raises(ValueError, match="table 'b' has dim 4 in the checkpoint, the model asks for 8"):
+                saver.restore(s, prefix)
+            np.testing.assert_array_equal(s.run(a.export()["values"]), before)
+            assert s.run(a.size()) == 3

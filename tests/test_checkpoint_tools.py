@@ -5,10 +5,11 @@ import sys
 import threading
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import tfps
-from tfps.embedding.checkpoint_tools import inspect, restore_resharded
+from tfps.embedding.checkpoint_tools import inspect, restore_table
 
 KEYS = np.arange(-50, 250, dtype=np.int64) * 7919
 
@@ -16,10 +17,10 @@ KEYS = np.arange(-50, 250, dtype=np.int64) * 7919
 def _export_sorted(s, ev):
     exp = s.run(ev.export())
     order = np.argsort(exp["keys"])
-    return {k: v[order] for k, v in exp.items() if k != "slot_init"}
+    return {k: v[order] for k, v in exp.items() if k not in ("slot_init", "admission")}
 
 
-def test_reshard_2_to_3_keeps_every_row(tmp_path):
+def test_restore_table_under_another_name_reshards(tmp_path):
     prefix = str(tmp_path / "model")
     with tf.Graph().as_default():
         ev = tfps.get_embedding_variable("emb", 4, num_shards=2)
@@ -32,8 +33,8 @@ def test_reshard_2_to_3_keeps_every_row(tmp_path):
             saved = _export_sorted(s, ev)
             tf.compat.v1.train.Saver().save(s, prefix)
     with tf.Graph().as_default():
-        ev = tfps.get_embedding_variable("emb", 4, num_shards=3)
-        restore = restore_resharded(str(tmp_path), ev)
+        ev = tfps.get_embedding_variable("renamed", 4, num_shards=3)
+        restore = restore_table(str(tmp_path), ev, source_name="emb")
         sizes = [tfps.ops.embedding_table.table_size(h) for h in ev.handles]
         with tf.compat.v1.Session() as s:
             s.run(restore)
@@ -44,11 +45,8 @@ def test_reshard_2_to_3_keeps_every_row(tmp_path):
         np.testing.assert_array_equal(got[k], saved[k], err_msg=k)
     with tf.Graph().as_default():
         ev = tfps.get_embedding_variable("other", 4)
-        try:
-            restore_resharded(str(tmp_path), ev)
-            raise AssertionError("expected a clear error")
-        except ValueError as e:
-            assert "holds no table 'other'" in str(e)
+        with pytest.raises(ValueError, match="holds no table 'other'"):
+            restore_table(str(tmp_path), ev)
 
 
 def test_inspect_lists_tables_and_top_ids(tmp_path):

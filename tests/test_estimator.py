@@ -46,7 +46,7 @@ def test_estimator_checkpoint_restores_tables(tmp_path):
             for v in tf.compat.v1.global_variables():
                 s.run(v.assign(tf.train.load_variable(ckpt, v.op.name)))
             for ev in tfps.embedding_variables():
-                s.run(ev.load({p: tf.train.load_variable(ckpt, f"{ev.name}/shard_0-{p}") for p in PARTS}))
+                s.run(ev.load({p: tf.train.load_variable(ckpt, f"{ev.name}-{p}") for p in PARTS}))
             manual = s.run(tf.sigmoid(logits))
     np.testing.assert_allclose(first, manual, rtol=1e-5, atol=1e-6)
     assert first.std() > 0

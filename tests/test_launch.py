@@ -40,13 +40,56 @@ def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path
     assert tasks["chief0"]["local_steps"] > 0 and tasks["worker0"]["local_steps"] > 0
     assert tasks["evaluator0"]["global_step"] >= 800 and abs(tasks["evaluator0"]["auc"] - metrics["auc"]) < 0.01
     assert metrics["traffic_per_step"]["recv_tensor_rpcs"] > 0 and metrics["traffic_per_step"]["tasks"] == 3
-    # The checkpoint holds every shard of the merged table (one per PS), with rows in each.
+    # The checkpoint holds the merged table under one name, whatever the PS count, with every shard's rows.
     ckpt = tf.train.latest_checkpoint(str(tmp_path / "cluster"))
     assert int(ckpt.rsplit("-", 1)[1]) >= 800   # async workers may overshoot by a step or two
     keys = {n: s for n, s in tf.train.list_variables(ckpt) if n.endswith("-keys")}
-    assert len(keys) == 2 and all(s[0] > 0 for s in keys.values())
+    assert len(keys) == 1 and list(keys.values())[0][0] > 0
+    saved_keys = tf.train.load_variable(ckpt, list(keys)[0][:-len("-keys")] + "-keys")
+    assert len(np.unique(np.mod(saved_keys, 2))) == 2    # rows of both PS shards
     for task in ("ps0", "ps1", "chief0", "worker0", "evaluator0"):
         assert (tmp_path / "cluster" / "logs" / f"{task}.log").exists()
+    _export_serve_and_resume(tmp_path, args, metrics["auc"], saved_keys, ckpt)
+
+
+def _export_serve_and_resume(tmp_path, args, cluster_auc, saved_keys, ckpt):
+    """Trained on 2 PS: `tfps export` with the same config (one shard) serves the chief's model in a
+    fresh process, and training resumes on 3 PS from the 2-PS checkpoint."""
+    from tfps.config import load_config
+    from tfps.data import SyntheticCriteo
+    from tfps.data.synthetic import auc
+    from tfps.estimator.runner import eval_set
+    from test_serving import LOADER
+    model_dir = tmp_path / "cluster"
+    out = subprocess.run([sys.executable, "-m", "tfps.cli", "export", "--config", "configs/demo.yaml", *args,
+                          "--set", f"model_dir={model_dir}", "--export-dir", str(tmp_path / "export")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    saved_model = json.loads(out.stdout.strip().splitlines()[-1])["saved_model"]
+    sets = [a for a in args if a != "--set"]
+    cfg = load_config("configs/demo.yaml", sets)
+    features, labels, _ = eval_set(SyntheticCriteo(cfg.data), cfg.eval.examples, cfg.eval.batch_size)
+    np.savez(tmp_path / "inputs.npz", **features)
+    out = subprocess.run([sys.executable, "-c", LOADER, saved_model, str(tmp_path / "inputs.npz"),
+                          str(tmp_path / "out.npy")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    served = np.load(tmp_path / "out.npy")[0]
+    # The chief scored the same checkpoint on the same sample: the served model gives its AUC.
+    assert abs(auc(labels, served) - cluster_auc) < 1e-4, (auc(labels, served), cluster_auc)
+    step = int(ckpt.rsplit("-", 1)[1])
+    out = subprocess.run([sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml", "--ps", "3",
+                          "--workers", "1", *args, "--set", f"train.steps={step + 100}",
+                          "--set", f"model_dir={model_dir}"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    resumed = tf.train.latest_checkpoint(str(model_dir))
+    assert int(resumed.rsplit("-", 1)[1]) >= step + 100
+    name = [n for n, _ in tf.train.list_variables(resumed) if n.endswith("-keys")][0]
+    keys, freq = tf.train.load_variable(resumed, name), tf.train.load_variable(resumed, name[:-4] + "freq")
+    old_freq = tf.train.load_variable(ckpt, name[:-4] + "freq")
+    # Every row of the 2-PS checkpoint came back on 3 PS and kept its update count.
+    position = {k: i for i, k in enumerate(keys.tolist())}
+    assert all(k in position for k in saved_keys.tolist())
+    assert all(freq[position[k]] >= f for k, f in zip(saved_keys.tolist(), old_freq.tolist()))
 
 
 def test_bad_launches_fail_clearly(tmp_path):

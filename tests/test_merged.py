@@ -69,7 +69,7 @@ def test_tags_keep_features_apart(graph):
         feature_tag(ids, 0)
 
 
-def test_colliding_tags_get_separate_tables(graph):
+def test_colliding_tags_are_refused_in_any_order(graph):
     seen = {}
     for i in range(10000):   # find two names with the same 15-bit tag
         name = f"feat{i}"
@@ -80,9 +80,14 @@ def test_colliding_tags_get_separate_tables(graph):
         seen[tag] = name
     fa, fb = Feature(pair[0], 4), Feature(pair[1], 4)
     assert fa.tag == fb.tag
-    (ta, _), (tb, _) = physical_table(fa), physical_table(fb)
-    assert ta is not tb
-    assert physical_table(fa)[0] is ta      # stable on repeated asks
+    for first, second in ((fa, fb), (fb, fa)):
+        with tf.Graph().as_default():
+            ta, _ = physical_table(first)
+            assert physical_table(first)[0] is ta      # stable on repeated asks
+            with pytest.raises(ValueError, match=f"same 15-bit tag {fa.tag}"):
+                physical_table(second)
+            own = Feature(second.name, 4, options=tfps.EmbeddingOptions(merge=False))
+            assert physical_table(own)[0] is not ta
 
 
 def test_stage_two_dedups_columns_sharing_ids(graph):

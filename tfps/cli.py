@@ -60,7 +60,7 @@ def _inspect(args):
         print(f"no tfps tables in {args.checkpoint}", flush=True)
     for t in tables:
         top = ", ".join(f"{k}:{f}" for k, f in t["top_ids_by_freq"])
-        print(f"{t['table']}: {t['rows']} rows, {t['shards']} shards, dim {t['dim']}, {t['slots']} slots, "
+        print(f"{t['table']}: {t['rows']} rows, dim {t['dim']}, {t['slots']} slots, "
               f"{t['bytes'] / 2**20:.2f} MiB; top ids (id:updates) {top}", flush=True)
     print(json.dumps({"tables": tables}), flush=True)
     return 0

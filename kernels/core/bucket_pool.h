@@ -2,7 +2,8 @@
 // recycled through an intrusive free list, so memory per row stays at the
 // stride. Thread-safe: Allocate/Free take an internal spin lock. A row pointer
 // stays valid until it is freed or the pool is destroyed (blocks never move).
-// The pool owns all block memory.
+// The pool owns all block memory. Allocate throws std::bad_alloc when memory runs out
+// (kernels turn it into ResourceExhausted); the pool is unchanged then.
 #ifndef TFPS_KERNELS_CORE_BUCKET_POOL_H_
 #define TFPS_KERNELS_CORE_BUCKET_POOL_H_
 
@@ -42,6 +43,7 @@ class BucketPool {
   std::vector<std::unique_ptr<float[]>> blocks_;
   int64_t next_in_block_;   // rows handed out of the newest block
   float* AllocateLocked();
+  void FreeLocked(float* row);
   float* free_list_ = nullptr;
   int64_t in_use_ = 0;
 };

@@ -14,14 +14,26 @@ constexpr int kShardBits = 6;
 constexpr int64_t kShardInitialCapacity = 16;
 // An index shard doubles when size exceeds this fraction of capacity.
 constexpr double kMaxLoadFactor = 0.8;
-// Rows carved from one BucketPool block (a block is rows * stride floats).
+// Rows carved from one BucketPool block (a block is rows * stride floats), at most; wide
+// rows get fewer per block so that one block stays under kMaxBlockBytes (at least one row).
 constexpr int64_t kRowsPerBlock = 4096;
+constexpr int64_t kMaxBlockBytes = int64_t{16} << 20;
+// Widest row a table accepts (value dim; slots multiply it): larger is InvalidArgument.
+constexpr int64_t kMaxDim = int64_t{1} << 20;
+// Most partitions (shards, PS tasks) unique_partition splits ids into.
+constexpr int64_t kMaxPartitions = int64_t{1} << 16;
 // Batches of at least this many keys are split over threads (tbb::parallel_for).
 constexpr int64_t kParallelThreshold = 16384;
 // Grain of tbb::parallel_for over keys.
 constexpr int64_t kParallelGrain = 4096;
-// Admission: a shard forgets its pending (not yet admitted) keys past this many.
-constexpr int64_t kMaxPendingPerShard = 1 << 16;
+// Admission: sightings of keys without a row are counted in a count-min sketch of
+// kSketchDepth rows of kSketchWidth 16-bit counters per table (bounded memory, no cliff:
+// a key is admitted once its estimate, never below its true count, reaches the threshold).
+constexpr int kSketchDepth = 4;
+constexpr int64_t kSketchWidth = int64_t{1} << 18;
+// Removed-keys log for incremental checkpoints (kept only while they are on): past this
+// many keys in one index shard the log is dropped and the next delta carries every row.
+constexpr int64_t kMaxRemovedPerShard = int64_t{1} << 16;
 // Unique splits a batch over kUniqueParts threads from this many ids when the sampled
 // estimate says ids repeat (under n/2 distinct), and from the second when they do not
 // (measured in benchmarks/bench_unique_paths.cc; see kernels/core/unique.h).

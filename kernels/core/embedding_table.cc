@@ -20,6 +20,7 @@ EmbeddingTable::EmbeddingTable(int64_t dim, const InitSpec& init, uint32_t admit
       shards_(new Shard[kNumShards]) {
   for (int i = 0; i < kNumShards; ++i) {
     shards_[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
+    if (admit_min_count_ > 1) shards_[i].sketch.assign(kSketchDepth * kSketchShardWidth, 0);
   }
 }
 
@@ -98,6 +99,33 @@ void EmbeddingTable::InitSlotsAndMeta(float* row) const {
   meta[1] = 0;
 }
 
+void EmbeddingTable::LogRemovedLocked(Shard* s, int64_t key) const {
+  if (!track_removed_.load(std::memory_order_relaxed) || s->removed_overflowed) return;
+  if (static_cast<int64_t>(s->removed.size()) >= kMaxRemovedPerShard) {
+    std::vector<int64_t>().swap(s->removed);  // the next delta carries every row instead
+    s->removed_overflowed = true;
+    return;
+  }
+  s->removed.push_back(key);
+}
+
+std::pair<uint32_t, uint32_t> EmbeddingTable::CountSightingLocked(Shard* s, uint64_t h, uint32_t count) const {
+  // Conservative update: the estimate is the least of the key's counters; only counters
+  // below the new estimate are raised, which keeps over-counting from collisions small.
+  uint16_t* cell[kSketchDepth];
+  uint32_t before = UINT32_MAX;
+  for (int r = 0; r < kSketchDepth; ++r) {
+    const uint64_t pos = Mix64(h + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(r + 1)) % kSketchShardWidth;
+    cell[r] = &s->sketch[r * kSketchShardWidth + pos];
+    before = std::min<uint32_t>(before, *cell[r]);
+  }
+  const uint32_t after = std::min<uint32_t>(UINT16_MAX, before + count);
+  for (int r = 0; r < kSketchDepth; ++r) {
+    if (*cell[r] < after) *cell[r] = static_cast<uint16_t>(after);
+  }
+  return {before, after};
+}
+
 void EmbeddingTable::ForEachShard(
     const int64_t* keys, int64_t n,
     const std::function<void(Shard&, const int64_t* idx, const uint64_t* h, int64_t m)>& fn) const {
@@ -173,16 +201,17 @@ int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool insert,
           admitted.push_back(j);  // another batch admitted it meanwhile
           continue;
         }
-        uint32_t& seen = s.pending[keys[i]];
-        seen += counts ? static_cast<uint32_t>(counts[i]) : 1u;
-        if (seen >= admit_min_count_) {
-          s.pending.erase(keys[i]);
+        const uint32_t count = counts ? static_cast<uint32_t>(std::max<int32_t>(counts[i], 1)) : 1u;
+        const auto [before, after] = CountSightingLocked(&s, h[j], count);
+        if (after >= admit_min_count_) {
+          if (before > 0) --s.pending;
           admitted.push_back(j);
         } else {
+          if (before == 0) ++s.pending;
           fill_missing(j);
         }
       }
-      if (static_cast<int64_t>(s.pending.size()) > kMaxPendingPerShard) s.pending.clear();
+      if (s.pending < 0) s.pending = 0;  // collisions can make a key look seen before
       missing.swap(admitted);
     }
     // Rows for every missing key in one pool call; unused ones go back.
@@ -242,7 +271,7 @@ int64_t EmbeddingTable::Remove(const int64_t* keys, int64_t n) {
     for (int64_t j = 0; j < m; ++j) {
       const int64_t pos = Find(s, h[j], keys[idx[j]]);
       if (pos < 0) continue;
-      s.removed.push_back(keys[idx[j]]);
+      LogRemovedLocked(&s, keys[idx[j]]);
       pool_->Free(s.slots[pos].row);
       EraseLocked(&s, pos);
       ++local;
@@ -285,6 +314,14 @@ void EmbeddingTable::UnlockAll() const {
   for (int i = kNumShards - 1; i >= 0; --i) shards_[i].mu.unlock();
 }
 
+void EmbeddingTable::LockAllShared() const {
+  for (int i = 0; i < kNumShards; ++i) shards_[i].mu.lock_shared();
+}
+
+void EmbeddingTable::UnlockAllShared() const {
+  for (int i = kNumShards - 1; i >= 0; --i) shards_[i].mu.unlock_shared();
+}
+
 bool EmbeddingTable::EnsureSlots(int k, const float* slot_init, std::string* error) {
   LockAll();
   bool ok = true;
@@ -296,11 +333,23 @@ bool EmbeddingTable::EnsureSlots(int k, const float* slot_init, std::string* err
     ok = false;
   } else {
     const int64_t old_meta = dim_;
-    std::unique_ptr<BucketPool> pool(new BucketPool(dim_ * (1 + k) + 2));
+    std::unique_ptr<BucketPool> pool;
+    std::vector<float*> fresh;
+    try {  // every new row first: out of memory leaves the table as it was
+      pool.reset(new BucketPool(dim_ * (1 + k) + 2));
+      int64_t rows = 0;
+      for (int i = 0; i < kNumShards; ++i) rows += shards_[i].size;
+      fresh.resize(rows);
+      pool->Allocate(rows, fresh.data());
+    } catch (const std::bad_alloc&) {
+      UnlockAll();
+      throw;
+    }
+    size_t next = 0;
     for (int i = 0; i < kNumShards; ++i) {
       for (Slot& e : shards_[i].slots) {
         if (e.row == nullptr) continue;
-        float* row = pool->Allocate();
+        float* row = fresh[next++];
         std::memcpy(row, e.row, sizeof(float) * dim_);
         for (int j = 0; j < k; ++j) std::fill(row + dim_ * (1 + j), row + dim_ * (2 + j), slot_init[j]);
         std::memcpy(row + dim_ * (1 + k), e.row + old_meta, 2 * sizeof(uint32_t));
@@ -324,12 +373,17 @@ TableStats EmbeddingTable::Stats() const {
     index_bytes += static_cast<int64_t>(shards_[i].slots.size() * sizeof(Slot));
   }
   st.row_bytes = pool_->stride() * static_cast<int64_t>(sizeof(float));
-  for (int i = 0; i < kNumShards; ++i) st.pending += static_cast<int64_t>(shards_[i].pending.size());
-  constexpr int64_t kPendingEntryBytes = 48;  // unordered_map node + bucket, measured order
-  st.bytes_reserved += st.pending * kPendingEntryBytes;
-  st.bytes_in_use += st.pending * kPendingEntryBytes;
-  st.bytes_reserved = pool_->bytes_reserved() + index_bytes;
-  st.bytes_in_use = st.rows * st.row_bytes + index_bytes;
+  int64_t side_reserved = 0, side_in_use = 0;  // admission sketch and removed-keys log
+  for (int i = 0; i < kNumShards; ++i) {
+    const Shard& s = shards_[i];
+    st.pending += s.pending;
+    st.removed_logged += static_cast<int64_t>(s.removed.size());
+    side_reserved += static_cast<int64_t>(s.sketch.capacity() * sizeof(uint16_t) +
+                                          s.removed.capacity() * sizeof(int64_t));
+    side_in_use += static_cast<int64_t>(s.sketch.size() * sizeof(uint16_t) + s.removed.size() * sizeof(int64_t));
+  }
+  st.bytes_reserved = pool_->bytes_reserved() + index_bytes + side_reserved;
+  st.bytes_in_use = st.rows * st.row_bytes + index_bytes + side_in_use;
   UnlockAll();
   return st;
 }

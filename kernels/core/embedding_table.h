@@ -13,15 +13,18 @@
 // lock, updates through Update()'s callback under the exclusive lock); no row
 // pointer escapes the table. Lookups only read rows (no write under the shared
 // lock); freq and last_step change only in Update(), under the exclusive lock.
-// EnsureSlots() and Import() take every shard lock.
+// EnsureSlots() and Import() take every shard lock exclusively, Export() every shard lock
+// shared, so a snapshot has one row layout. Methods that allocate rows throw
+// std::bad_alloc when memory runs out (kernels turn it into ResourceExhausted).
 #ifndef TFPS_KERNELS_CORE_EMBEDDING_TABLE_H_
 #define TFPS_KERNELS_CORE_EMBEDDING_TABLE_H_
 
 #include <cstdint>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <tbb/spin_rw_mutex.h>
@@ -47,7 +50,8 @@ struct TableStats {
   int64_t bytes_reserved = 0;  // pool blocks + index slots
   int64_t bytes_in_use = 0;    // rows * row bytes + index slots
   int64_t row_bytes = 0;
-  int64_t pending = 0;         // keys seen but not admitted yet
+  int64_t pending = 0;         // keys seen but not admitted yet (estimate, exact without collisions)
+  int64_t removed_logged = 0;  // keys in the removed-keys log (incremental checkpoints)
 };
 
 // Everything Export() returns; Import() takes the same.
@@ -66,6 +70,8 @@ class EmbeddingTable {
  public:
   // admit_min_count: a key gets a row only once training lookups have seen it this many
   // times (1: at once). Until then it reads as a missing key and its updates are dropped.
+  // Sightings are counted in a count-min sketch (kSketchDepth x kSketchWidth counters, config.h):
+  // bounded memory whatever the rate of new keys, and an estimate never below the true count.
   EmbeddingTable(int64_t dim, const InitSpec& init, uint32_t admit_min_count = 1);
   ~EmbeddingTable();
   EmbeddingTable(const EmbeddingTable&) = delete;
@@ -111,22 +117,38 @@ class EmbeddingTable {
   // Every row, each copied under its shard lock (value and slots of one row
   // come from one moment).
   void Export(TableSnapshot* snap) const;
-  // Replaces the contents with the snapshot (validated by the caller).
+  // Replaces the contents with the snapshot; false and *error (table unchanged) when its parts
+  // do not fit together or its dim is not the table's.
   bool Import(const TableSnapshot& snap, std::string* error);
 
-  // Incremental checkpoints. ExportDelta: the rows updated at or after since_step (their
-  // last_step), each under its shard lock, and the keys removed since ResetRemoved().
-  void ExportDelta(int64_t since_step, TableSnapshot* snap, std::vector<int64_t>* removed) const;
-  // Applies a delta: removes `removed`, then inserts or overwrites the snapshot's rows.
-  bool ImportDelta(const TableSnapshot& snap, const std::vector<int64_t>& removed, std::string* error);
+  // Incremental checkpoints. Remove and Evict log the keys they drop only while tracking is on
+  // (SetTrackRemoved(true)); turning it off drops the log.
+  void SetTrackRemoved(bool on);
+  // ExportDelta: the rows updated at or after since_step (their last_step) and the keys
+  // removed since ResetRemoved(). When the log outgrew kMaxRemovedPerShard in some shard, the
+  // delta is complete instead (*complete = true): every row, no removed keys, and importing it
+  // replaces the table.
+  void ExportDelta(int64_t since_step, TableSnapshot* snap, std::vector<int64_t>* removed,
+                   bool* complete) const;
+  // Applies a delta: removes `removed`, then inserts or overwrites the snapshot's rows (or, when
+  // complete, replaces the contents). Validates everything before the first change.
+  bool ImportDelta(const TableSnapshot& snap, const std::vector<int64_t>& removed, bool complete,
+                   std::string* error);
   // Forgets the removed keys recorded so far (call when a full checkpoint is written).
   void ResetRemoved();
-  void Clear();
+
+  // Admission sketch: kNumShards * kSketchDepth * kSketchWidth/kNumShards counters (empty
+  // when admit_min_count is 1). Sketches of tables with the same keys' hashes add up.
+  int64_t admission_size() const { return admit_min_count_ > 1 ? kNumShards * kSketchDepth * kSketchShardWidth : 0; }
+  void ExportAdmission(std::vector<int32_t>* counts) const;
+  // Replaces the sketch (counts saturate at 65535); false and *error when the size is wrong.
+  bool ImportAdmission(const int32_t* counts, int64_t n, std::string* error);
 
   TableStats Stats() const;
 
  private:
   static constexpr int kNumShards = 1 << kShardBits;
+  static constexpr int64_t kSketchShardWidth = kSketchWidth >> kShardBits;
   using ReadLock = tbb::spin_rw_mutex::scoped_lock;
 
   struct Slot {
@@ -137,12 +159,14 @@ class EmbeddingTable {
     mutable tbb::spin_rw_mutex mu;
     std::vector<Slot> slots;
     int64_t size = 0;
-    // Admission side table: sightings of keys without a row (only with admit_min_count > 1).
-    // A std::unordered_map, about 48 bytes per pending key; cleared when it passes
-    // kMaxPendingPerShard entries, so keys seen too rarely are forgotten, never stored.
-    std::unordered_map<int64_t, uint32_t> pending;
-    // Keys removed (Remove, Evict) since the last ResetRemoved, for incremental checkpoints.
+    // Admission: this shard's part of the count-min sketch, [kSketchDepth][kSketchShardWidth]
+    // (only with admit_min_count > 1), and the number of keys it counts that have no row.
+    std::vector<uint16_t> sketch;
+    int64_t pending = 0;
+    // Keys removed (Remove, Evict) since the last ResetRemoved while tracking is on; when it
+    // would pass kMaxRemovedPerShard it is dropped and overflowed is set.
     std::vector<int64_t> removed;
+    bool removed_overflowed = false;
   };
 
   static int ShardOf(uint64_t h) { return static_cast<int>(h >> (64 - kShardBits)); }
@@ -156,6 +180,9 @@ class EmbeddingTable {
   void EraseLocked(Shard* s, int64_t pos);
   void InitNewRow(int64_t key, float* row) const;  // initialiser values, slot init, zero meta
   void InitSlotsAndMeta(float* row) const;          // slot init, zero meta
+  void LogRemovedLocked(Shard* s, int64_t key) const;
+  // Adds count sightings of a key without a row; returns its estimate before and after.
+  std::pair<uint32_t, uint32_t> CountSightingLocked(Shard* s, uint64_t h, uint32_t count) const;
   int64_t stride_floats() const { return dim_ * (1 + num_slots_) + 2; }
   uint32_t* Meta(float* row) const {
     return reinterpret_cast<uint32_t*>(row + dim_ * (1 + num_slots_));
@@ -165,10 +192,16 @@ class EmbeddingTable {
   void ExportRows(int64_t since_step, bool updated_only, TableSnapshot* snap, std::vector<int64_t>* removed) const;
   void LockAll() const;
   void UnlockAll() const;
+  void LockAllShared() const;
+  void UnlockAllShared() const;
+  // Replaces the contents with a validated snapshot; every shard lock held.
+  void ImportLocked(const TableSnapshot& snap);
+  static bool CheckSnapshot(const TableSnapshot& snap, int64_t dim, std::string* error);
 
   const int64_t dim_;
   const InitSpec init_;
   const uint32_t admit_min_count_;
+  std::atomic<bool> track_removed_{false};
   int num_slots_ = 0;                 // changes only with every shard locked
   std::vector<float> slot_init_;
   std::unique_ptr<BucketPool> pool_;  // replaced only with every shard locked

@@ -30,7 +30,7 @@ int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
     for (int64_t pos = 0; pos < static_cast<int64_t>(s.slots.size());) {
       Slot& e = s.slots[pos];
       if (e.row != nullptr && pred(e.key, e.row)) {
-        s.removed.push_back(e.key);
+        LogRemovedLocked(&s, e.key);
         pool_->Free(e.row);
         EraseLocked(&s, pos);  // backward shift may move another entry into pos: look again
         ++n;
@@ -63,7 +63,7 @@ int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
       const uint64_t h = HashKey(key);
       Shard& s = shards_[ShardOf(h)];
       const int64_t pos = Find(s, h, key);
-      s.removed.push_back(key);
+      LogRemovedLocked(&s, key);
       pool_->Free(s.slots[pos].row);
       EraseLocked(&s, pos);
     }
@@ -75,56 +75,99 @@ int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
 
 void EmbeddingTable::ExportRows(int64_t since_step, bool updated_only, TableSnapshot* snap,
                                 std::vector<int64_t>* removed) const {
+  // Every shard lock shared for the whole copy: the row layout (num_slots_) cannot change
+  // under the snapshot, and the rows of all shards come from one moment.
+  LockAllShared();
   snap->dim = dim_;
+  snap->num_slots = num_slots_;
+  snap->slot_init = slot_init_;
+  int64_t rows = 0;
+  for (int i = 0; i < kNumShards; ++i) rows += shards_[i].size;
+  const int64_t slot_floats = dim_ * num_slots_;
   snap->keys.clear();
   snap->values.clear();
   snap->slots.clear();
   snap->freq.clear();
   snap->last_step.clear();
   if (removed != nullptr) removed->clear();
-  for (int i = 0; i < kNumShards; ++i) {
-    ReadLock lock(shards_[i].mu, false);
-    if (i == 0) {
-      snap->num_slots = num_slots_;
-      snap->slot_init = slot_init_;
+  try {
+    if (!updated_only) {
+      snap->keys.reserve(rows);
+      snap->values.reserve(rows * dim_);
+      snap->slots.reserve(rows * slot_floats);
+      snap->freq.reserve(rows);
+      snap->last_step.reserve(rows);
     }
-    const int64_t slot_floats = dim_ * num_slots_;
-    for (const Slot& e : shards_[i].slots) {
-      if (e.row == nullptr) continue;
-      const uint32_t* meta = Meta(e.row);
-      if (updated_only && (static_cast<int64_t>(meta[1]) < since_step || meta[0] == 0)) continue;
-      snap->keys.push_back(e.key);
-      snap->values.insert(snap->values.end(), e.row, e.row + dim_);
-      snap->slots.insert(snap->slots.end(), e.row + dim_, e.row + dim_ + slot_floats);
-      snap->freq.push_back(meta[0]);
-      snap->last_step.push_back(meta[1]);
+    for (int i = 0; i < kNumShards; ++i) {
+      for (const Slot& e : shards_[i].slots) {
+        if (e.row == nullptr) continue;
+        const uint32_t* meta = Meta(e.row);
+        if (updated_only && (static_cast<int64_t>(meta[1]) < since_step || meta[0] == 0)) continue;
+        snap->keys.push_back(e.key);
+        snap->values.insert(snap->values.end(), e.row, e.row + dim_);
+        snap->slots.insert(snap->slots.end(), e.row + dim_, e.row + dim_ + slot_floats);
+        snap->freq.push_back(meta[0]);
+        snap->last_step.push_back(meta[1]);
+      }
+      if (removed != nullptr) removed->insert(removed->end(), shards_[i].removed.begin(), shards_[i].removed.end());
     }
-    if (removed != nullptr) removed->insert(removed->end(), shards_[i].removed.begin(), shards_[i].removed.end());
+  } catch (const std::bad_alloc&) {
+    UnlockAllShared();
+    throw;
   }
+  UnlockAllShared();
 }
 
-void EmbeddingTable::ExportDelta(int64_t since_step, TableSnapshot* snap, std::vector<int64_t>* removed) const {
-  ExportRows(since_step, /*updated_only=*/true, snap, removed);
+void EmbeddingTable::ExportDelta(int64_t since_step, TableSnapshot* snap, std::vector<int64_t>* removed,
+                                 bool* complete) const {
+  bool overflowed = false;
+  for (int i = 0; i < kNumShards; ++i) {
+    ReadLock lock(shards_[i].mu, false);
+    overflowed = overflowed || shards_[i].removed_overflowed;
+  }
+  // A removal logged after this check is in the log (or sets overflowed) for the next delta.
+  *complete = overflowed;
+  ExportRows(since_step, /*updated_only=*/!overflowed, snap, removed);
+  if (overflowed) removed->clear();
+}
+
+void EmbeddingTable::SetTrackRemoved(bool on) {
+  track_removed_.store(on, std::memory_order_relaxed);
+  if (!on) ResetRemoved();
 }
 
 void EmbeddingTable::ResetRemoved() {
   for (int i = 0; i < kNumShards; ++i) {
     ReadLock lock(shards_[i].mu, true);
-    shards_[i].removed.clear();
+    std::vector<int64_t>().swap(shards_[i].removed);
+    shards_[i].removed_overflowed = false;
   }
 }
 
-bool EmbeddingTable::ImportDelta(const TableSnapshot& snap, const std::vector<int64_t>& removed,
-                                 std::string* error) {
+bool EmbeddingTable::CheckSnapshot(const TableSnapshot& snap, int64_t dim, std::string* error) {
   const int64_t n = static_cast<int64_t>(snap.keys.size());
-  if (snap.dim != dim_) {
-    *error = "dim " + std::to_string(snap.dim) + " does not match the table's dim " + std::to_string(dim_);
+  if (snap.dim != dim) {
+    *error = "dim " + std::to_string(snap.dim) + " does not match the table's dim " + std::to_string(dim);
     return false;
   }
-  if (static_cast<int64_t>(snap.values.size()) != n * dim_ ||
-      static_cast<int64_t>(snap.slots.size()) != n * dim_ * snap.num_slots ||
-      static_cast<int64_t>(snap.freq.size()) != n || static_cast<int64_t>(snap.last_step.size()) != n) {
-    *error = "delta parts have inconsistent sizes";
+  if (snap.num_slots < 0 || static_cast<int64_t>(snap.values.size()) != n * dim ||
+      static_cast<int64_t>(snap.slots.size()) != n * dim * snap.num_slots ||
+      static_cast<int64_t>(snap.freq.size()) != n || static_cast<int64_t>(snap.last_step.size()) != n ||
+      static_cast<int64_t>(snap.slot_init.size()) != snap.num_slots) {
+    *error = "snapshot parts have inconsistent sizes";
+    return false;
+  }
+  return true;
+}
+
+bool EmbeddingTable::ImportDelta(const TableSnapshot& snap, const std::vector<int64_t>& removed, bool complete,
+                                 std::string* error) {
+  if (!CheckSnapshot(snap, dim_, error)) return false;
+  if (complete) return Import(snap, error);
+  const int64_t n = static_cast<int64_t>(snap.keys.size());
+  if (n > 0 && snap.num_slots != num_slots() && num_slots() != 0) {
+    *error = "delta rows have " + std::to_string(snap.num_slots) + " optimizer slots, the table has " +
+             std::to_string(num_slots());
     return false;
   }
   if (n > 0 && snap.num_slots != num_slots() && !EnsureSlots(snap.num_slots, snap.slot_init.data(), error)) {
@@ -133,12 +176,14 @@ bool EmbeddingTable::ImportDelta(const TableSnapshot& snap, const std::vector<in
   Remove(removed.data(), static_cast<int64_t>(removed.size()));
   Assign(snap.keys.data(), n, snap.values.data());
   const int64_t slot_floats = dim_ * num_slots_;
-  // Slots and meta of the rows just written.
+  // Slots and meta of the rows just written (a row removed meanwhile by another op is skipped).
   ForEachShard(snap.keys.data(), n, [&](Shard& s, const int64_t* idx, const uint64_t* h, int64_t m) {
     ReadLock lock(s.mu, true);
     for (int64_t j = 0; j < m; ++j) {
       const int64_t i = idx[j];
-      float* row = s.slots[Find(s, h[j], snap.keys[i])].row;
+      const int64_t pos = Find(s, h[j], snap.keys[i]);
+      if (pos < 0) continue;
+      float* row = s.slots[pos].row;
       if (slot_floats > 0) std::memcpy(row + dim_, &snap.slots[i * slot_floats], sizeof(float) * slot_floats);
       uint32_t* meta = Meta(row);
       meta[0] = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(snap.freq[i], UINT32_MAX)));
@@ -150,57 +195,77 @@ bool EmbeddingTable::ImportDelta(const TableSnapshot& snap, const std::vector<in
 
 void EmbeddingTable::Export(TableSnapshot* snap) const { ExportRows(0, /*updated_only=*/false, snap, nullptr); }
 
-void EmbeddingTable::Clear() {
-  LockAll();
-  for (int i = 0; i < kNumShards; ++i) {
-    for (Slot& e : shards_[i].slots) {
-      if (e.row != nullptr) pool_->Free(e.row);
-    }
-    shards_[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
-    shards_[i].size = 0;
-    shards_[i].pending.clear();
-  }
-  UnlockAll();
-}
-
 bool EmbeddingTable::Import(const TableSnapshot& snap, std::string* error) {
+  if (!CheckSnapshot(snap, dim_, error)) return false;
   const int64_t n = static_cast<int64_t>(snap.keys.size());
+  // Everything the new contents need is allocated before the table changes, so running out
+  // of memory (std::bad_alloc) leaves it as it was.
+  std::unique_ptr<BucketPool> pool(new BucketPool(dim_ * (1 + snap.num_slots) + 2));
+  std::vector<float*> rows(n);
+  pool->Allocate(n, rows.data());
+  std::unique_ptr<Shard[]> fresh(new Shard[kNumShards]);
+  for (int i = 0; i < kNumShards; ++i) fresh[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
   const int64_t slot_floats = dim_ * snap.num_slots;
-  if (snap.dim != dim_) {
-    *error = "dim " + std::to_string(snap.dim) + " does not match the table's dim " + std::to_string(dim_);
-    return false;
-  }
-  if (snap.num_slots < 0 || static_cast<int64_t>(snap.values.size()) != n * dim_ ||
-      static_cast<int64_t>(snap.slots.size()) != n * slot_floats ||
-      static_cast<int64_t>(snap.freq.size()) != n || static_cast<int64_t>(snap.last_step.size()) != n ||
-      static_cast<int64_t>(snap.slot_init.size()) != snap.num_slots) {
-    *error = "snapshot parts have inconsistent sizes";
-    return false;
-  }
-  LockAll();
-  // The old rows die with the old pool; the snapshot fixes the row layout.
-  pool_.reset(new BucketPool(dim_ * (1 + snap.num_slots) + 2));
-  num_slots_ = snap.num_slots;
-  slot_init_ = snap.slot_init;
-  for (int i = 0; i < kNumShards; ++i) {
-    shards_[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
-    shards_[i].size = 0;
-    shards_[i].pending.clear();
-  }
+  int64_t used = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t key = snap.keys[i];
     const uint64_t h = HashKey(key);
-    Shard& s = shards_[ShardOf(h)];
-    const int64_t pos = Find(s, h, key);
-    float* row = pos >= 0 ? s.slots[pos].row : pool_->Allocate();
+    Shard& s = fresh[ShardOf(h)];
+    const int64_t pos = Find(s, h, key);  // a repeated key: the last row wins
+    float* row = pos >= 0 ? s.slots[pos].row : rows[used++];
     std::memcpy(row, &snap.values[i * dim_], sizeof(float) * dim_);
     if (slot_floats > 0) std::memcpy(row + dim_, &snap.slots[i * slot_floats], sizeof(float) * slot_floats);
-    uint32_t* meta = Meta(row);
+    uint32_t* meta = reinterpret_cast<uint32_t*>(row + dim_ * (1 + snap.num_slots));
     meta[0] = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(snap.freq[i], UINT32_MAX)));
     meta[1] = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(snap.last_step[i], UINT32_MAX)));
     if (pos < 0) InsertLocked(&s, h, key, row);
   }
+  for (int64_t k = used; k < n; ++k) pool->Free(rows[k]);
+  LockAll();
+  // The old rows die with the old pool; the snapshot fixes the row layout. The admission
+  // sketch and the removed-keys log are kept (the sketch has its own import).
+  pool_.swap(pool);
+  num_slots_ = snap.num_slots;
+  slot_init_ = snap.slot_init;
+  for (int i = 0; i < kNumShards; ++i) {
+    shards_[i].slots.swap(fresh[i].slots);
+    shards_[i].size = fresh[i].size;
+  }
   UnlockAll();
+  return true;
+}
+
+void EmbeddingTable::ExportAdmission(std::vector<int32_t>* counts) const {
+  counts->clear();
+  if (admit_min_count_ <= 1) return;
+  counts->reserve(admission_size());
+  for (int i = 0; i < kNumShards; ++i) {
+    ReadLock lock(shards_[i].mu, false);
+    counts->insert(counts->end(), shards_[i].sketch.begin(), shards_[i].sketch.end());
+  }
+}
+
+bool EmbeddingTable::ImportAdmission(const int32_t* counts, int64_t n, std::string* error) {
+  if (n == 0) return true;  // saved without admission: nothing pending
+  if (n != admission_size()) {
+    *error = "admission sketch has " + std::to_string(n) + " counters, this table has " +
+             std::to_string(admission_size()) + " (admit_min_count " + std::to_string(admit_min_count_) + ")";
+    return false;
+  }
+  for (int i = 0; i < kNumShards; ++i) {
+    ReadLock lock(shards_[i].mu, true);
+    Shard& s = shards_[i];
+    const int32_t* src = counts + i * kSketchDepth * kSketchShardWidth;
+    for (int64_t j = 0; j < kSketchDepth * kSketchShardWidth; ++j) {
+      s.sketch[j] = static_cast<uint16_t>(std::max<int32_t>(0, std::min<int32_t>(src[j], UINT16_MAX)));
+    }
+    // Keys counted but below the threshold: estimated from the first sketch row.
+    int64_t pending = 0;
+    for (int64_t j = 0; j < kSketchShardWidth; ++j) {
+      pending += (s.sketch[j] > 0 && s.sketch[j] < admit_min_count_) ? 1 : 0;
+    }
+    s.pending = pending;
+  }
   return true;
 }
 

@@ -1,63 +1,89 @@
-"""Checkpoint tools for tables: restore into a different number of shards, and inspection."""
+"""Checkpoint tools for tables: what a checkpoint holds, whether it fits a graph, inspection,
+and restoring one table under another name."""
 import numpy as np
 import tensorflow as tf
 
-from tfps.embedding.saveable import PARTS
+from tfps.embedding.saveable import DTYPES, PARTS
 
-_DTYPES = {"keys": tf.int64, "values": tf.float32, "slots": tf.float32, "freq": tf.int64,
-           "last_step": tf.int64, "slot_init": tf.float32}
+
+def _path(checkpoint):
+    return tf.train.latest_checkpoint(checkpoint) or checkpoint
 
 
 def checkpoint_tables(checkpoint):
-    """{table name: number of shards} of the tables in a checkpoint (prefix or directory)."""
-    path = tf.train.latest_checkpoint(checkpoint) or checkpoint
-    tables = {}
-    for name, _ in tf.train.list_variables(path):
-        if name.endswith("-keys") and "/shard_" in name:
-            table = name[:name.rindex("/shard_")]
-            tables[table] = tables.get(table, 0) + 1
-    return tables
+    """{table name: {part: shape}} of the tables in a checkpoint (prefix or directory)."""
+    shapes = dict(tf.train.list_variables(_path(checkpoint)))
+    return {name[:-len("-keys")]: {p: shapes.get(f"{name[:-len('-keys')]}-{p}") for p in PARTS}
+            for name in shapes if name.endswith("-keys")}
 
 
-def restore_resharded(checkpoint, ev, source_name=None):
-    """An op that fills `ev` from the checkpoint's table `source_name` (default ev.name), whatever
-    number of shards it was saved with: every saved row lands in the shard floormod(key, k) of
-    ev, value, slots, freq and last_step unchanged.
+def check_tables(checkpoint, variables):
+    """Raises ValueError naming every table of `variables` (EmbeddingVariables) that the
+    checkpoint cannot restore exactly: missing, a part missing, or another dim. Reads only the
+    checkpoint's index, so a model is refused before any table changes."""
+    path = _path(checkpoint)
+    saved = checkpoint_tables(path)
+    problems = []
+    for ev in variables:
+        parts = saved.get(ev.name)
+        if parts is None:
+            problems.append(f"table {ev.name!r} is not in the checkpoint")
+            continue
+        missing = [p for p, shape in parts.items() if shape is None and p != "admission"]
+        if missing:
+            problems.append(f"table {ev.name!r} lacks {missing} (a partly written checkpoint?)")
+        elif parts["values"][1] != ev.dim:
+            problems.append(f"table {ev.name!r} has dim {parts['values'][1]} in the checkpoint, the model "
+                            f"asks for {ev.dim}")
+    if problems:
+        raise ValueError(f"checkpoint {path} does not match the model: " + "; ".join(problems) +
+                         f". Tables in the checkpoint: {sorted(saved)}")
 
-    Use it where tf.compat.v1.train.Saver cannot (the shard count changed); restore the dense
-    variables with a Saver over them."""
-    path = tf.train.latest_checkpoint(checkpoint) or checkpoint
+
+def restore_table(checkpoint, ev, source_name=None):
+    """An op that fills `ev` from the checkpoint's table `source_name` (default ev.name), saved
+    with any number of shards (for restoring a table under another name; a Saver restores
+    every table under its own name by itself)."""
+    path = _path(checkpoint)
     name = source_name or ev.name
-    shards = checkpoint_tables(path).get(name)
-    if not shards:
-        raise ValueError(f"restore_resharded: checkpoint {path!r} holds no table {name!r} "
+    if name not in checkpoint_tables(path):
+        raise ValueError(f"restore_table: checkpoint {path!r} holds no table {name!r} "
                          f"(it has {sorted(checkpoint_tables(path))})")
-    parts = {p: [] for p in PARTS}
-    for i in range(shards):
-        names = [f"{name}/shard_{i}-{p}" for p in PARTS]
-        tensors = tf.raw_ops.RestoreV2(prefix=path, tensor_names=names, shape_and_slices=[""] * len(PARTS),
-                                       dtypes=[_DTYPES[p] for p in PARTS])
-        for p, t in zip(PARTS, tensors):
-            parts[p].append(t)
-    exported = {p: tf.concat(ts, 0) for p, ts in parts.items() if p != "slot_init"}
-    exported["slot_init"] = parts["slot_init"][0]
-    return ev.load(exported)
+    parts = [p for p in PARTS if p != "admission"]
+    tensors = tf.raw_ops.RestoreV2(prefix=path, tensor_names=[f"{name}-{p}" for p in parts],
+                                   shape_and_slices=[""] * len(parts), dtypes=[DTYPES[p] for p in parts])
+    return ev.load(dict(zip(parts, tensors)))
 
 
 def inspect(checkpoint, top=5):
     """Per table of a checkpoint: rows, bytes, dim, slots, and the `top` ids by update count."""
-    path = tf.train.latest_checkpoint(checkpoint) or checkpoint
+    path = _path(checkpoint)
     reader = tf.train.load_checkpoint(path)
     out = []
-    for table, shards in sorted(checkpoint_tables(path).items()):
-        arrays = {p: [reader.get_tensor(f"{table}/shard_{i}-{p}") for i in range(shards)] for p in PARTS}
-        keys = np.concatenate(arrays["keys"])
-        freq = np.concatenate(arrays["freq"])
-        values = np.concatenate(arrays["values"])
-        slots = np.concatenate(arrays["slots"])
+    for table in sorted(checkpoint_tables(path)):
+        keys, values, slots, freq, slot_init = (reader.get_tensor(f"{table}-{p}") for p in (
+            "keys", "values", "slots", "freq", "slot_init"))
         order = np.argsort(-freq, kind="stable")[:top]
-        out.append({"table": table, "shards": shards, "rows": int(len(keys)), "dim": int(values.shape[1]),
-                    "slots": int(len(arrays["slot_init"][0])),
+        out.append({"table": table, "rows": int(len(keys)), "dim": int(values.shape[1]),
+                    "slots": int(len(slot_init)),
                     "bytes": int(keys.nbytes + values.nbytes + slots.nbytes + freq.nbytes + 8 * len(keys)),
                     "top_ids_by_freq": [[int(keys[i]), int(freq[i])] for i in order]})
     return out
+
+
+class Saver(tf.compat.v1.train.Saver):
+    """tf.compat.v1.train.Saver that checks a checkpoint against the graph's tables before it
+    restores anything (check_tables): a checkpoint that does not fit is refused with one
+    ValueError naming every table that does not fit, and every table stays as it was. The tfps
+    estimator runners use it; a plain Saver restores the same checkpoints, checking each table
+    only as it restores it."""
+
+    def restore(self, sess, save_path):
+        from tfps.embedding.variable import embedding_variables
+        if save_path is not None:
+            var_list = self._var_list
+            tables = [ev for ev in embedding_variables(sess.graph)
+                      if var_list is None or ev.saveable in tf.nest.flatten(var_list)]
+            if tables and tf.io.gfile.exists(save_path + ".index"):
+                check_tables(save_path, tables)
+        return super().restore(sess, save_path)

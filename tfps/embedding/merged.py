@@ -48,10 +48,16 @@ class _Tables:
     """Per graph: physical tables and which feature tags each already holds."""
 
     def __init__(self):
-        self.by_group = {}   # group key -> list of (EmbeddingVariable, {tag: feature name})
+        self.by_group = {}   # group key -> (EmbeddingVariable, {tag: feature name})
 
     def table_for(self, feature):
-        """(physical EmbeddingVariable, tag) of a feature; merged tables are shared."""
+        """(physical EmbeddingVariable, tag) of a feature; merged tables are shared.
+
+        A merged table's name comes from what the features sharing it have in common (dim, key
+        dtype, initializer, options other than num_shards), never from where it runs: the shard
+        count is a placement choice, and a checkpoint restores into any other. Two features of
+        one table whose tags collide are refused whatever their order (a tag is the feature's
+        identity inside the table)."""
         spec = init_spec(feature.initializer, feature.dim, feature.name, DEFAULT_SEED)
         if feature.options.merge:
             group = (feature.dim, feature.key_dtype.name, spec, feature.options.table_key())
@@ -60,20 +66,24 @@ class _Tables:
         else:
             group = ("own", feature.name)
             name = f"tfps_features/{feature.name}"
-        tables = self.by_group.setdefault(group, [])
-        for ev, tags in tables:
-            owner = tags.get(feature.tag)
-            if owner in (None, feature.name):
-                tags[feature.tag] = feature.name
-                return ev, feature.tag
-        # Every table of the group already has another feature on this tag: open a new one.
-        index = len(tables)
+        if group in self.by_group:
+            ev, tags = self.by_group[group]
+            owner = tags.setdefault(feature.tag, feature.name)
+            if owner != feature.name:
+                raise ValueError(
+                    f"features {owner!r} and {feature.name!r} have the same 15-bit tag {feature.tag} and would "
+                    f"share rows in merged table {ev.name!r}; give one of them EmbeddingOptions(merge=False) "
+                    f"or another name")
+            if ev.num_shards != feature.options.num_shards:
+                raise ValueError(f"feature {feature.name!r} asks for {feature.options.num_shards} shards, but "
+                                 f"merged table {ev.name!r} has {ev.num_shards}: features of one table share "
+                                 f"one shard count")
+            return ev, feature.tag
         with tf.compat.v1.variable_scope(tf.compat.v1.VariableScope(name="", reuse=tf.compat.v1.AUTO_REUSE)):
-            ev = get_embedding_variable(f"{name}_{index}" if index else name, feature.dim,
-                                        initializer=feature.initializer, key_dtype=tf.int64,
+            ev = get_embedding_variable(name, feature.dim, initializer=feature.initializer, key_dtype=tf.int64,
                                         num_shards=feature.options.num_shards, default_seed=DEFAULT_SEED,
                                         options=feature.options)
-        tables.append((ev, {feature.tag: feature.name}))
+        self.by_group[group] = (ev, {feature.tag: feature.name})
         return ev, feature.tag
 
 
@@ -172,7 +182,7 @@ def export_feature(feature):
     ev, tag = physical_table(feature)
     exported = ev.export()
     mask, ids = feature_untag(exported["keys"], tag)
-    out = {k: tf.boolean_mask(v, mask) for k, v in exported.items() if k not in ("keys", "slot_init")}
+    out = {k: tf.boolean_mask(v, mask) for k, v in exported.items() if k not in ("keys", "slot_init", "admission")}
     out["ids"] = ids
     return out
 

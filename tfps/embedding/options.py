@@ -12,8 +12,9 @@ class EmbeddingOptions:
       initializer and options (ids are feature-tagged, see tfps.ops.unique_partition.feature_tag).
     admit_min_count: a new id gets a row only after this many sightings in training lookups
       (1: at once); until then its lookup returns the initializer value and its gradient is
-      dropped. Sightings are counted in a per-shard side table (std::unordered_map, about 48
-      bytes per pending id), forgotten past 65536 pending ids per shard (64 shards a table).
+      dropped. Sightings are counted in a count-min sketch of fixed size per table shard
+      (4 x 2^18 16-bit counters, 2 MiB), saved in checkpoints: memory stays bounded whatever
+      the rate of new ids, and no count is forgotten or under-estimated.
     Eviction, for online learning (None: rule off; a row goes if any rule selects it; run by
     tfps.estimator.EvictionHook or EmbeddingVariable.evict):
     evict_after_steps: rows not updated for more than this many global steps.
@@ -55,6 +56,7 @@ class EmbeddingOptions:
                                            self.max_rows))
 
     def table_key(self):
-        """The fields that must match for two features to share a table (all but merge)."""
-        return (self.num_shards, self.admit_min_count, self.evict_after_steps, self.evict_min_freq, self.evict_l2_below,
+        """The fields that must match for two features to share a table, and that name it: all
+        but merge and num_shards (a placement choice, not part of a table's identity)."""
+        return (self.admit_min_count, self.evict_after_steps, self.evict_min_freq, self.evict_l2_below,
                 self.max_rows, self.cap_policy)

@@ -1,27 +1,41 @@
-"""Checkpointing of tables: one SaveableObject per shard, picked up by tf.compat.v1.train.Saver.
+"""Checkpointing of tables: one SaveableObject per EmbeddingVariable, picked up by
+tf.compat.v1.train.Saver.
 
-Saved tensors of shard i of variable NAME: NAME/shard_i-keys [N], -values [N, dim],
--slots [N, k*dim], -freq [N], -last_step [N], -slot_init [k].
+A variable NAME is saved under its own name only, whatever its shard count or placement:
+NAME-keys [N], -values [N, dim], -slots [N, k*dim], -freq [N], -last_step [N], -slot_init [k]
+(the rows of every shard, concatenated) and -admission [S] (the admission sketch, summed over
+shards; S = 0 without admission). A restore re-shards the rows by floormod(key, num_shards),
+so a checkpoint of N shards restores into M shards, through any Saver (the Estimator's, a
+re-created session's, `tfps export`'s), and validates every part before the first shard changes.
 """
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object
 
-from tfps.ops import embedding_table as table_ops
-
-PARTS = ("keys", "values", "slots", "freq", "last_step", "slot_init")
+PARTS = ("keys", "values", "slots", "freq", "last_step", "slot_init", "admission")
+DTYPES = {"keys": tf.int64, "values": tf.float32, "slots": tf.float32, "freq": tf.int64,
+          "last_step": tf.int64, "slot_init": tf.float32, "admission": tf.int32}
 
 
 class TableSaveable(saveable_object.SaveableObject):
-    """Saves one table shard through TfpsTableExport and restores it through TfpsTableImport."""
+    """Saves an EmbeddingVariable through EmbeddingVariable.export and restores it through
+    EmbeddingVariable.load. The export ops are built when a Saver first asks for them."""
 
-    def __init__(self, handle, name):
-        with tf.compat.v1.get_default_graph().colocate_with(handle.op), tf.name_scope(name.replace(":", "_") + "/export"):
-            tensors = table_ops.table_export(handle)
-        specs = [saveable_object.SaveSpec(t, "", f"{name}-{part}") for t, part in zip(tensors, PARTS)]
-        super().__init__(handle, specs, name)
-        self._handle = handle
+    def __init__(self, ev):
+        self._ev = ev
+        self._exported = None
+        device = ev.handles[0].device
+        specs = [saveable_object.SaveSpec(self._part(p), "", f"{ev.name}-{p}", dtype=DTYPES[p], device=device)
+                 for p in PARTS]
+        super().__init__(ev.handles[0], specs, ev.name)
+
+    def _part(self, part):
+        def tensor():
+            if self._exported is None:
+                with tf.compat.v1.name_scope(f"{self._ev.name}/export/"):
+                    self._exported = self._ev.export()
+            return self._exported[part]
+        return tensor
 
     def restore(self, restored_tensors, restored_shapes):
         del restored_shapes
-        with tf.compat.v1.get_default_graph().colocate_with(self._handle.op):
-            return table_ops.table_import(self._handle, *restored_tensors)
+        return self._ev.load(dict(zip(PARTS, restored_tensors)))

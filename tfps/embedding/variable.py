@@ -89,18 +89,18 @@ class EmbeddingVariable:
         self.initializer_spec = initializers.init_spec(initializer, self.dim, name, default_seed)
         kind, a, b, seed = self.initializer_spec
         self.handles = []
-        self.saveables = []
         for i in range(self.num_shards):
             shard_name = f"{name}/shard_{i}"
             handle = table_ops.table_handle(self.dim, kind, a, b, seed, shared_name=shard_name,
-                                            admit_min_count=self.options.admit_min_count, name=f"shard_{i}")
+                                            admit_min_count=self.options.admit_min_count, shard=i,
+                                            num_shards=self.num_shards, name=f"shard_{i}")
             self.handles.append(handle)
-            self.saveables.append(TableSaveable(handle, shard_name))
             # Scaffold's default init_op initializes registered resources and its ready_op
             # reports uninitialized ones: after a PS restart, workers wait for the restore.
             with tf.compat.v1.get_default_graph().colocate_with(handle.op):
                 resources.register_resource(handle, table_ops.table_initialize(handle),
                                             table_ops.table_is_initialized(handle))
+        self.saveable = TableSaveable(self)
         self.records = []
 
     # -- lookups -------------------------------------------------------------------------
@@ -155,18 +155,72 @@ class EmbeddingVariable:
         return tf.add_n([table_ops.table_size(h) for h in self.handles])
 
     def export(self):
-        """Every row: dict of keys [N], values [N, dim], slots [N, k*dim], freq [N], last_step [N], slot_init [k]."""
-        parts = [table_ops.table_export(h) for h in self.handles]
-        out = {name: tf.concat([p[i] for p in parts], 0) for i, name in enumerate(
-            ("keys", "values", "slots", "freq", "last_step"))}
-        out["slot_init"] = parts[0][5]
+        """Every row of every shard, placed with shard 0: dict of keys int64 [N], values float32
+        [N, dim], slots float32 [N, k*dim], freq int64 [N], last_step int64 [N], slot_init float32
+        [k], admission int32 [S] (the admission sketch summed over shards; S = 0 without admission).
+        Each shard is read under its locks; shards are read one after another."""
+        graph = tf.compat.v1.get_default_graph()
+        parts, sketches = [], []
+        for h in self.handles:
+            with graph.colocate_with(h.op):
+                parts.append(table_ops.table_export(h))
+                sketches.append(table_ops.table_export_admission(h))
+        with graph.colocate_with(self.handles[0].op):
+            out = {name: tf.concat([p[i] for p in parts], 0) for i, name in enumerate(
+                ("keys", "values", "slots", "freq", "last_step"))}
+            out["slot_init"] = parts[0][5]
+            out["admission"] = tf.minimum(tf.add_n(sketches), 65535) if len(sketches) > 1 else sketches[0]
         return out
 
     def load(self, exported):
-        """Replaces the contents with an `export()` dict (keys are re-sharded); returns the op."""
-        rows = [exported[n] for n in ("values", "slots", "freq", "last_step")]
-        return tf.group(*[table_ops.table_import(h, k, v, s, f, l, exported["slot_init"])
-                          for h, k, v, s, f, l in self._per_shard(exported["keys"], *rows)])
+        """Replaces the contents with an `export()` dict, from any number of shards: rows are
+        re-sharded by floormod(key, num_shards). Every part is checked (dim, slot width, lengths;
+        InvalidArgumentError naming the table) before the first shard changes. `admission` is
+        optional. Returns the op."""
+        graph = tf.compat.v1.get_default_graph()
+        with graph.colocate_with(self.handles[0].op):
+            keys = tf.convert_to_tensor(exported["keys"], tf.int64)
+            values, slots, freq, last_step, slot_init = (
+                tf.convert_to_tensor(exported[p], dt) for p, dt in (
+                    ("values", tf.float32), ("slots", tf.float32), ("freq", tf.int64), ("last_step", tf.int64),
+                    ("slot_init", tf.float32)))
+            n = tf.size(keys, out_type=tf.int64)
+            what = f"restore of table {self.name!r} (dim {self.dim})"
+            checks = [
+                tf.debugging.assert_rank(keys, 1, message=f"{what}: keys must be a vector"),
+                tf.debugging.assert_equal(tf.shape(values, out_type=tf.int64), tf.stack([n, self.dim]),
+                                          message=f"{what}: values must be [rows, {self.dim}]; a table of "
+                                                  f"another dim does not restore into this one"),
+                tf.debugging.assert_equal(tf.shape(slots, out_type=tf.int64),
+                                          tf.stack([n, self.dim * tf.size(slot_init, out_type=tf.int64)]),
+                                          message=f"{what}: slots must be [rows, slots * dim]"),
+                tf.debugging.assert_equal(tf.shape(freq, out_type=tf.int64), tf.reshape(n, [1]),
+                                          message=f"{what}: freq must have one entry per key"),
+                tf.debugging.assert_equal(tf.shape(last_step, out_type=tf.int64), tf.reshape(n, [1]),
+                                          message=f"{what}: last_step must have one entry per key"),
+            ]
+            with tf.control_dependencies(checks):
+                keys = tf.identity(keys)
+        imports = []
+        for h, k, v, s, f, l in self._per_shard(keys, values, slots, freq, last_step):
+            with graph.colocate_with(h.op):
+                imports.append(table_ops.table_import(h, k, v, s, f, l, slot_init))
+                if "admission" in exported and self.options.admit_min_count > 1:
+                    imports.append(table_ops.table_import_admission(h, exported["admission"]))
+        return tf.group(*imports)
+
+    def apply_delta(self, delta):
+        """Applies an incremental checkpoint's rows (dict of keys, values, slots, freq, last_step,
+        slot_init, removed; see tfps.estimator.incremental): removes `removed`, then writes the
+        rows, each key in its shard whatever shard count wrote the delta. Returns the op."""
+        graph = tf.compat.v1.get_default_graph()
+        removed = [k for _, k in self._per_shard(delta["removed"])]
+        rows = self._per_shard(delta["keys"], delta["values"], delta["slots"], delta["freq"], delta["last_step"])
+        ops = []
+        for (h, k, v, s, f, l), gone in zip(rows, removed):
+            with graph.colocate_with(h.op):
+                ops.append(table_ops.table_import_delta(h, k, v, s, f, l, delta["slot_init"], gone))
+        return tf.group(*ops)
 
     def evict(self, step=None):
         """Runs the eviction rules of self.options on every shard; int64 rows evicted.
@@ -188,11 +242,13 @@ class EmbeddingVariable:
         return tf.add_n(counts)
 
     def memory_stats(self):
-        """dict of int64 scalars: rows, bytes_reserved, bytes_in_use, pending (summed over shards),
-        row_bytes."""
-        stats = tf.add_n([table_ops.table_memory_stats(h) for h in self.handles])
+        """dict of int64 scalars summed over shards: rows, bytes_reserved, bytes_in_use (pool,
+        index, admission sketch and removed-keys log), pending (keys seen, not admitted yet),
+        removed_logged (keys in the removed-keys log); and row_bytes."""
+        per_shard = [table_ops.table_memory_stats(h) for h in self.handles]
+        stats = tf.add_n(per_shard)
         return {"rows": stats[0], "bytes_reserved": stats[1], "bytes_in_use": stats[2], "pending": stats[4],
-                "row_bytes": table_ops.table_memory_stats(self.handles[0])[3]}
+                "removed_logged": stats[5], "row_bytes": per_shard[0][3]}
 
 
 def _registry(graph):
@@ -249,8 +305,7 @@ def get_embedding_variable(name, embedding_dim, initializer=None, key_dtype=tf.i
     registry[full_name] = ev
     for coll in collections or []:
         graph.add_to_collection(coll, ev)
-    for saveable in ev.saveables:
-        graph.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, saveable)
+    graph.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, ev.saveable)
     return ev
 
 

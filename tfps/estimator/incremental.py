@@ -1,17 +1,25 @@
 """Incremental checkpoints: between full checkpoints, small deltas of the rows that changed.
 
-A delta file `MODEL_DIR/delta-<step>` (a TF checkpoint bundle) holds, for every table shard,
-the rows updated since the previous delta (or full checkpoint) -- value, slots, freq,
-last_step, each row read under its lock -- and the keys removed or evicted since then.
-Restore = the latest full checkpoint, then every delta with a larger step, in step order
-(DeltaRestoreHook). Dense variables are only in full checkpoints.
+A delta file `MODEL_DIR/delta-<step>` (a TF checkpoint bundle) holds, per table NAME (all its
+shards together, so a delta restores into any shard count like a full checkpoint):
+NAME-delta-{keys, values, slots, freq, last_step, slot_init} -- the rows updated since the
+previous delta (or full checkpoint) -- NAME-delta-removed, the keys removed or evicted since
+then, and NAME-delta-complete: the removed-keys log outgrew its bound (config.h), so the delta
+holds every row and replaces the table. `tfps_delta/base_step` is the step the delta continues
+from and `tfps_delta/chain` the run that wrote it.
+
+Restore = the latest full checkpoint at step S, then the deltas after S, in step order; the
+first must continue from S and each next one from the one before, in the same chain, or the
+restore is refused (ValueError naming the file) before any table changes. Dense variables are
+only in full checkpoints. Removed keys are logged only while this hook runs.
 
     inc = tfps.estimator.IncrementalCheckpoints(model_dir, every_secs=60)
-    estimator.train(input_fn, hooks=[inc, tfps.estimator.DeltaRestoreHook(model_dir)],
+    estimator.train(input_fn, hooks=[tfps.estimator.DeltaRestoreHook(model_dir), inc],
                     saving_listeners=[inc.listener])
 """
 import glob
 import os
+import secrets
 import time
 
 import tensorflow as tf
@@ -19,12 +27,12 @@ import tensorflow as tf
 from tfps.embedding.variable import embedding_variables
 from tfps.ops import embedding_table as table_ops
 
-PARTS = ("keys", "values", "slots", "freq", "last_step", "slot_init", "removed")
-DTYPES = (tf.int64, tf.float32, tf.float32, tf.int64, tf.int64, tf.float32, tf.int64)
+ROW_PARTS = ("keys", "values", "slots", "freq", "last_step", "slot_init")
+BASE_STEP, CHAIN = "tfps_delta/base_step", "tfps_delta/chain"
 
 
-def _names(ev, shard):
-    return [f"{ev.name}/shard_{shard}-delta-{p}" for p in PARTS]
+def _name(ev, part):
+    return f"{ev.name}-delta-{part}"
 
 
 def delta_files(model_dir, after_step=-1):
@@ -32,10 +40,38 @@ def delta_files(model_dir, after_step=-1):
     out = []
     for index in glob.glob(os.path.join(model_dir, "delta-*.index")):
         prefix = index[:-len(".index")]
-        step = int(prefix.rsplit("-", 1)[1])
-        if step > after_step:
-            out.append((step, prefix))
+        step = prefix.rsplit("-", 1)[1]
+        if step.isdigit() and int(step) > after_step:
+            out.append((int(step), prefix))
     return sorted(out)
+
+
+def delta_chain(model_dir, step, variables):
+    """The deltas to apply on a full checkpoint of `step`: [(step, prefix)] in order. Raises
+    ValueError naming the file when one does not continue from the one before (a missing
+    delta), belongs to another run, or lacks a table of `variables`."""
+    chain, previous, out = None, step, []
+    for delta_step, prefix in delta_files(model_dir, after_step=step):
+        reader = tf.train.load_checkpoint(prefix)
+        if not reader.has_tensor(BASE_STEP):
+            raise ValueError(f"delta {prefix} has no {BASE_STEP}: not a tfps delta, or written by an older tfps")
+        base, this_chain = int(reader.get_tensor(BASE_STEP)), reader.get_tensor(CHAIN)
+        if base != previous or (chain is not None and this_chain != chain):
+            raise ValueError(
+                f"delta {prefix} continues from step {base}, but the restore is at step {previous} "
+                f"({'a delta in between is missing' if base > previous else 'it belongs to another run'}); "
+                f"refusing to apply it and the deltas after it. Remove the deltas after step {previous} from "
+                f"{model_dir} to resume from step {previous}")
+        shapes = reader.get_variable_to_shape_map()
+        for ev in variables:
+            if _name(ev, "keys") not in shapes:
+                raise ValueError(f"delta {prefix} has no table {ev.name!r}")
+            if shapes[_name(ev, "values")][1] != ev.dim:
+                raise ValueError(f"delta {prefix} has table {ev.name!r} with dim {shapes[_name(ev, 'values')][1]}, "
+                                 f"the model asks for {ev.dim}")
+        chain, previous = this_chain, delta_step
+        out.append((delta_step, prefix))
+    return out
 
 
 class _FullSaveListener(tf.estimator.CheckpointSaverListener):
@@ -48,8 +84,9 @@ class _FullSaveListener(tf.estimator.CheckpointSaverListener):
 
 class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
     """Writes a delta every `every_secs` seconds (or `every_steps` steps). Pass it as a training
-    hook, and its `listener` as a checkpoint saving listener, so that a full checkpoint starts
-    the deltas afresh."""
+    hook, after DeltaRestoreHook, and its `listener` as a checkpoint saving listener, so that a
+    full checkpoint starts the deltas afresh. At the start it removes deltas past the restored
+    step (the restore has applied them; the new chain carries their rows on)."""
 
     def __init__(self, model_dir, every_secs=None, every_steps=None, printer=print):
         if (every_secs is None) == (every_steps is None):
@@ -64,23 +101,47 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
         self._gs = tf.compat.v1.train.get_or_create_global_step()
         self._since = tf.compat.v1.placeholder(tf.int64, [], name="tfps_delta_since")
         self._prefix = tf.compat.v1.placeholder(tf.string, [], name="tfps_delta_prefix")
-        names, tensors, resets = [], [], []
+        self._chain = tf.compat.v1.placeholder(tf.string, [], name="tfps_delta_chain")
+        graph = tf.compat.v1.get_default_graph()
+        names, tensors, resets, track = [BASE_STEP, CHAIN], [self._since, self._chain], [], []
         for ev in embedding_variables():
-            for i, h in enumerate(ev.handles):
-                with tf.compat.v1.get_default_graph().colocate_with(h.op):
-                    tensors += list(table_ops.table_export_delta(h, self._since))
+            parts = []
+            for h in ev.handles:
+                with graph.colocate_with(h.op):
+                    parts.append(table_ops.table_export_delta(h, self._since))
                     resets.append(table_ops.table_reset_removed(h))
-                names += _names(ev, i)
+                    track.append(table_ops.table_track_removed(h))
+            with graph.colocate_with(ev.handles[0].op):
+                complete = tf.reduce_any(tf.stack([p[7] for p in parts]))
+                delta = [tf.concat([p[i] for p in parts], 0) for i in range(5)] + [parts[0][5]]
+
+                def everything(ev=ev):   # a shard's log overflowed: every row of every shard
+                    full = ev.export()
+                    return [full[p] for p in ROW_PARTS]
+                rows = tf.cond(complete, everything, lambda delta=delta: delta)
+                removed = tf.concat([p[6] for p in parts], 0)
+            names += [_name(ev, p) for p in ROW_PARTS + ("removed", "complete")]
+            tensors += list(rows) + [removed, complete]
+        self._tables = len(names) > 2
         self._save = tf.raw_ops.SaveV2(prefix=self._prefix, tensor_names=names, shape_and_slices=[""] * len(names),
-                                       tensors=tensors) if names else None
+                                       tensors=tensors)
         self._reset = tf.group(*resets)
+        self._track = tf.group(*track)
 
     def after_create_session(self, session, coord):
-        self._last_step = session.run(self._gs)   # the full checkpoint the session started from
-        self._last_time = time.time()
+        session.run(self._track)
+        self._start_chain(session, session.run(self._gs))   # the checkpoint the session started from
+        for step, prefix in delta_files(self._dir, after_step=self._last_step):
+            for path in glob.glob(prefix + ".*"):
+                os.remove(path)
+
+    def _start_chain(self, session, step):
+        session.run(self._reset)
+        self._chain_id = secrets.token_hex(8)
+        self._last_step, self._last_time = step, time.time()
 
     def after_run(self, run_context, run_values):
-        if self._save is None:
+        if not self._tables:
             return
         step = run_context.session.run(self._gs)
         due = (time.time() - self._last_time >= self._secs) if self._secs else (step - self._last_step >= self._steps)
@@ -88,22 +149,27 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
             self.write_delta(run_context.session, step)
 
     def write_delta(self, session, step):
-        """Writes the delta of the rows changed since the last delta or full checkpoint."""
-        prefix = os.path.join(self._dir, f"delta-{step}")
-        session.run(self._save, {self._since: self._last_step, self._prefix: prefix})
+        """Writes the delta of the rows changed since the last delta or full checkpoint: into a
+        temporary bundle first, renamed into place, so a reader never sees half a delta."""
+        final = os.path.join(self._dir, f"delta-{step}")
+        tmp = os.path.join(self._dir, f".tmp-delta-{step}")
+        session.run(self._save, {self._since: self._last_step, self._prefix: tmp, self._chain: self._chain_id})
         session.run(self._reset)
+        for suffix in [p[len(tmp):] for p in glob.glob(tmp + ".*")]:
+            if suffix != ".index":
+                os.replace(tmp + suffix, final + suffix)
+        os.replace(tmp + ".index", final + ".index")   # the index last: it makes the delta visible
         self._last_step, self._last_time = step, time.time()
         self.deltas_written += 1
 
     def full_checkpoint_written(self, session, global_step_value):
         # A full checkpoint holds everything up to here: later deltas start from it.
-        session.run(self._reset)
-        self._last_step, self._last_time = global_step_value, time.time()
+        self._start_chain(session, global_step_value)
 
 
 class DeltaRestoreHook(tf.compat.v1.train.SessionRunHook):
     """After the session restored the latest full checkpoint, applies every later delta of
-    model_dir in step order."""
+    model_dir in step order (checked first as a whole: see delta_chain)."""
 
     def __init__(self, model_dir, printer=print):
         self._dir, self._print = model_dir, printer
@@ -112,19 +178,29 @@ class DeltaRestoreHook(tf.compat.v1.train.SessionRunHook):
     def begin(self):
         self._gs = tf.compat.v1.train.get_or_create_global_step()
         self._prefix = tf.compat.v1.placeholder(tf.string, [], name="tfps_delta_restore_prefix")
+        self._variables = embedding_variables()
+        graph = tf.compat.v1.get_default_graph()
         ops = []
-        for ev in embedding_variables():
-            for i, h in enumerate(ev.handles):
-                parts = tf.raw_ops.RestoreV2(prefix=self._prefix, tensor_names=_names(ev, i),
-                                             shape_and_slices=[""] * len(PARTS), dtypes=list(DTYPES))
-                with tf.compat.v1.get_default_graph().colocate_with(h.op):
-                    ops.append(table_ops.table_import_delta(h, *parts))
+        for ev in self._variables:
+            parts = ROW_PARTS + ("removed", "complete")
+            dtypes = [tf.int64, tf.float32, tf.float32, tf.int64, tf.int64, tf.float32, tf.int64, tf.bool]
+            with graph.colocate_with(ev.handles[0].op):
+                t = dict(zip(parts, tf.raw_ops.RestoreV2(prefix=self._prefix, tensor_names=[_name(ev, p) for p in parts],
+                                                         shape_and_slices=[""] * len(parts), dtypes=dtypes)))
+            ops.append(tf.cond(t["complete"], lambda ev=ev, t=t: _with_output(ev.load(t)),
+                               lambda ev=ev, t=t: _with_output(ev.apply_delta(t))))
         self._apply = tf.group(*ops)
 
     def after_create_session(self, session, coord):
         step = session.run(self._gs)
-        for delta_step, prefix in delta_files(self._dir, after_step=step):
+        for delta_step, prefix in delta_chain(self._dir, step, self._variables):
             session.run(self._apply, {self._prefix: prefix})
             self.applied.append(delta_step)
         if self.applied:
             self._print(f"applied {len(self.applied)} table deltas after step {step}: {self.applied}", flush=True)
+
+
+def _with_output(op):
+    with tf.control_dependencies([op]):
+        return tf.constant(True)
+

@@ -9,6 +9,7 @@ import tensorflow as tf
 from tfps.data.synthetic import SyntheticCriteo, auc
 from tfps.estimator.hooks import EvictionHook, ProgressHook
 from tfps.estimator.incremental import DeltaRestoreHook, IncrementalCheckpoints
+from tfps.embedding.checkpoint_tools import Saver
 from tfps.models.deepfm import model_fn
 
 EVAL_INDEX_BASE = 1 << 40  # eval batches never share a seed with training batches
@@ -83,7 +84,20 @@ def make_estimator(cfg, run_config=None):
         model_dir=cfg.model_dir, **checkpoint_every(cfg), keep_checkpoint_max=cfg.train.keep_checkpoint_max,
         log_step_count_steps=None, session_config=tf.compat.v1.ConfigProto(
             intra_op_parallelism_threads=2, inter_op_parallelism_threads=2))
-    return tf.estimator.Estimator(model_fn=model_fn, params=params, config=run_config)
+    return tf.estimator.Estimator(model_fn=with_checked_saver(model_fn, cfg.train.keep_checkpoint_max),
+                                  params=params, config=run_config)
+
+
+def with_checked_saver(model_fn, keep_checkpoint_max):
+    """model_fn whose EstimatorSpec restores through checkpoint_tools.Saver (a checkpoint that does
+    not fit the tables is refused before any table changes), unless it brings its own saver."""
+    def fn(features, labels, mode, params):
+        spec = model_fn(features, labels, mode, params)
+        if spec.scaffold.saver is not None:
+            return spec
+        saver = Saver(sharded=True, max_to_keep=keep_checkpoint_max, defer_build=True, save_relative_paths=True)
+        return spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=spec.scaffold))
+    return fn
 
 
 def run(cfg, printer=print):

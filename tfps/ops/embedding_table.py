@@ -11,18 +11,21 @@ _INITIALIZERS = ("zeros", "constant", "uniform", "normal", "truncated_normal")
 for _op in ("TfpsTableHandle", "TfpsTableFind", "TfpsTableLookupUnique", "TfpsTableAssign", "TfpsScatterAddRows",
             "TfpsTableRemove", "TfpsTableSize", "TfpsTableExport", "TfpsTableImport",
             "TfpsTableMemoryStats", "TfpsTableEvict", "TfpsTableExportDelta", "TfpsTableImportDelta",
-            "TfpsTableResetRemoved", "TfpsTableInitialize", "TfpsTableIsInitialized"):
+            "TfpsTableResetRemoved", "TfpsTableInitialize", "TfpsTableIsInitialized", "TfpsTableTrackRemoved",
+            "TfpsTableExportAdmission", "TfpsTableImportAdmission"):
     tf.no_gradient(_op)
 
 
 def table_handle(dim, initializer="zeros", init_a=0.0, init_b=0.0, seed=0, shared_name="",
-                 container="", admit_min_count=1, name=None):
-    """Handle of a table (created on first run). Returns: resource scalar."""
+                 container="", admit_min_count=1, shard=0, num_shards=1, name=None):
+    """Handle of a table (created on first run) holding the keys with floormod(key, num_shards)
+    == shard. Returns: resource scalar."""
     if initializer not in _INITIALIZERS:
         raise ValueError(f"table_handle: initializer must be one of {_INITIALIZERS}, got {initializer!r}")
     return load().tfps_table_handle(dim=int(dim), initializer=initializer, init_a=float(init_a),
                                     init_b=float(init_b), seed=int(seed), shared_name=shared_name,
-                                    container=container, admit_min_count=int(admit_min_count), name=name)
+                                    container=container, admit_min_count=int(admit_min_count),
+                                    shard=int(shard), num_shards=int(num_shards), name=name)
 
 
 def table_initialize(table, name=None):
@@ -94,7 +97,8 @@ def table_import(table, keys, values, slots, freq, last_step, slot_init, name=No
 
 
 def table_memory_stats(table, name=None):
-    """-> int64 [5]: rows, bytes_reserved, bytes_in_use, row_bytes, pending (not yet admitted)."""
+    """-> int64 [6]: rows, bytes_reserved, bytes_in_use, row_bytes, pending (not yet admitted),
+    removed_logged (keys in the removed-keys log of incremental checkpoints)."""
     return load().tfps_table_memory_stats(table, name=name)
 
 
@@ -108,14 +112,32 @@ def table_evict(table, step, evict_after_steps=-1, evict_min_freq=-1, evict_l2_b
 
 def table_export_delta(table, since_step, name=None):
     """Rows updated at or after since_step, and keys removed since the last reset:
-    (keys, values, slots, freq, last_step, slot_init, removed)."""
+    (keys, values, slots, freq, last_step, slot_init, removed, complete). complete (bool scalar):
+    the removed-keys log overflowed, so the delta holds every row and replaces the table."""
     return load().tfps_table_export_delta(table, since_step, name=name)
 
 
-def table_import_delta(table, keys, values, slots, freq, last_step, slot_init, removed, name=None):
-    """Applies a delta: removes `removed`, then writes the rows. Returns the op."""
+def table_import_delta(table, keys, values, slots, freq, last_step, slot_init, removed, complete=False,
+                       name=None):
+    """Applies a delta: removes `removed`, then writes the rows (complete: replaces the
+    contents). Returns the op."""
     return load().tfps_table_import_delta(table, keys, values, slots, freq, last_step, slot_init, removed,
-                                          name=name)
+                                          complete, name=name)
+
+
+def table_track_removed(table, on=True, name=None):
+    """Starts (or stops) logging removed keys for deltas. Returns the op."""
+    return load().tfps_table_track_removed(table, on=bool(on), name=name)
+
+
+def table_export_admission(table, name=None):
+    """-> int32 [S]: the admission sketch (S = 0 without admission)."""
+    return load().tfps_table_export_admission(table, name=name)
+
+
+def table_import_admission(table, counts, name=None):
+    """Replaces the admission sketch with counts int32 [S]. Returns the op."""
+    return load().tfps_table_import_admission(table, counts, name=name)
 
 
 def table_reset_removed(table, name=None):
