@@ -12,7 +12,7 @@ sys.path.insert(0, __import__("os").path.dirname(__file__))
 from common import report, session, time_interleaved, zipf_ids  # noqa: E402
 
 tf.compat.v1.disable_eager_execution()
-from tfps.ops.unique_partition import unique_partition  # noqa: E402
+from tfps.ops.unique_partition_ops import unique_partition  # noqa: E402
 
 P = 8
 
@@ -44,7 +44,7 @@ def shard_balance():
     sharded variables see them), mod vs hash partitioning."""
     from tfps.data import SyntheticConfig, SyntheticCriteo
     from tfps.embedding.merged import Feature
-    from tfps.ops.unique_partition import feature_tag
+    from tfps.ops.unique_partition_ops import feature_tag
     gen = SyntheticCriteo(SyntheticConfig())
     ids = np.concatenate([gen.batch(i, 4096)[1] for i in range(20)])
     tags = [Feature(f"C{f + 1}", 9).tag for f in range(ids.shape[1])]

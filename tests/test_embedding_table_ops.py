@@ -175,3 +175,55 @@ def test_scatter_add_rows_matches_unsorted_segment_sum(graph):
         with pytest.raises(tf.errors.InvalidArgumentError, match="is not in"):
             s.run(et.scatter_add_rows(data, idx, 100))
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_sizes_that_used_to_kill_the_process(graph):
+    """A wide table allocates small blocks (no std::bad_alloc abort); a dim past the limit, a
+    negative or absurd row count, are InvalidArgument."""
+    wide = et.table_handle(2**22, "constant", 0.5, shared_name="wide")
+    with tf.compat.v1.Session() as s:
+        rows = s.run(et.table_find(wide, tf.constant([1, 2], tf.int64)))
+        assert rows.shape == (2, 2**22) and (rows == 0.5).all()
+        stats = s.run(et.table_memory_stats(wide))
+        assert stats[1] < 3 * 4 * (2**22 + 2)       # reserved: about two rows, not 4096
+        with pytest.raises(tf.errors.InvalidArgumentError, match="dim must be in"):
+            s.run(et.table_size(et.table_handle(2**24 + 1, shared_name="too_wide")))
+        data, idx = tf.ones([2, 3]), tf.constant([0, 1], tf.int32)
+        num_rows = tf.compat.v1.placeholder(tf.int64, [])
+        scatter = et.scatter_add_rows(data, idx, num_rows)
+        for n in (-1, 2**62):
+            with pytest.raises(tf.errors.InvalidArgumentError, match="num_rows must be in"):
+                s.run(scatter, {num_rows: n})
+
+
+def test_out_of_memory_is_resource_exhausted_and_the_process_lives():
+    """Under an address-space limit, the first optimizer update of a big table (which re-lays
+    out every row with its slot) cannot get its memory: ResourceExhausted, the process lives,
+    and the table keeps its rows and layout."""
+    import subprocess
+    import sys
+    code = r"""
+import resource
+import numpy as np, tensorflow as tf
+from tfps.ops import embedding_table as et
+from tfps.ops.training import table_apply_adagrad
+tf.compat.v1.disable_eager_execution()
+h = et.table_handle(1024, "constant", 0.5, shared_name="t")
+fill = et.table_size(h)
+with tf.control_dependencies([et.table_find(h, tf.range(200000, dtype=tf.int64))]):
+    fill = et.table_size(h)
+apply = table_apply_adagrad(h, tf.constant([1], tf.int64), tf.ones([1, 1024]), 0.1, tf.constant(1, tf.int64))
+with tf.compat.v1.Session() as s:
+    s.run(fill)
+    vm = int([l for l in open("/proc/self/status") if l.startswith("VmSize")][0].split()[1]) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (vm + (512 << 20), resource.RLIM_INFINITY))
+    try:
+        s.run(apply)
+        print("no error")
+    except tf.errors.ResourceExhaustedError:
+        rows, _, _, row_bytes = s.run(et.table_memory_stats(h))[:4]
+        print("exhausted", rows, row_bytes)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-3:] == ["exhausted", "200000", str(4 * 1024 + 8)], out.stdout

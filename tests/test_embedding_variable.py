@@ -112,5 +112,49 @@ def test_bad_ids_raise_invalid_argument(graph):
         tfps.embedding_lookup(words, tf.constant([1], tf.int64))
     with pytest.raises(ValueError, match="embedding_dim must be > 0"):
         tfps.get_embedding_variable("bad", 0)
-    with pytest.raises(ValueError, match="unsupported initializer"):
+    with pytest.raises(ValueError, match="no vocabulary size"):
         tfps.get_embedding_variable("bad2", 3, initializer=tf.compat.v1.orthogonal_initializer())
+
+
+@pytest.mark.parametrize("make", [
+    lambda: tf.compat.v1.random_uniform_initializer(),          # maxval None: TF's default 1
+    lambda: tf.compat.v1.random_uniform_initializer(-0.5),
+    lambda: tf.keras.initializers.RandomUniform(),
+    lambda: tf.compat.v1.random_normal_initializer(),
+    lambda: tf.compat.v1.truncated_normal_initializer(),
+    lambda: tf.compat.v1.constant_initializer(0.5),
+    lambda: tf.compat.v1.zeros_initializer(),
+    lambda: tf.compat.v1.ones_initializer()])
+def test_tf_initializers_with_their_defaults_work(graph, make):
+    """Every initializer TF offers for get_variable either initializes rows within its own range
+    (TF's initializer on a [4096, 8] variable is the oracle for the range) or is refused clearly."""
+    init = make()
+    ev = tfps.get_embedding_variable("emb", 8, initializer=init)
+    rows = tfps.embedding_lookup(ev, tf.range(4096, dtype=tf.int64))
+    ref = tf.compat.v1.get_variable("ref", [4096, 8], initializer=make())
+    with tf.compat.v1.Session() as s:
+        s.run(tf.compat.v1.global_variables_initializer())
+        got, want = s.run([rows, ref])
+    q = [0.01, 0.25, 0.5, 0.75, 0.99]
+    np.testing.assert_allclose(np.quantile(got, q), np.quantile(want, q), atol=0.03 + 0.05 * want.std())
+    np.testing.assert_allclose(got.std(), want.std(), atol=0.03)
+
+
+@pytest.mark.parametrize("make", [tf.compat.v1.glorot_uniform_initializer, tf.compat.v1.glorot_normal_initializer,
+                                  tf.compat.v1.variance_scaling_initializer, tf.keras.initializers.HeNormal,
+                                  tf.keras.initializers.LecunUniform])
+def test_fan_based_initializers_are_refused_with_a_way_out(graph, make):
+    with pytest.raises(ValueError, match=r"no vocabulary size.*stddev=0.25"):
+        tfps.get_embedding_variable("emb", 16, initializer=make())
+
+
+def test_sparse_weights_must_pair_with_ids(graph):
+    """One weight for three ids: tf.nn.embedding_lookup_sparse refuses it; so does tfps."""
+    ev = tfps.get_embedding_variable("emb", 3)
+    ids = tf.SparseTensor([[0, 0], [0, 1], [1, 0]], tf.constant([1, 2, 3], tf.int64), [2, 2])
+    one = tf.SparseTensor([[0, 0]], [2.0], [2, 2])
+    shifted = tf.SparseTensor([[0, 0], [0, 1], [1, 1]], [1.0, 1.0, 1.0], [2, 2])
+    with tf.compat.v1.Session() as s:
+        for weights in (one, shifted):
+            with pytest.raises(tf.errors.InvalidArgumentError, match="same indices as sp_ids"):
+                s.run(tfps.embedding_lookup_sparse(ev, ids, weights, combiner="mean"))

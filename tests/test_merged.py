@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import tfps
 from tfps.embedding.merged import Feature, export_feature, lookup_features, physical_table
-from tfps.ops.unique_partition import MAX_TAG, feature_tag
+from tfps.ops.unique_partition_ops import MAX_TAG, feature_tag
 
 DIM, B, F, STEPS = 4, 32, 3, 20
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfps.ops.unique_partition import unique_partition, unique_partition_with_counts
+from tfps.ops.unique_partition_ops import unique_partition, unique_partition_with_counts
 
 I64_MIN, I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
@@ -74,3 +74,17 @@ def test_bad_inputs(graph):
     with tf.compat.v1.Session() as s:
         with pytest.raises(tf.errors.InvalidArgumentError, match="ids must be a vector"):
             s.run(unique_partition(ids, 2)[0], {ids: [[1, 2]]})
+        # Absurd partition counts are refused, not a segfault (2^40) or an OOM kill (2^31).
+        for p in (2**40, 2**31, 65537):
+            with pytest.raises(tf.errors.InvalidArgumentError, match=r"num_partitions must be in \[1, 65536\]"):
+                s.run(unique_partition([1, 2], p)[0])
+
+
+def test_callable_as_named_in_the_package(graph):
+    import tfps
+    ids = tf.constant([5, 3, 5, 8], tf.int64)
+    u, inv, off = tfps.ops.unique_partition(ids, 2, strategy="mod")
+    with tf.compat.v1.Session() as s:
+        u, inv, off = s.run([u, inv, off])
+    np.testing.assert_array_equal(u[inv], [5, 3, 5, 8])
+    assert sorted(u[off[0]:off[1]].tolist()) == [8] and sorted(u[off[1]:off[2]].tolist()) == [3, 5]

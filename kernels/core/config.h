@@ -19,7 +19,7 @@ constexpr double kMaxLoadFactor = 0.8;
 constexpr int64_t kRowsPerBlock = 4096;
 constexpr int64_t kMaxBlockBytes = int64_t{16} << 20;
 // Widest row a table accepts (value dim; slots multiply it): larger is InvalidArgument.
-constexpr int64_t kMaxDim = int64_t{1} << 20;
+constexpr int64_t kMaxDim = int64_t{1} << 24;
 // Most partitions (shards, PS tasks) unique_partition splits ids into.
 constexpr int64_t kMaxPartitions = int64_t{1} << 16;
 // Batches of at least this many keys are split over threads (tbb::parallel_for).

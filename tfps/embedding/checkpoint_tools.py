@@ -86,4 +86,6 @@ class Saver(tf.compat.v1.train.Saver):
                       if var_list is None or ev.saveable in tf.nest.flatten(var_list)]
             if tables and tf.io.gfile.exists(save_path + ".index"):
                 check_tables(save_path, tables)
+        if self.saver_def is None:   # built with defer_build and used directly (Estimator's export)
+            self.build()
         return super().restore(sess, save_path)

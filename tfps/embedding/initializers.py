@@ -3,6 +3,9 @@ import math
 import zlib
 
 _CONSTANT_NAMES = {"Zeros": 0.0, "zeros": 0.0, "Ones": 1.0, "ones": 1.0}
+# Initializers whose scale comes from the variable's full shape (fan-in / fan-out).
+# (Glorot, He and Lecun initializers derive from VarianceScaling.)
+_FAN_BASED = ("VarianceScaling", "Orthogonal", "Identity")
 
 
 def stable_seed(name):
@@ -38,10 +41,23 @@ def init_spec(initializer, dim, name, default_seed=None):
             raise ValueError(f"get_embedding_variable({name!r}): Constant initializer needs a scalar "
                              f"value, got {value!r}") from None
     if cls in ("RandomUniform", "random_uniform_initializer"):
-        return "uniform", float(initializer.minval), float(initializer.maxval), seed
-    if cls in ("RandomNormal", "random_normal_initializer"):
-        return "normal", float(initializer.mean), float(initializer.stddev), seed
-    if cls in ("TruncatedNormal", "truncated_normal_initializer"):
-        return "truncated_normal", float(initializer.mean), float(initializer.stddev), seed
+        # TF's defaults: minval 0, maxval None = 1 for floats.
+        low = 0.0 if initializer.minval is None else float(initializer.minval)
+        high = 1.0 if initializer.maxval is None else float(initializer.maxval)
+        if not low <= high:
+            raise ValueError(f"get_embedding_variable({name!r}): random_uniform needs minval <= maxval, "
+                             f"got {low} > {high}")
+        return "uniform", low, high, seed
+    if cls in ("RandomNormal", "random_normal_initializer", "TruncatedNormal", "truncated_normal_initializer"):
+        stddev = float(initializer.stddev)
+        if not stddev >= 0:
+            raise ValueError(f"get_embedding_variable({name!r}): {cls} needs stddev >= 0, got {stddev}")
+        kind = "normal" if "ormal" in cls and "runcated" not in cls else "truncated_normal"
+        return kind, float(initializer.mean), stddev, seed
+    if any(c.__name__ in _FAN_BASED for c in type(initializer).__mro__):
+        raise ValueError(f"get_embedding_variable({name!r}): {cls} scales by the variable's fan-in and fan-out, "
+                         f"and a hash-table embedding has no vocabulary size to take them from; pass "
+                         f"random_uniform or truncated_normal with an explicit scale (e.g. "
+                         f"truncated_normal_initializer(stddev={1 / math.sqrt(dim):.4g}), which is 1/sqrt(dim))")
     raise ValueError(f"get_embedding_variable({name!r}): unsupported initializer {cls}; use zeros, ones, "
                      f"constant, random_uniform, random_normal or truncated_normal")

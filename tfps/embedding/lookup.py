@@ -3,7 +3,7 @@ import tensorflow as tf
 
 from tfps.embedding.variable import EmbeddingVariable, LookupRecord
 from tfps.ops import embedding_table as table_ops
-from tfps.ops.unique_partition import unique_partition_with_counts
+from tfps.ops.unique_partition_ops import unique_partition_with_counts
 
 
 def _check(ev):
@@ -86,6 +86,18 @@ def embedding_lookup_sparse(ev, sp_ids, sp_weights=None, combiner="mean", insert
         return combine_sparse(rows, sp_ids, sp_weights, combiner)
 
 
+def _checked_weights(sp_ids, sp_weights):
+    """sp_weights' values as float32 [nnz], after checking (InvalidArgumentError) that they pair
+    with sp_ids one to one -- the same indices -- as tf.nn.embedding_lookup_sparse requires."""
+    weights = tf.cast(sp_weights.values, tf.float32)
+    message = "embedding_lookup_sparse: sp_weights must have the same indices as sp_ids (one weight per id)"
+    same_count = tf.debugging.assert_equal(tf.shape(sp_weights.indices), tf.shape(sp_ids.indices), message=message)
+    with tf.control_dependencies([same_count]):
+        check = tf.debugging.assert_equal(sp_weights.indices, sp_ids.indices, message=message)
+    with tf.control_dependencies([check]):
+        return tf.identity(weights)
+
+
 def combine_sparse(rows, sp_ids, sp_weights, combiner):
     """rows float32 [nnz, dim] of sp_ids' values -> [R, dim] combined per example, as
     tf.nn.embedding_lookup_sparse does (R = 1 + the largest row index present)."""
@@ -97,7 +109,7 @@ def combine_sparse(rows, sp_ids, sp_weights, combiner):
         fn = {"sum": tf.sparse.segment_sum, "mean": tf.sparse.segment_mean,
               "sqrtn": tf.sparse.segment_sqrt_n}[combiner]
         return fn(rows, positions, segment_ids)
-    weights = tf.cast(sp_weights.values, tf.float32)
+    weights = _checked_weights(sp_ids, sp_weights)
     summed = tf.math.segment_sum(rows * weights[:, None], segment_ids)
     if combiner == "sum":
         return summed
@@ -116,7 +128,7 @@ def combine_padded(rows, sp_ids, sp_weights, combiner):
     segment_ids = tf.cast(sp_ids.indices[:, 0], tf.int32)
     n = tf.cast(sp_ids.dense_shape[0], tf.int32)
     weights = (tf.ones_like(segment_ids, tf.float32) if sp_weights is None
-               else tf.cast(sp_weights.values, tf.float32))
+               else _checked_weights(sp_ids, sp_weights))
     summed = tf.math.unsorted_segment_sum(rows * weights[:, None], segment_ids, n)
     if combiner == "sum":
         return summed

@@ -1,7 +1,7 @@
 """Feature embeddings with automatic table merging and two-stage deduplication.
 
 A feature (a named id stream with its own embedding) gets a 15-bit tag from its name; its ids
-become keys (tag << 48) | id (tfps.ops.unique_partition.feature_tag). Features whose tables
+become keys (tag << 48) | id (tfps.ops.feature_tag). Features whose tables
 would be alike -- same dim, key dtype, initializer and options -- share one physical table
 (`merge=True`, the default), so one lookup serves them all:
 
@@ -25,7 +25,7 @@ from tfps.embedding.initializers import init_spec
 from tfps.embedding.lookup import _lookup_flat, combine_sparse
 from tfps.embedding.options import EmbeddingOptions
 from tfps.embedding.variable import EmbeddingVariable, get_embedding_variable
-from tfps.ops.unique_partition import MAX_TAG, feature_tag, feature_untag
+from tfps.ops.unique_partition_ops import MAX_TAG, feature_tag, feature_untag
 
 DEFAULT_SEED = 0x7F5A  # seed of feature tables whose initializer names none
 

@@ -9,7 +9,7 @@ class EmbeddingOptions:
 
     num_shards: tables the feature's rows are spread over (key x in shard floormod(x, k)).
     merge: share one physical table with every other feature of equal dim, key dtype,
-      initializer and options (ids are feature-tagged, see tfps.ops.unique_partition.feature_tag).
+      initializer and options (ids are feature-tagged, see tfps.ops.feature_tag).
     admit_min_count: a new id gets a row only after this many sightings in training lookups
       (1: at once); until then its lookup returns the initializer value and its gradient is
       dropped. Sightings are counted in a count-min sketch of fixed size per table shard

@@ -26,7 +26,9 @@ class TableSaveable(saveable_object.SaveableObject):
         device = ev.handles[0].device
         specs = [saveable_object.SaveSpec(self._part(p), "", f"{ev.name}-{p}", dtype=DTYPES[p], device=device)
                  for p in PARTS]
-        super().__init__(ev.handles[0], specs, ev.name)
+        # The object's own name is not what the checkpoint uses (that is the specs' names); a
+        # MetaGraph export lists it in SAVEABLE_OBJECTS, and an import resolves it to an op.
+        super().__init__(ev.handles[0], specs, ev.handles[0].op.name)
 
     def _part(self, part):
         def tensor():
