@@ -45,14 +45,15 @@ def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path
     assert int(ckpt.rsplit("-", 1)[1]) >= 800   # async workers may overshoot by a step or two
     keys = {n: s for n, s in tf.train.list_variables(ckpt) if n.endswith("-keys")}
     assert len(keys) == 1 and list(keys.values())[0][0] > 0
-    saved_keys = tf.train.load_variable(ckpt, list(keys)[0][:-len("-keys")] + "-keys")
-    assert len(np.unique(np.mod(saved_keys, 2))) == 2    # rows of both PS shards
+    table = list(keys)[0][:-len("-keys")]
+    saved = {p: tf.train.load_variable(ckpt, f"{table}-{p}") for p in ("keys", "freq")}
+    assert len(np.unique(np.mod(saved["keys"], 2))) == 2    # rows of both PS shards
     for task in ("ps0", "ps1", "chief0", "worker0", "evaluator0"):
         assert (tmp_path / "cluster" / "logs" / f"{task}.log").exists()
-    _export_serve_and_resume(tmp_path, args, metrics["auc"], saved_keys, ckpt)
+    _export_serve_and_resume(tmp_path, args, metrics["auc"], table, saved, ckpt)
 
 
-def _export_serve_and_resume(tmp_path, args, cluster_auc, saved_keys, ckpt):
+def _export_serve_and_resume(tmp_path, args, cluster_auc, table, saved, ckpt):
     """Trained on 2 PS: `tfps export` with the same config (one shard) serves the chief's model in a
     fresh process, and training resumes on 3 PS from the 2-PS checkpoint."""
     from tfps.config import load_config
@@ -83,13 +84,14 @@ def _export_serve_and_resume(tmp_path, args, cluster_auc, saved_keys, ckpt):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     resumed = tf.train.latest_checkpoint(str(model_dir))
     assert int(resumed.rsplit("-", 1)[1]) >= step + 100
-    name = [n for n, _ in tf.train.list_variables(resumed) if n.endswith("-keys")][0]
-    keys, freq = tf.train.load_variable(resumed, name), tf.train.load_variable(resumed, name[:-4] + "freq")
-    old_freq = tf.train.load_variable(ckpt, name[:-4] + "freq")
+    # (The 3-PS chief re-saves the step it restored, so the 2-PS rows were read before.)
+    keys, freq = (tf.train.load_variable(resumed, f"{table}-{p}") for p in ("keys", "freq"))
     # Every row of the 2-PS checkpoint came back on 3 PS and kept its update count.
     position = {k: i for i, k in enumerate(keys.tolist())}
-    assert all(k in position for k in saved_keys.tolist())
-    assert all(freq[position[k]] >= f for k, f in zip(saved_keys.tolist(), old_freq.tolist()))
+    missing = [k for k in saved["keys"].tolist() if k not in position]
+    assert not missing, (len(missing), len(saved["keys"]), resumed)
+    fewer = [k for k, f in zip(saved["keys"].tolist(), saved["freq"].tolist()) if freq[position[k]] < f]
+    assert not fewer, (len(fewer), resumed)
 
 
 def test_bad_launches_fail_clearly(tmp_path):
