@@ -12,7 +12,8 @@ import os
 import subprocess
 import sys
 
-from setuptools import Command, find_packages, setup
+from setuptools import Command, Distribution, find_packages, setup
+from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(ROOT, "tfps", "_tfps_ops.so")
@@ -73,6 +74,22 @@ class BuildOps(Command):
         build_ops()
 
 
+class BuildPyWithOps(build_py):
+    """build_py that first builds the op library, so `pip install .` and `pip wheel .` ship it
+    (with _build_info.json, the TensorFlow version it was built for)."""
+
+    def run(self):
+        build_ops()
+        super().run()
+
+
+class BinaryDistribution(Distribution):
+    """The wheel holds a compiled library: tag it for this platform and Python, not 'any'."""
+
+    def has_ext_modules(self):
+        return True
+
+
 if __name__ == "__main__":
     setup(
         name="tfps",
@@ -81,5 +98,7 @@ if __name__ == "__main__":
         package_data={"tfps": ["_tfps_ops.so", "_build_info.json"]},
         entry_points={"console_scripts": ["tfps = tfps.cli:main"]},
         python_requires=">=3.11",
-        cmdclass={"build_ops": BuildOps},
+        install_requires=["tensorflow-cpu==2.15.1", "tensorflow-estimator==2.15.0", "numpy<2", "pyyaml"],
+        cmdclass={"build_ops": BuildOps, "build_py": BuildPyWithOps},
+        distclass=BinaryDistribution,
     )

@@ -3,9 +3,13 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tfps.config import load_config
 from tfps.data import SyntheticCriteo, auc
 from tfps.estimator.runner import eval_set
+
+pytestmark = pytest.mark.slow
 
 
 def test_train_prints_final_json(tmp_path):

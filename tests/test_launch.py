@@ -13,6 +13,8 @@ import tensorflow as tf
 
 from tfps.cluster.launch import cluster_spec
 
+pytestmark = pytest.mark.slow
+
 
 SMALL = ["train.batch_size=256", "train.log_every_steps=100", "eval.examples=2000", "model.hidden_units=[16]",
          "data.vocab_max=5000"]

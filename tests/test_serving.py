@@ -5,11 +5,14 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tfps.config import load_config
 from tfps.data import SyntheticCriteo
 from tfps.estimator.runner import eval_set, make_estimator, train_input_fn
+
+pytestmark = pytest.mark.slow
 
 LOADER = r"""
 import json, sys
