@@ -47,9 +47,11 @@ def _model(use_tables, opt, ids_per_step):
 
 ADAM = lambda m: m.AdamOptimizer(0.05, beta1=0.8, beta2=0.95, epsilon=1e-6)  # noqa: E731
 FTRL = lambda m: m.FtrlOptimizer(0.3, l1_regularization_strength=0.01, l2_regularization_strength=0.1)  # noqa: E731
+FTRL_BETA = lambda m: m.FtrlOptimizer(0.3, l1_regularization_strength=0.01, l2_regularization_strength=0.1,  # noqa: E731
+                                      beta=0.5)
 
 
-@pytest.mark.parametrize("opt", [ADAM, FTRL], ids=["adam", "ftrl"])
+@pytest.mark.parametrize("opt", [ADAM, FTRL, FTRL_BETA], ids=["adam", "ftrl", "ftrl_beta"])
 def test_all_rows_every_step_match_tf(opt):
     # Every id in every batch: lazy Adam coincides with TF's Adam; Ftrl is per-row anyway.
     ids = [np.arange(V).repeat(2) for _ in range(STEPS)]

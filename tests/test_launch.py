@@ -80,15 +80,28 @@ def _export_serve_and_resume(tmp_path, args, cluster_auc, table, saved, ckpt):
     # The chief scored the same checkpoint on the same sample: the served model gives its AUC.
     assert abs(auc(labels, served) - cluster_auc) < 1e-4, (auc(labels, served), cluster_auc)
     step = int(ckpt.rsplit("-", 1)[1])
+    # The resumed run also evicts (on the chief) and writes delta checkpoints: switches that work
+    # on the cluster, and that do not change the table's name.
+    policy = ["model.eviction.after_steps=40", "train.evict_every_steps=20", "train.delta_every_secs=0.5"]
     out = subprocess.run([sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml", "--ps", "3",
                           "--workers", "1", *args, "--set", f"train.steps={step + 100}",
+                          *[a for p in policy for a in ("--set", p)],
                           "--set", f"model_dir={model_dir}"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     resumed = tf.train.latest_checkpoint(str(model_dir))
-    assert int(resumed.rsplit("-", 1)[1]) >= step + 100
+    final_step = int(resumed.rsplit("-", 1)[1])
+    assert final_step >= step + 100
+    from tfps.estimator.incremental import delta_files
+    deltas = delta_files(str(model_dir), after_step=step)
+    assert deltas and tf.train.load_checkpoint(deltas[0][1]).has_tensor(f"{table}-delta-keys")
+    last_step = tf.train.load_variable(resumed, f"{table}-last_step")
+    # Eviction ran at a step >= final_step - 20 and dropped rows idle for more than 40 steps.
+    assert last_step.min() >= final_step - 40 - 20 - 2, (last_step.min(), final_step)
     # (The 3-PS chief re-saves the step it restored, so the 2-PS rows were read before.)
-    keys, freq = (tf.train.load_variable(resumed, f"{table}-{p}") for p in ("keys", "freq"))
-    # Every row of the 2-PS checkpoint came back on 3 PS and kept its update count.
+    # Every row of the 2-PS checkpoint came back on 3 PS and kept its update count, or was evicted
+    # (idle): what the 3-PS chief re-saved at the step it restored holds them all.
+    restored = tf.train.load_checkpoint(str(model_dir / f"model.ckpt-{step}"))
+    keys, freq = restored.get_tensor(f"{table}-keys"), restored.get_tensor(f"{table}-freq")
     position = {k: i for i, k in enumerate(keys.tolist())}
     missing = [k for k in saved["keys"].tolist() if k not in position]
     assert not missing, (len(missing), len(saved["keys"]), resumed)

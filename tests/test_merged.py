@@ -114,3 +114,20 @@ def test_export_feature_round_trip(graph):
         got = s.run(exp)
     assert sorted(got["ids"].tolist()) == [5, 2**40]
     assert got["values"].shape == (2, 3)
+
+
+def test_table_name_is_placement_and_policy_free():
+    """A merged table keeps its checkpoint name whatever the shard count or eviction and
+    admission rules of its features; features of one table that disagree on them are refused."""
+    def name(options):
+        with tf.Graph().as_default():
+            return physical_table(Feature("C1", 4, options=options))[0].name
+    base = name(tfps.EmbeddingOptions())
+    assert name(tfps.EmbeddingOptions(num_shards=3)) == base
+    assert name(tfps.EmbeddingOptions(evict_after_steps=10, admit_min_count=2)) == base
+    with tf.Graph().as_default():
+        physical_table(Feature("C1", 4))
+        with pytest.raises(ValueError, match="share its options"):
+            physical_table(Feature("C2", 4, options=tfps.EmbeddingOptions(evict_min_freq=2)))
+        with pytest.raises(ValueError, match="share its options"):
+            physical_table(Feature("C3", 4, options=tfps.EmbeddingOptions(num_shards=2)))

@@ -17,21 +17,65 @@ class ConfigError(ValueError):
 
 
 @dataclasses.dataclass
+class EvictionConfig:
+    """The tables' eviction rules (tfps.EmbeddingOptions); null: rule off. They run every
+    train.evict_every_steps steps (on the chief in a cluster)."""
+    after_steps: Optional[int] = None    # rows not updated for more than this many steps
+    min_freq: Optional[int] = None       # rows updated fewer times than this
+    l2_below: Optional[float] = None     # rows whose value has a smaller L2 norm
+    max_rows: Optional[int] = None       # then at most this many rows per table
+    cap_policy: str = "lfu"              # lfu | lru: which rows max_rows drops first
+
+    @property
+    def any(self):
+        return any(v is not None for v in (self.after_steps, self.min_freq, self.l2_below, self.max_rows))
+
+
+@dataclasses.dataclass
 class ModelConfig:
     name: str = "deepfm"                 # deepfm
     embedding_dim: int = 8
     hidden_units: List[int] = dataclasses.field(default_factory=lambda: [400, 400, 400])
-    num_shards: int = 1                  # tables per feature
+    num_shards: int = 1                  # tables per feature (a placement choice: checkpoints restore into any)
     merge_tables: bool = True            # features share one physical table (one fused lookup)
     initializer_stddev: float = 0.02
+    admit_min_count: int = 1             # a new id gets a row after this many sightings
+    eviction: EvictionConfig = dataclasses.field(default_factory=EvictionConfig)
+
+
+@dataclasses.dataclass
+class AdagradConfig:
+    initial_accumulator_value: float = 0.1
+
+
+@dataclasses.dataclass
+class AdamConfig:
+    beta1: float = 0.9
+    beta2: float = 0.999
+    epsilon: float = 1e-8
+
+
+@dataclasses.dataclass
+class FtrlConfig:
+    learning_rate_power: float = -0.5
+    initial_accumulator_value: float = 0.1
+    l1_regularization_strength: float = 0.0
+    l2_regularization_strength: float = 0.0
+    beta: float = 0.0
+
+
+OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
 
 
 @dataclasses.dataclass
 class TrainConfig:
     steps: int = 2000
     batch_size: int = 1024
-    optimizer: str = "adagrad"           # adagrad | sgd
+    optimizer: str = "adagrad"           # sgd | adagrad | adam | ftrl, with train.<name> hyper-parameters
     learning_rate: float = 0.5
+    adagrad: AdagradConfig = dataclasses.field(default_factory=AdagradConfig)
+    adam: AdamConfig = dataclasses.field(default_factory=AdamConfig)
+    ftrl: FtrlConfig = dataclasses.field(default_factory=FtrlConfig)
     log_every_steps: int = 100
     save_checkpoints_steps: int = 1000
     save_checkpoints_secs: Optional[int] = None   # set: checkpoint by time instead of by steps
@@ -138,7 +182,26 @@ def validate(cfg):
         (all(u > 0 for u in cfg.model.hidden_units), "model.hidden_units must be positive"),
         (cfg.train.steps > 0, "train.steps must be > 0"),
         (cfg.train.batch_size > 0, "train.batch_size must be > 0"),
-        (cfg.train.optimizer in ("adagrad", "sgd"), "train.optimizer must be adagrad or sgd"),
+        (cfg.train.optimizer in OPTIMIZERS, f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, "
+                                            f"got {cfg.train.optimizer!r}"),
+        (cfg.train.adagrad.initial_accumulator_value > 0, "train.adagrad.initial_accumulator_value must be > 0"),
+        (0 <= cfg.train.adam.beta1 < 1 and 0 <= cfg.train.adam.beta2 < 1,
+         "train.adam.beta1 and train.adam.beta2 must be in [0, 1)"),
+        (cfg.train.adam.epsilon > 0, "train.adam.epsilon must be > 0"),
+        (cfg.train.ftrl.learning_rate_power <= 0, "train.ftrl.learning_rate_power must be <= 0"),
+        (cfg.train.ftrl.initial_accumulator_value > 0, "train.ftrl.initial_accumulator_value must be > 0"),
+        (min(cfg.train.ftrl.l1_regularization_strength, cfg.train.ftrl.l2_regularization_strength,
+             cfg.train.ftrl.beta) >= 0, "train.ftrl.l1/l2_regularization_strength and beta must be >= 0"),
+        (cfg.model.admit_min_count >= 1, "model.admit_min_count must be >= 1"),
+        (cfg.model.eviction.cap_policy in ("lfu", "lru"), "model.eviction.cap_policy must be lfu or lru"),
+        (all(v is None or v >= 0 for v in (cfg.model.eviction.after_steps, cfg.model.eviction.min_freq,
+                                            cfg.model.eviction.l2_below, cfg.model.eviction.max_rows)),
+         "model.eviction rules must be >= 0"),
+        (not cfg.train.evict_every_steps or cfg.model.eviction.any,
+         "train.evict_every_steps is set but model.eviction has no rule (after_steps, min_freq, l2_below, "
+         "max_rows): nothing would be evicted"),
+        (not cfg.model.eviction.any or cfg.train.evict_every_steps,
+         "model.eviction has rules but train.evict_every_steps is not set: they would never run"),
         (cfg.train.learning_rate > 0, "train.learning_rate must be > 0"),
         (cfg.train.log_every_steps > 0, "train.log_every_steps must be > 0"),
         (cfg.train.delta_every_secs is None or cfg.train.delta_every_secs > 0, "train.delta_every_secs must be > 0"),

@@ -53,14 +53,15 @@ class _Tables:
     def table_for(self, feature):
         """(physical EmbeddingVariable, tag) of a feature; merged tables are shared.
 
-        A merged table's name comes from what the features sharing it have in common (dim, key
-        dtype, initializer, options other than num_shards), never from where it runs: the shard
-        count is a placement choice, and a checkpoint restores into any other. Two features of
-        one table whose tags collide are refused whatever their order (a tag is the feature's
-        identity inside the table)."""
+        A merged table's name comes from what its rows are (dim, key dtype, initializer), never
+        from where it runs or how it is kept: the shard count is a placement choice (a checkpoint
+        restores into any other), and admission and eviction rules can change between runs. The
+        features of one table share those options (a feature asking for others is refused: give
+        it merge=False). Two features of one table whose tags collide are refused whatever their
+        order (a tag is the feature's identity inside the table)."""
         spec = init_spec(feature.initializer, feature.dim, feature.name, DEFAULT_SEED)
         if feature.options.merge:
-            group = (feature.dim, feature.key_dtype.name, spec, feature.options.table_key())
+            group = (feature.dim, feature.key_dtype.name, spec)
             name = "tfps_merged/d{}_{}_{:08x}".format(feature.dim, feature.key_dtype.name,
                                                       zlib.crc32(repr(group).encode()))
         else:
@@ -74,10 +75,10 @@ class _Tables:
                     f"features {owner!r} and {feature.name!r} have the same 15-bit tag {feature.tag} and would "
                     f"share rows in merged table {ev.name!r}; give one of them EmbeddingOptions(merge=False) "
                     f"or another name")
-            if ev.num_shards != feature.options.num_shards:
-                raise ValueError(f"feature {feature.name!r} asks for {feature.options.num_shards} shards, but "
-                                 f"merged table {ev.name!r} has {ev.num_shards}: features of one table share "
-                                 f"one shard count")
+            if ev.options.table_key() != feature.options.table_key() or ev.num_shards != feature.options.num_shards:
+                raise ValueError(f"feature {feature.name!r} asks for {feature.options}, but merged table {ev.name!r} "
+                                 f"(features {sorted(tags.values())}) has {ev.options}: the features of one table "
+                                 f"share its options; give {feature.name!r} EmbeddingOptions(merge=False)")
             return ev, feature.tag
         with tf.compat.v1.variable_scope(tf.compat.v1.VariableScope(name="", reuse=tf.compat.v1.AUTO_REUSE)):
             ev = get_embedding_variable(name, feature.dim, initializer=feature.initializer, key_dtype=tf.int64,

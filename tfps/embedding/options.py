@@ -56,7 +56,7 @@ class EmbeddingOptions:
                                            self.max_rows))
 
     def table_key(self):
-        """The fields that must match for two features to share a table, and that name it: all
-        but merge and num_shards (a placement choice, not part of a table's identity)."""
+        """The fields that must match for two features to share a table (all but merge and
+        num_shards); none of them is part of the table's name."""
         return (self.admit_min_count, self.evict_after_steps, self.evict_min_freq, self.evict_l2_below,
                 self.max_rows, self.cap_policy)

@@ -29,7 +29,7 @@ from tfps.cluster.placement import LoadBalancedStrategy, replica_device_setter
 from tfps.cluster.tf_config import ClusterConfigError, check_protocol
 from tfps.data.synthetic import SyntheticCriteo, auc
 from tfps.estimator.hooks import ProgressHook, StepStatsHook
-from tfps.estimator.runner import checkpoint_every, eval_set, make_estimator, train_input_fn
+from tfps.estimator.runner import checkpoint_every, eval_set, make_estimator, table_hooks, train_input_fn
 
 FIRST_CHECKPOINT_POLL_SECS = 0.5
 
@@ -181,7 +181,10 @@ def run_task(cfg, cluster_config, printer=print):
     exporter = _PrintEvalMetrics(printer)
     recovery = _RecoveryLog(printer)
     hooks = [_PrintPlacement(strategy, printer), recovery, progress, traffic]
-    train_spec = tf.estimator.TrainSpec(input_fn, max_steps=cfg.train.steps, hooks=hooks)
+    # Delta checkpoints and eviction: the chief runs them, like the full checkpoints.
+    tables, listeners = table_hooks(cfg, printer) if cluster_config.is_chief else ([], [])
+    train_spec = tf.estimator.TrainSpec(input_fn, max_steps=cfg.train.steps, hooks=hooks + tables,
+                                        saving_listeners=listeners)
     eval_spec = tf.estimator.EvalSpec(
         lambda: tf.data.Dataset.from_tensor_slices(eval_data()[:2]).batch(cfg.eval.batch_size), steps=None,
         exporters=[exporter], start_delay_secs=0, throttle_secs=cfg.eval.throttle_secs)

@@ -6,12 +6,16 @@ NAME-delta-{keys, values, slots, freq, last_step, slot_init} -- the rows updated
 previous delta (or full checkpoint) -- NAME-delta-removed, the keys removed or evicted since
 then, and NAME-delta-complete: the removed-keys log outgrew its bound (config.h), so the delta
 holds every row and replaces the table. `tfps_delta/base_step` is the step the delta continues
-from and `tfps_delta/chain` the run that wrote it.
+from; `tfps_delta/chain` and `tfps_delta/chain_started` name the chain of deltas it belongs to
+(one per session: a restored session starts a new chain from its full checkpoint, which carries
+on every row the deltas it applied).
 
-Restore = the latest full checkpoint at step S, then the deltas after S, in step order; the
-first must continue from S and each next one from the one before, in the same chain, or the
-restore is refused (ValueError naming the file) before any table changes. Dense variables are
-only in full checkpoints. Removed keys are logged only while this hook runs.
+Restore = the latest full checkpoint at step S, then the newest chain that starts at S, in step
+order; each delta must continue from the one before, or the restore is refused (ValueError
+naming the file) before any table changes. Deltas of older chains are superseded and skipped;
+each full checkpoint deletes the deltas that the one before it
+covers. Dense variables are only in full checkpoints.
+Removed keys are logged only while this hook runs.
 
     inc = tfps.estimator.IncrementalCheckpoints(model_dir, every_secs=60)
     estimator.train(input_fn, hooks=[tfps.estimator.DeltaRestoreHook(model_dir), inc],
@@ -28,7 +32,7 @@ from tfps.embedding.variable import embedding_variables
 from tfps.ops import embedding_table as table_ops
 
 ROW_PARTS = ("keys", "values", "slots", "freq", "last_step", "slot_init")
-BASE_STEP, CHAIN = "tfps_delta/base_step", "tfps_delta/chain"
+BASE_STEP, CHAIN, STARTED = "tfps_delta/base_step", "tfps_delta/chain", "tfps_delta/chain_started"
 
 
 def _name(ev, part):
@@ -47,21 +51,31 @@ def delta_files(model_dir, after_step=-1):
 
 
 def delta_chain(model_dir, step, variables):
-    """The deltas to apply on a full checkpoint of `step`: [(step, prefix)] in order. Raises
-    ValueError naming the file when one does not continue from the one before (a missing
-    delta), belongs to another run, or lacks a table of `variables`."""
-    chain, previous, out = None, step, []
+    """The deltas to apply on a full checkpoint of `step`: [(step, prefix)] in order, those of the
+    newest chain that starts at `step`. Raises ValueError naming the file when a delta of that
+    chain does not continue from the one before (a delta is missing), when deltas after `step`
+    start from nowhere, or when one lacks a table of `variables` or has another dim."""
+    chains = {}
     for delta_step, prefix in delta_files(model_dir, after_step=step):
         reader = tf.train.load_checkpoint(prefix)
         if not reader.has_tensor(BASE_STEP):
             raise ValueError(f"delta {prefix} has no {BASE_STEP}: not a tfps delta, or written by an older tfps")
-        base, this_chain = int(reader.get_tensor(BASE_STEP)), reader.get_tensor(CHAIN)
-        if base != previous or (chain is not None and this_chain != chain):
-            raise ValueError(
-                f"delta {prefix} continues from step {base}, but the restore is at step {previous} "
-                f"({'a delta in between is missing' if base > previous else 'it belongs to another run'}); "
-                f"refusing to apply it and the deltas after it. Remove the deltas after step {previous} from "
-                f"{model_dir} to resume from step {previous}")
+        key = (float(reader.get_tensor(STARTED)), reader.get_tensor(CHAIN))
+        chains.setdefault(key, []).append((delta_step, prefix, int(reader.get_tensor(BASE_STEP)), reader))
+    starting_here = [key for key, deltas in chains.items() if deltas[0][2] == step]
+    if not starting_here:
+        if chains:
+            first = min(d for deltas in chains.values() for d in deltas)
+            raise ValueError(f"delta {first[1]} continues from step {first[2]}, but the restore is at step {step}: "
+                             f"a delta in between is missing; refusing to apply it and the deltas after it. Remove "
+                             f"the deltas after step {step} from {model_dir} to resume from step {step}")
+        return []
+    previous, out = step, []
+    for delta_step, prefix, base, reader in chains[max(starting_here)]:
+        if base != previous:
+            raise ValueError(f"delta {prefix} continues from step {base}, but the one before it is at step "
+                             f"{previous}: a delta in between is missing; refusing to apply any delta after step "
+                             f"{step}. Remove the deltas after step {previous} from {model_dir} to resume there")
         shapes = reader.get_variable_to_shape_map()
         for ev in variables:
             if _name(ev, "keys") not in shapes:
@@ -69,7 +83,7 @@ def delta_chain(model_dir, step, variables):
             if shapes[_name(ev, "values")][1] != ev.dim:
                 raise ValueError(f"delta {prefix} has table {ev.name!r} with dim {shapes[_name(ev, 'values')][1]}, "
                                  f"the model asks for {ev.dim}")
-        chain, previous = this_chain, delta_step
+        previous = delta_step
         out.append((delta_step, prefix))
     return out
 
@@ -96,14 +110,16 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
         self._dir, self._secs, self._steps, self._print = model_dir, every_secs, every_steps, printer
         self.deltas_written = 0
         self.listener = _FullSaveListener(self)
+        self._full_step = None
 
     def begin(self):
         self._gs = tf.compat.v1.train.get_or_create_global_step()
         self._since = tf.compat.v1.placeholder(tf.int64, [], name="tfps_delta_since")
         self._prefix = tf.compat.v1.placeholder(tf.string, [], name="tfps_delta_prefix")
         self._chain = tf.compat.v1.placeholder(tf.string, [], name="tfps_delta_chain")
+        self._started = tf.compat.v1.placeholder(tf.float64, [], name="tfps_delta_chain_started")
         graph = tf.compat.v1.get_default_graph()
-        names, tensors, resets, track = [BASE_STEP, CHAIN], [self._since, self._chain], [], []
+        names, tensors, resets, track = [BASE_STEP, CHAIN, STARTED], [self._since, self._chain, self._started], [], []
         for ev in embedding_variables():
             parts = []
             for h in ev.handles:
@@ -122,7 +138,7 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
                 removed = tf.concat([p[6] for p in parts], 0)
             names += [_name(ev, p) for p in ROW_PARTS + ("removed", "complete")]
             tensors += list(rows) + [removed, complete]
-        self._tables = len(names) > 2
+        self._tables = len(names) > 3
         self._save = tf.raw_ops.SaveV2(prefix=self._prefix, tensor_names=names, shape_and_slices=[""] * len(names),
                                        tensors=tensors)
         self._reset = tf.group(*resets)
@@ -131,13 +147,10 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
     def after_create_session(self, session, coord):
         session.run(self._track)
         self._start_chain(session, session.run(self._gs))   # the checkpoint the session started from
-        for step, prefix in delta_files(self._dir, after_step=self._last_step):
-            for path in glob.glob(prefix + ".*"):
-                os.remove(path)
 
     def _start_chain(self, session, step):
         session.run(self._reset)
-        self._chain_id = secrets.token_hex(8)
+        self._chain_id, self._chain_started = secrets.token_hex(8), time.time()
         self._last_step, self._last_time = step, time.time()
 
     def after_run(self, run_context, run_values):
@@ -153,7 +166,8 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
         temporary bundle first, renamed into place, so a reader never sees half a delta."""
         final = os.path.join(self._dir, f"delta-{step}")
         tmp = os.path.join(self._dir, f".tmp-delta-{step}")
-        session.run(self._save, {self._since: self._last_step, self._prefix: tmp, self._chain: self._chain_id})
+        session.run(self._save, {self._since: self._last_step, self._prefix: tmp, self._chain: self._chain_id,
+                                 self._started: self._chain_started})
         session.run(self._reset)
         for suffix in [p[len(tmp):] for p in glob.glob(tmp + ".*")]:
             if suffix != ".index":
@@ -163,8 +177,17 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
         self.deltas_written += 1
 
     def full_checkpoint_written(self, session, global_step_value):
-        # A full checkpoint holds everything up to here: later deltas start from it.
+        # A full checkpoint holds everything up to here: later deltas start from it. The deltas
+        # the one before it covers go (those after it stay, so that it remains restorable).
+        previous = self._full_step
+        self._full_step = global_step_value
         self._start_chain(session, global_step_value)
+        if previous is None:
+            return
+        for step, prefix in delta_files(self._dir):
+            if step <= previous:
+                for path in glob.glob(prefix + ".*"):
+                    os.remove(path)
 
 
 class DeltaRestoreHook(tf.compat.v1.train.SessionRunHook):

@@ -100,6 +100,20 @@ def with_checked_saver(model_fn, keep_checkpoint_max):
     return fn
 
 
+def table_hooks(cfg, printer):
+    """(hooks, saving listeners) that keep the tables as the config says: restore the deltas after
+    a full checkpoint, write deltas every train.delta_every_secs, run the eviction rules every
+    train.evict_every_steps. In one process the trainer runs them; in a cluster, the chief."""
+    hooks, listeners = [DeltaRestoreHook(cfg.model_dir, printer)], []
+    if cfg.train.delta_every_secs:
+        inc = IncrementalCheckpoints(cfg.model_dir, every_secs=cfg.train.delta_every_secs, printer=printer)
+        hooks.append(inc)
+        listeners.append(inc.listener)
+    if cfg.train.evict_every_steps:
+        hooks.append(EvictionHook(cfg.train.evict_every_steps, printer))
+    return hooks, listeners
+
+
 def run(cfg, printer=print):
     """Trains cfg.train.steps, then scores the eval sample. Returns the metrics dict."""
     if cfg.model_dir is None:
@@ -111,13 +125,8 @@ def run(cfg, printer=print):
             f"{'one merged table' if cfg.model.merge_tables else 'a table each'})", flush=True)
     start_step = int(tf.train.load_variable(est.model_dir, "global_step")) if est.latest_checkpoint() else 0
     hook = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer)
-    hooks, listeners = [hook, DeltaRestoreHook(cfg.model_dir, printer)], []
-    if cfg.train.delta_every_secs:
-        inc = IncrementalCheckpoints(cfg.model_dir, every_secs=cfg.train.delta_every_secs, printer=printer)
-        hooks.append(inc)
-        listeners.append(inc.listener)
-    if cfg.train.evict_every_steps:
-        hooks.append(EvictionHook(cfg.train.evict_every_steps, printer))
+    hooks, listeners = table_hooks(cfg, printer)
+    hooks = [hook] + hooks
     t0 = time.time()
     est.train(train_input_fn(gen, cfg.train.batch_size, first_batch=start_step),
               max_steps=cfg.train.steps, hooks=hooks, saving_listeners=listeners)

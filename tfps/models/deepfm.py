@@ -38,12 +38,14 @@ def table_per_feature_embedder(embedding_dim, num_shards=1, initializer_stddev=0
     return embed
 
 
-def feature_embedder(embedding_dim, num_shards=1, initializer_stddev=0.02, insert=True, merge=True, stats=None):
+def feature_embedder(embedding_dim, num_shards=1, initializer_stddev=0.02, insert=True, merge=True, stats=None,
+                     options=None):
     """embed(ids [B, F]) -> [B, F, embedding_dim + 1] through tfps.embedding.merged: features
     C1..CF, merged into one physical table (merge=True: one fused, deduplicated lookup) or
-    one table each (merge=False); both start and train identically."""
+    one table each (merge=False); both start and train identically. options: the features'
+    tfps.EmbeddingOptions (default: num_shards and merge as given)."""
     init = tf.compat.v1.truncated_normal_initializer(stddev=initializer_stddev)
-    options = EmbeddingOptions(num_shards=num_shards, merge=merge)
+    options = options or EmbeddingOptions(num_shards=num_shards, merge=merge)
 
     def embed(ids):
         features = [Feature(f"C{f + 1}", embedding_dim + 1, init, options=options) for f in range(ids.shape[1])]
@@ -70,12 +72,28 @@ def deepfm_logits(features, num_categorical, embedding_dim, hidden_units, num_sh
     return first_order + fm + deep
 
 
-def make_optimizer(name, learning_rate):
-    if name == "adagrad":
-        return tfps.train.AdagradOptimizer(learning_rate)
+def make_optimizer(train):
+    """The tfps optimizer of a JobConfig's `train` section (as a dict): sgd, adagrad, adam or ftrl
+    with their hyper-parameters."""
+    name, lr = train["optimizer"], train["learning_rate"]
     if name == "sgd":
-        return tfps.train.GradientDescentOptimizer(learning_rate)
-    raise ValueError(f"unknown optimizer {name!r} (adagrad or sgd)")
+        return tfps.train.GradientDescentOptimizer(lr)
+    if name == "adagrad":
+        return tfps.train.AdagradOptimizer(lr, **train["adagrad"])
+    if name == "adam":
+        return tfps.train.AdamOptimizer(lr, **train["adam"])
+    if name == "ftrl":
+        return tfps.train.FtrlOptimizer(lr, **train["ftrl"])
+    raise ValueError(f"unknown optimizer {name!r} (sgd, adagrad, adam or ftrl)")
+
+
+def embedding_options(model):
+    """tfps.EmbeddingOptions of a JobConfig's `model` section (as a dict)."""
+    e = model["eviction"]
+    return EmbeddingOptions(num_shards=model["num_shards"], merge=model["merge_tables"],
+                            admit_min_count=model["admit_min_count"], evict_after_steps=e["after_steps"],
+                            evict_min_freq=e["min_freq"], evict_l2_below=e["l2_below"], max_rows=e["max_rows"],
+                            cap_policy=e["cap_policy"])
 
 
 def model_fn(features, labels, mode, params):
@@ -83,8 +101,10 @@ def model_fn(features, labels, mode, params):
     'num_categorical'."""
     m, t = params["model"], params["train"]
     training = mode == tf.estimator.ModeKeys.TRAIN
+    embed = feature_embedder(m["embedding_dim"], m["num_shards"], m["initializer_stddev"], insert=training,
+                             options=embedding_options(m))
     logits = deepfm_logits(features, params["num_categorical"], m["embedding_dim"], m["hidden_units"],
-                           m["num_shards"], m["initializer_stddev"], insert=training, merge=m["merge_tables"])
+                           insert=training, embed=embed)
     probs = tf.sigmoid(logits)
     if mode == tf.estimator.ModeKeys.PREDICT:
         predictions = {"probabilities": probs, "logits": logits}
@@ -96,5 +116,5 @@ def model_fn(features, labels, mode, params):
         return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={
             "auc": tf.compat.v1.metrics.auc(labels, probs, num_thresholds=1000)})
     gs = tf.compat.v1.train.get_or_create_global_step()
-    train_op = make_optimizer(t["optimizer"], t["learning_rate"]).minimize(loss, global_step=gs)
+    train_op = make_optimizer(t).minimize(loss, global_step=gs)
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)

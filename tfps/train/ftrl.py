@@ -7,8 +7,9 @@ from tfps.train.optimizer import TableOptimizerMixin
 
 
 class FtrlOptimizer(TableOptimizerMixin, tf.compat.v1.train.FtrlOptimizer):
-    """Same arguments as tf.compat.v1.train.FtrlOptimizer. Tables support
-    l2_shrinkage_regularization_strength == 0 (the ApplyFtrl update)."""
+    """Same arguments as tf.compat.v1.train.FtrlOptimizer, beta included (folded into the L2
+    strength as TF does: l2 + beta / (2 lr)). Tables support l2_shrinkage_regularization_strength
+    == 0 (the ApplyFtrl update)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -20,6 +21,7 @@ class FtrlOptimizer(TableOptimizerMixin, tf.compat.v1.train.FtrlOptimizer):
         return training_ops.table_apply_ftrl(
             shard.handle, keys, grads, lr, step,
             tf.constant(self._l1_regularization_strength, tf.float32),
-            tf.constant(self._l2_regularization_strength, tf.float32),
+            # TF folds beta into L2 the same way (ftrl.py, _prepare).
+            tf.cast(self._l2_regularization_strength + self._beta / (2.0 * tf.maximum(lr, 1e-36)), tf.float32),
             tf.constant(self._learning_rate_power, tf.float32),
             initial_accumulator_value=float(self._initial_accumulator_value))
