@@ -250,3 +250,77 @@ def test_ctrl_c_or_sigterm_stops_every_task(tmp_path):
         for pid in pids:   # every task is gone (reaped by the launcher)
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)
+
+
+def test_kill_9_of_the_launcher_leaves_no_task_alive(tmp_path):
+    job = _launch(tmp_path, ["train.steps=100000"])
+    try:
+        _wait_for(lambda: _checkpoint_steps(tmp_path), "the chief's first checkpoint")
+        pids = [int(p.read_text()) for p in (tmp_path / "logs").glob("*.pid")]
+        job.kill()                                   # SIGKILL: the launcher cannot clean up itself
+        job.wait(timeout=30)
+    finally:
+        job.kill()
+    assert len(pids) == 4
+
+    def all_gone():
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            if open(f"/proc/{pid}/stat").read().split()[2] != "Z":   # a zombie awaiting init counts as gone
+                return False
+        return True
+    _wait_for(all_gone, "every task to die with the launcher", timeout=30)
+
+
+def test_a_frozen_ps_fails_the_job_after_the_peer_timeout(tmp_path):
+    """ps1 stops answering (SIGSTOP): instead of waiting forever, the chief gives up after
+    cluster.peer_timeout_secs with exit code 75, and with no restarts left the job ends with it."""
+    sets = SMALL + ["train.steps=100000", "cluster.peer_timeout_secs=8", f"model_dir={tmp_path}"]
+    job = subprocess.Popen([sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml", "--ps", "2",
+                            "--workers", "1", "--max-restarts", "0"] + [a for s in sets for a in ("--set", s)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _checkpoint_steps(tmp_path), "the chief's first checkpoint")
+        frozen = int((tmp_path / "logs" / "ps1.pid").read_text())
+        os.kill(frozen, signal.SIGSTOP)
+        started = time.time()
+        job.communicate(timeout=120)
+        waited = time.time() - started
+    finally:
+        job.kill()
+        try:
+            os.kill(frozen, signal.SIGKILL)
+        except (ProcessLookupError, UnboundLocalError):
+            pass
+    assert job.returncode == 75
+    assert 8 <= waited < 60, waited
+
+
+def test_unreachable_ps_under_an_outside_tf_config_fails_after_the_peer_timeout(tmp_path):
+    spec = cluster_spec(1, 1)                       # nobody serves the PS address
+    tf_config = {"cluster": spec, "task": {"type": "chief", "index": 0}}
+    started = time.time()
+    out = subprocess.run([sys.executable, "-m", "tfps.cli", "train", "--config", "configs/demo.yaml",
+                          *[a for s in SMALL + ["cluster.peer_timeout_secs=6", f"model_dir={tmp_path}"]
+                            for a in ("--set", s)]],
+                         env=dict(os.environ, TF_CONFIG=json.dumps(tf_config)), capture_output=True, text=True,
+                         timeout=180)
+    assert out.returncode == 75, out.stderr[-2000:]
+    assert time.time() - started < 90
+
+
+def test_user_errors_are_one_line(tmp_path):
+    locked = tmp_path / "a_file"            # a directory cannot be made under a file (even as root)
+    locked.write_text("x")
+    cases = [["launch", "--set", "cluster.host=no.such.host.invalid"],
+             ["launch", "--set", f"model_dir={locked / 'run'}"],
+             ["train", "--set", f"model_dir={locked / 'run'}"],
+             ["train", "--set", "train.steps=[1, 2"]]
+    for args in cases:
+        out = subprocess.run([sys.executable, "-m", "tfps.cli", args[0], "--config", "configs/demo.yaml", *args[1:]],
+                             capture_output=True, text=True, timeout=120)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("tfps: "), (args, out.stderr[-2000:])

@@ -10,8 +10,9 @@ import sys
 
 
 def _train(args):
-    from tfps.config import ConfigError, load_config
+    from tfps.config import ConfigError, check_model_dir, load_config
     cfg = load_config(args.config, args.set)
+    check_model_dir(cfg.model_dir)
     import tensorflow as tf
     tf.get_logger().setLevel("ERROR")
     from tfps.cluster.tf_config import parse_tf_config
@@ -68,9 +69,10 @@ def _inspect(args):
 
 def _launch(args):
     from tfps.cluster.launch import launch
-    from tfps.config import load_config
+    from tfps.config import check_model_dir, load_config
     overrides = list(args.set) + ([f"cluster.protocol={args.protocol}"] if args.protocol else [])
     cfg = load_config(args.config, overrides)   # fail here, before starting any process
+    check_model_dir(cfg.model_dir)
     from tfps.cluster.tf_config import check_protocol
     check_protocol(cfg.cluster.protocol)
     return launch(args.config, overrides, args.ps, args.workers, model_dir=cfg.model_dir, evaluator=args.evaluator,
@@ -119,6 +121,9 @@ def main(argv=None):
     except ValueError as e:
         print(f"tfps: {e}", file=sys.stderr)
         return 2
+    except OSError as e:   # a file or address the user named: one line, not a traceback
+        print(f"tfps: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
 every key and type; an unknown key or a wrong type is a ConfigError naming it.
 """
 import dataclasses
+import os
+import tempfile
 import typing
 from typing import List, Optional
 
@@ -96,6 +98,7 @@ class ClusterSection:
     protocol: str = "grpc"               # TF server protocol; grpc+verbs only where TF has that plugin
     host: str = "127.0.0.1"              # tfps launch's cluster addresses (TF's server still listens on all
                                          # interfaces; it has no bind-address option and no authentication)
+    peer_timeout_secs: float = 120.0     # a trainer whose PS has not answered this long exits (code 75)
 
 
 @dataclasses.dataclass
@@ -167,7 +170,12 @@ def load_config(path=None, overrides=()):
         if "=" not in item:
             raise ConfigError(f"--set expects key.sub=value, got {item!r}")
         key, text = item.split("=", 1)
-        _set(raw, key.strip(), yaml.safe_load(text))
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"--set {key.strip()}: {text!r} is not a YAML value "
+                              f"({str(e).splitlines()[0]})") from None
+        _set(raw, key.strip(), value)
     cfg = _build(JobConfig, raw)
     validate(cfg)
     return cfg
@@ -209,6 +217,7 @@ def validate(cfg):
          "train.evict_every_steps must be > 0"),
         (cfg.eval.examples > 0 and cfg.eval.batch_size > 0, "eval.examples and eval.batch_size must be > 0"),
         (cfg.eval.throttle_secs >= 0, "eval.throttle_secs must be >= 0"),
+        (cfg.cluster.peer_timeout_secs > 0, "cluster.peer_timeout_secs must be > 0"),
         (cfg.train.save_checkpoints_steps > 0, "train.save_checkpoints_steps must be > 0"),
         (cfg.train.save_checkpoints_secs is None or cfg.train.save_checkpoints_secs > 0,
          "train.save_checkpoints_secs must be > 0"),
@@ -218,6 +227,18 @@ def validate(cfg):
     for ok, msg in checks:
         if not ok:
             raise ConfigError(msg)
+
+
+def check_model_dir(path):
+    """Creates model_dir if needed and checks that files can be written there (ConfigError)."""
+    if path is None:
+        return
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".tfps_write_check_"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"model_dir {path!r} is not writable: {e.strerror or e}") from None
 
 
 def to_dict(cfg):

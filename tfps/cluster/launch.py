@@ -12,8 +12,10 @@ stops the job with a message naming the task and its log.
 When the chief exits, the other trainers and the evaluator get a grace period to finish on
 their own, then every task is stopped; the launcher exits with the chief's code after printing
 the chief's last line (its JSON metrics) with a per-task summary added. Ctrl-C or SIGTERM stops
-every task.
+every task. Tasks die with the launcher whatever kills it (even SIGKILL): each asks the kernel
+for SIGKILL when its parent dies (prctl PR_SET_PDEATHSIG).
 """
+import ctypes
 import json
 import os
 import signal
@@ -27,16 +29,35 @@ GRACE_SECS = 120.0   # after the chief exits, how long the other workers and the
 
 
 def free_ports(n, host="127.0.0.1"):
-    """n distinct ports free on host right now (bound then released)."""
+    """n distinct ports free on host right now (bound then released). ValueError naming the host
+    when it cannot be bound here."""
     socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind((host, 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind((host, 0))
+            ports.append(s.getsockname()[1])
+    except OSError as e:
+        raise ValueError(f"tfps launch: cluster.host {host!r} cannot be used for the cluster's addresses: "
+                         f"{e.strerror or e}") from None
+    finally:
+        for s in socks:
+            s.close()
     return ports
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent):
+    """preexec_fn of a task: SIGKILL when the launcher dies (checked once more, in case it died
+    before the request was in place)."""
+    def set_up():
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
+    return set_up
 
 
 def cluster_spec(num_ps, num_workers, host="127.0.0.1"):
@@ -81,7 +102,8 @@ class _Task:
             self._log.write(f"\n==== tfps launch: restart {self.restarts} of {self.name} "
                             f"(the last run exited {self.proc.returncode}) ====\n")
             self._log.flush()
-        self.proc = subprocess.Popen(self._args, env=self._env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self._args, env=self._env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     preexec_fn=_die_with_parent(os.getpid()))
         with open(self.log_path[:-len(".log")] + ".pid", "w") as f:   # for operators' tools
             f.write(f"{self.proc.pid}\n")
 

@@ -25,6 +25,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from tfps.cluster.health import watch_peers
 from tfps.cluster.placement import LoadBalancedStrategy, replica_device_setter
 from tfps.cluster.tf_config import ClusterConfigError, check_protocol
 from tfps.data.synthetic import SyntheticCriteo, auc
@@ -120,6 +121,27 @@ class _RecoveryLog(tf.compat.v1.train.SessionRunHook):
                     f"ready at global step {int(session.run(self._gs))}", flush=True)
 
 
+PEER_TIMEOUT_EXIT = 75   # EX_TEMPFAIL: a PS did not answer for cluster.peer_timeout_secs
+
+
+def _watch_ps(cfg, cluster_config, printer):
+    """A trainer pings its PS tasks every few seconds: says `waiting on ps1 for N s` while one is
+    silent (gone, unreachable or frozen), and exits with PEER_TIMEOUT_EXIT once one has been
+    silent for cluster.peer_timeout_secs -- instead of waiting forever. Returns the stop event."""
+    peers = {f"ps{i}": address for i, address in enumerate(cluster_config.cluster["ps"])}
+    me = f"{cluster_config.task_type}{cluster_config.task_index}"
+
+    def silent(name, address, seconds):
+        printer(f"{me}: waiting on {name} ({address}) for {seconds:.0f} s", flush=True)
+
+    def deadline(name, address, seconds):
+        printer(f"{me}: {name} ({address}) has not answered for {seconds:.0f} s (cluster.peer_timeout_secs = "
+                f"{cfg.cluster.peer_timeout_secs:g}); giving up so that the task can be restarted", flush=True)
+        os._exit(PEER_TIMEOUT_EXIT)
+    return watch_peers(peers, cfg.cluster.peer_timeout_secs, silent, deadline,
+                       every_secs=min(5.0, cfg.cluster.peer_timeout_secs / 4))
+
+
 def _run_config(cfg, cluster_config, spec, strategy):
     common = dict(model_dir=cfg.model_dir, **checkpoint_every(cfg), keep_checkpoint_max=cfg.train.keep_checkpoint_max,
                   log_step_count_steps=None, protocol=cfg.cluster.protocol,
@@ -196,9 +218,12 @@ def run_task(cfg, cluster_config, printer=print):
                 flush=True)
     if job == "worker" and not cluster_config.is_chief:
         _wait_for_first_checkpoint(cfg.model_dir, printer)
+    stop_watch = _watch_ps(cfg, cluster_config, printer) if job in ("chief", "master", "worker") else None
     t0 = time.time()
     tf.estimator.train_and_evaluate(est, train_spec, eval_spec)
     seconds = time.time() - t0
+    if stop_watch is not None:
+        stop_watch.set()
     if job == "evaluator":
         return exporter.last or {"task": "evaluator", "global_step": None}
     task = {"task": f"{job}:{index}", "local_steps": progress.local_steps, "sessions": recovery.sessions,
