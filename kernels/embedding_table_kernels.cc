@@ -46,6 +46,11 @@ class TableHandleOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("admit_min_count", &admit_));
     OP_REQUIRES(ctx, admit_ >= 1,
                 errors::InvalidArgument("TfpsTableHandle: admit_min_count must be >= 1, got ", admit_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("admit_sketch_width", &sketch_width_));
+    OP_REQUIRES(ctx, sketch_width_ >= core::kMinSketchWidth && sketch_width_ <= (int64_t{1} << 30) &&
+                         (sketch_width_ & (sketch_width_ - 1)) == 0,
+                errors::InvalidArgument("TfpsTableHandle: admit_sketch_width must be a power of two in [",
+                                        core::kMinSketchWidth, ", 2^30], got ", sketch_width_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -54,8 +59,8 @@ class TableHandleOp : public OpKernel {
     TableResource* table = nullptr;
     OP_REQUIRES_OK(ctx, tensorflow::LookupOrCreateResource<TableResource>(
                             ctx, handle, &table, [this](TableResource** t) {
-                              *t = new TableResource(dim_, init_, static_cast<uint32_t>(admit_), shard_,
-                                                     num_shards_);
+                              *t = new TableResource(dim_, init_, static_cast<uint32_t>(admit_), sketch_width_,
+                                                     shard_, num_shards_);
                               return tensorflow::OkStatus();
                             }));
     ScopedUnref unref(table);
@@ -76,7 +81,7 @@ class TableHandleOp : public OpKernel {
  private:
   std::string container_, name_;
   int64_t dim_ = 0;
-  int64_t admit_ = 1;
+  int64_t admit_ = 1, sketch_width_ = core::kSketchWidth;
   int64_t shard_ = 0, num_shards_ = 1;
   core::InitSpec init_;
 };

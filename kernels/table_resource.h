@@ -17,9 +17,9 @@ class TableResource : public tensorflow::ResourceBase {
  public:
   // This table is shard `shard` of `num_shards`: it holds the keys with floormod(key, num_shards)
   // == shard, and imports refuse any other key.
-  TableResource(int64_t dim, const core::InitSpec& init, uint32_t admit_min_count, int64_t shard,
-                int64_t num_shards)
-      : table_(dim, init, admit_min_count), shard_(shard), num_shards_(num_shards) {}
+  TableResource(int64_t dim, const core::InitSpec& init, uint32_t admit_min_count, int64_t sketch_width,
+                int64_t shard, int64_t num_shards)
+      : table_(dim, init, admit_min_count, sketch_width), shard_(shard), num_shards_(num_shards) {}
   std::string DebugString() const override {
     return "TfpsEmbeddingTable(dim=" + std::to_string(table_.dim()) + ")";
   }

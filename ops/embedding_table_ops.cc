@@ -49,6 +49,7 @@ REGISTER_OP("TfpsTableHandle")
     .Attr("init_b: float = 0.0")
     .Attr("seed: int = 0")
     .Attr("admit_min_count: int = 1")
+    .Attr("admit_sketch_width: int = 1048576")
     .Attr("shard: int = 0")
     .Attr("num_shards: int = 1")
     .SetIsStateful()
@@ -67,6 +68,8 @@ init_b: maxval | stddev.
 admit_min_count: a key gets a row only once training lookups have seen it this many times
   (counted in a count-min sketch of fixed size, kernels/core/config.h, which never forgets
   and never under-counts); until then it reads as missing and its updates are dropped.
+admit_sketch_width: counters per sketch row (a power of two, 4 rows of 16 bits: 8 MiB by
+  default); false admissions stay rare while the keys pending at once are well under width/4.
 shard, num_shards: this table holds the keys with floormod(key, num_shards) == shard;
   imports refuse other keys. A table that exists under shared_name with another shard
   assignment is InvalidArgument.

@@ -47,3 +47,43 @@ def test_checkpoints_by_steps_or_by_seconds():
                                                                "train.save_checkpoints_secs=30"])).config
     assert (by_steps.save_checkpoints_steps, by_steps.save_checkpoints_secs) == (1500, None)
     assert (by_secs.save_checkpoints_steps, by_secs.save_checkpoints_secs) == (None, 30)
+
+
+@pytest.mark.parametrize("override,match", [
+    ("train.evict_every_steps=10", "model.eviction has no rule"),
+    ("model.eviction.after_steps=10", "train.evict_every_steps is not set"),
+    ("model.eviction.cap_policy=fifo", "cap_policy must be lfu or lru"),
+    ("train.adam.beta1=1.0", "beta1 and train.adam.beta2 must be in"),
+    ("train.ftrl.beta=-1", "must be >= 0"),
+    ("model.admit_sketch_width=1000", "power of two"),
+    ("cluster.peer_timeout_secs=0", "peer_timeout_secs must be > 0"),
+    ("train.steps=[1, 2", "is not a YAML value"),
+])
+def test_policy_and_optimizer_settings_are_checked(override, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config("configs/demo.yaml", [override])
+
+
+@pytest.mark.parametrize("name,sets,tf_class,attrs", [
+    ("sgd", [], "GradientDescentOptimizer", {}),
+    ("adagrad", ["train.adagrad.initial_accumulator_value=0.3"], "AdagradOptimizer",
+     {"_initial_accumulator_value": 0.3}),
+    ("adam", ["train.adam.beta1=0.8", "train.adam.beta2=0.9", "train.adam.epsilon=1e-6"], "AdamOptimizer",
+     {"_beta1": 0.8, "_beta2": 0.9, "_epsilon": 1e-6}),
+    ("ftrl", ["train.ftrl.l1_regularization_strength=0.01", "train.ftrl.beta=0.5",
+              "train.ftrl.learning_rate_power=-0.6"], "FtrlOptimizer",
+     {"_l1_regularization_strength": 0.01, "_beta": 0.5, "_learning_rate_power": -0.6}),
+])
+def test_every_optimizer_is_built_with_its_hyper_parameters(name, sets, tf_class, attrs):
+    """The config builds the tfps optimizer, which is a subclass of TF's own, holding the values
+    TF's constructor stored from the same arguments."""
+    import dataclasses
+    import tensorflow as tf
+    from tfps.models.deepfm import make_optimizer
+    cfg = load_config("configs/demo.yaml", [f"train.optimizer={name}", "train.learning_rate=0.25"] + sets)
+    opt = make_optimizer(dataclasses.asdict(cfg.train))
+    assert isinstance(opt, getattr(tf.compat.v1.train, tf_class))
+    kwargs = dataclasses.asdict(getattr(cfg.train, name)) if name != "sgd" else {}
+    reference = getattr(tf.compat.v1.train, tf_class)(0.25, **kwargs)
+    for attr, value in attrs.items():
+        assert getattr(opt, attr) == pytest.approx(value) == getattr(reference, attr)

@@ -104,3 +104,55 @@ def test_admission_after_n_sightings(graph, num_shards):
         s.run(train, {keys: [8]})
         assert sorted(s.run(ev.export())["keys"].tolist()) == [7, 8]
         assert s.run(stats["pending"]) == 0
+
+
+def test_admission_has_no_cliff_under_a_flood_of_new_ids(graph):
+    """5M distinct ids seen once each between the sightings of 7 (past the old 64 x 65536
+    pending-key limit, where a shard forgot every count): 7 is still admitted at its third
+    sighting, almost none of the flood is (sketch wide enough: 5M < 2^24 / 4 pending at once),
+    and memory does not grow with the flood."""
+    opts = tfps.EmbeddingOptions(admit_min_count=3, admit_sketch_width=2**24)
+    ev = tfps.get_embedding_variable("adm", 2, options=opts)
+    keys = tf.compat.v1.placeholder(tf.int64, [None])
+    look = ev.lookup(keys)
+    stats = ev.memory_stats()
+    with tf.compat.v1.Session() as s:
+        s.run(look, {keys: [7, 7]})
+        before = s.run(stats)
+        for start in range(10**6, 6 * 10**6, 10**6):
+            s.run(look, {keys: np.arange(start, start + 10**6)})
+        after = s.run(stats)
+        falsely_admitted = s.run(ev.size())
+        s.run(look, {keys: [7]})
+        assert 7 in s.run(ev.export())["keys"].tolist()
+    assert falsely_admitted < 0.001 * 5 * 10**6, falsely_admitted
+    # Bounded: only the rows of the few false admissions are new memory.
+    assert after["bytes_reserved"] - before["bytes_reserved"] < 2 * 2**20, (before, after)
+    assert after["pending"] > 4.9 * 10**6      # keys counted, not admitted (estimated)
+
+
+def test_pending_admissions_survive_a_checkpoint_into_any_shard_count(tmp_path):
+    """Sightings counted before a checkpoint count after its restore: 7, seen twice before the
+    save, is admitted at its first sighting after a restore into 3 shards."""
+    prefix = str(tmp_path / "model")
+    with tf.Graph().as_default():
+        ev = tfps.get_embedding_variable("adm", 2, options=tfps.EmbeddingOptions(num_shards=2, admit_min_count=3),
+                                         num_shards=2)
+        keys = tf.compat.v1.placeholder(tf.int64, [None])
+        look = ev.lookup(keys)
+        with tf.compat.v1.Session() as s:
+            s.run(look, {keys: [7, 7, 8, 9]})
+            tf.compat.v1.train.Saver().save(s, prefix)
+    for restore in (True, False):
+        with tf.Graph().as_default():   # also a narrower sketch: the saved one folds into it
+            ev = tfps.get_embedding_variable("adm", 2, num_shards=3, options=tfps.EmbeddingOptions(
+                num_shards=3, admit_min_count=3, admit_sketch_width=2**16))
+            keys = tf.compat.v1.placeholder(tf.int64, [None])
+            look = ev.lookup(keys)
+            with tf.compat.v1.Session() as s:
+                if restore:
+                    tf.compat.v1.train.Saver().restore(s, prefix)
+                    assert s.run(ev.memory_stats()["pending"]) >= 3
+                s.run(look, {keys: [7, 8]})
+                admitted = sorted(s.run(ev.export())["keys"].tolist())
+        assert admitted == ([7] if restore else [])

@@ -42,6 +42,7 @@ class ModelConfig:
     merge_tables: bool = True            # features share one physical table (one fused lookup)
     initializer_stddev: float = 0.02
     admit_min_count: int = 1             # a new id gets a row after this many sightings
+    admit_sketch_width: int = 2**20      # counters per row of the admission sketch (EmbeddingOptions)
     eviction: EvictionConfig = dataclasses.field(default_factory=EvictionConfig)
 
 
@@ -127,6 +128,11 @@ def _coerce(value, tp, where):
         return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if tp is float and isinstance(value, str):
+        try:   # PyYAML reads 1e-6 (no dot) as a string
+            return float(value)
+        except ValueError:
+            pass
     if tp in (int, float, str, bool) and (not isinstance(value, tp) or (tp is int and isinstance(value, bool))):
         raise ConfigError(f"config key '{where}' must be {tp.__name__}, got {value!r}")
     return value
@@ -201,6 +207,8 @@ def validate(cfg):
         (min(cfg.train.ftrl.l1_regularization_strength, cfg.train.ftrl.l2_regularization_strength,
              cfg.train.ftrl.beta) >= 0, "train.ftrl.l1/l2_regularization_strength and beta must be >= 0"),
         (cfg.model.admit_min_count >= 1, "model.admit_min_count must be >= 1"),
+        (2**12 <= cfg.model.admit_sketch_width <= 2**30 and not cfg.model.admit_sketch_width & (cfg.model.admit_sketch_width - 1),
+         "model.admit_sketch_width must be a power of two in [2^12, 2^30]"),
         (cfg.model.eviction.cap_policy in ("lfu", "lru"), "model.eviction.cap_policy must be lfu or lru"),
         (all(v is None or v >= 0 for v in (cfg.model.eviction.after_steps, cfg.model.eviction.min_freq,
                                             cfg.model.eviction.l2_below, cfg.model.eviction.max_rows)),

@@ -27,10 +27,13 @@ constexpr int64_t kParallelThreshold = 16384;
 // Grain of tbb::parallel_for over keys.
 constexpr int64_t kParallelGrain = 4096;
 // Admission: sightings of keys without a row are counted in a count-min sketch of
-// kSketchDepth rows of kSketchWidth 16-bit counters per table (bounded memory, no cliff:
-// a key is admitted once its estimate, never below its true count, reaches the threshold).
+// kSketchDepth rows of `width` 16-bit counters per table (bounded memory, no cliff: a key is
+// admitted once its estimate, never below its true count, reaches the threshold). The width is
+// a per-table option (a power of two >= kMinSketchWidth); kSketchWidth is its default (8 MiB):
+// false admissions stay rare while the keys pending at once are well under width / 4.
 constexpr int kSketchDepth = 4;
-constexpr int64_t kSketchWidth = int64_t{1} << 18;
+constexpr int64_t kSketchWidth = int64_t{1} << 20;
+constexpr int64_t kMinSketchWidth = int64_t{1} << 12;
 // Removed-keys log for incremental checkpoints (kept only while they are on): past this
 // many keys in one index shard the log is dropped and the next delta carries every row.
 constexpr int64_t kMaxRemovedPerShard = int64_t{1} << 16;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -12,15 +13,19 @@
 namespace tfps {
 namespace core {
 
-EmbeddingTable::EmbeddingTable(int64_t dim, const InitSpec& init, uint32_t admit_min_count)
+EmbeddingTable::EmbeddingTable(int64_t dim, const InitSpec& init, uint32_t admit_min_count, int64_t sketch_width)
     : dim_(dim),
       init_(init),
       admit_min_count_(admit_min_count < 1 ? 1 : admit_min_count),
+      sketch_width_(sketch_width),
       pool_(new BucketPool(dim + 2)),
       shards_(new Shard[kNumShards]) {
+  if (sketch_width < kMinSketchWidth || (sketch_width & (sketch_width - 1)) != 0) {
+    throw std::invalid_argument("EmbeddingTable: sketch_width must be a power of two >= kMinSketchWidth");
+  }
   for (int i = 0; i < kNumShards; ++i) {
     shards_[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
-    if (admit_min_count_ > 1) shards_[i].sketch.assign(kSketchDepth * kSketchShardWidth, 0);
+    if (admit_min_count_ > 1) shards_[i].sketch.assign(kSketchDepth * (sketch_width_ / kNumShards), 0);
   }
 }
 
@@ -114,9 +119,10 @@ std::pair<uint32_t, uint32_t> EmbeddingTable::CountSightingLocked(Shard* s, uint
   // below the new estimate are raised, which keeps over-counting from collisions small.
   uint16_t* cell[kSketchDepth];
   uint32_t before = UINT32_MAX;
+  const int64_t width = sketch_width_ / kNumShards;  // a power of two
   for (int r = 0; r < kSketchDepth; ++r) {
-    const uint64_t pos = Mix64(h + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(r + 1)) % kSketchShardWidth;
-    cell[r] = &s->sketch[r * kSketchShardWidth + pos];
+    const uint64_t pos = Mix64(h + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(r + 1)) & (width - 1);
+    cell[r] = &s->sketch[r * width + pos];
     before = std::min<uint32_t>(before, *cell[r]);
   }
   const uint32_t after = std::min<uint32_t>(UINT16_MAX, before + count);

@@ -70,9 +70,11 @@ class EmbeddingTable {
  public:
   // admit_min_count: a key gets a row only once training lookups have seen it this many
   // times (1: at once). Until then it reads as a missing key and its updates are dropped.
-  // Sightings are counted in a count-min sketch (kSketchDepth x kSketchWidth counters, config.h):
+  // Sightings are counted in a count-min sketch (kSketchDepth x sketch_width counters, config.h):
   // bounded memory whatever the rate of new keys, and an estimate never below the true count.
-  EmbeddingTable(int64_t dim, const InitSpec& init, uint32_t admit_min_count = 1);
+  // sketch_width: a power of two >= kMinSketchWidth (std::invalid_argument otherwise).
+  EmbeddingTable(int64_t dim, const InitSpec& init, uint32_t admit_min_count = 1,
+                 int64_t sketch_width = kSketchWidth);
   ~EmbeddingTable();
   EmbeddingTable(const EmbeddingTable&) = delete;
   EmbeddingTable& operator=(const EmbeddingTable&) = delete;
@@ -137,18 +139,19 @@ class EmbeddingTable {
   // Forgets the removed keys recorded so far (call when a full checkpoint is written).
   void ResetRemoved();
 
-  // Admission sketch: kNumShards * kSketchDepth * kSketchWidth/kNumShards counters (empty
-  // when admit_min_count is 1). Sketches of tables with the same keys' hashes add up.
-  int64_t admission_size() const { return admit_min_count_ > 1 ? kNumShards * kSketchDepth * kSketchShardWidth : 0; }
+  // Admission sketch: kSketchDepth * sketch_width counters, by index shard (empty when
+  // admit_min_count is 1). Sketches of tables with the same keys' hashes add up.
+  int64_t admission_size() const { return admit_min_count_ > 1 ? kSketchDepth * sketch_width_ : 0; }
   void ExportAdmission(std::vector<int32_t>* counts) const;
-  // Replaces the sketch (counts saturate at 65535); false and *error when the size is wrong.
+  // Replaces the sketch (counts saturate at 65535). A sketch of a wider table (a power-of-two
+  // multiple) is folded in, which keeps every estimate at or above its true count; one of
+  // another size returns false with *error and leaves the sketch as it was.
   bool ImportAdmission(const int32_t* counts, int64_t n, std::string* error);
 
   TableStats Stats() const;
 
  private:
   static constexpr int kNumShards = 1 << kShardBits;
-  static constexpr int64_t kSketchShardWidth = kSketchWidth >> kShardBits;
   using ReadLock = tbb::spin_rw_mutex::scoped_lock;
 
   struct Slot {
@@ -159,7 +162,7 @@ class EmbeddingTable {
     mutable tbb::spin_rw_mutex mu;
     std::vector<Slot> slots;
     int64_t size = 0;
-    // Admission: this shard's part of the count-min sketch, [kSketchDepth][kSketchShardWidth]
+    // Admission: this shard's part of the count-min sketch, [kSketchDepth][sketch_width / kNumShards]
     // (only with admit_min_count > 1), and the number of keys it counts that have no row.
     std::vector<uint16_t> sketch;
     int64_t pending = 0;
@@ -201,6 +204,7 @@ class EmbeddingTable {
   const int64_t dim_;
   const InitSpec init_;
   const uint32_t admit_min_count_;
+  const int64_t sketch_width_;        // counters per sketch row, over all index shards
   std::atomic<bool> track_removed_{false};
   int num_slots_ = 0;                 // changes only with every shard locked
   std::vector<float> slot_init_;

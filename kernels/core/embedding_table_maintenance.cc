@@ -247,22 +247,29 @@ void EmbeddingTable::ExportAdmission(std::vector<int32_t>* counts) const {
 
 bool EmbeddingTable::ImportAdmission(const int32_t* counts, int64_t n, std::string* error) {
   if (n == 0) return true;  // saved without admission: nothing pending
-  if (n != admission_size()) {
-    *error = "admission sketch has " + std::to_string(n) + " counters, this table has " +
-             std::to_string(admission_size()) + " (admit_min_count " + std::to_string(admit_min_count_) + ")";
+  const int64_t mine = admission_size();
+  if (mine == 0) return true;  // this table admits at once: sightings do not matter
+  const int64_t saved_width = n / kSketchDepth;
+  if (n % kSketchDepth != 0 || saved_width < sketch_width_ || saved_width % sketch_width_ != 0 ||
+      (saved_width & (saved_width - 1)) != 0) {
+    *error = "admission sketch has " + std::to_string(n) + " counters, this table has " + std::to_string(mine) +
+             " (a sketch folds only into a narrower power-of-two width)";
     return false;
   }
+  // Saved layout: [index shard][row][saved_width / kNumShards]; a cell folds into cell & (w - 1).
+  const int64_t from = saved_width / kNumShards, to = sketch_width_ / kNumShards;
   for (int i = 0; i < kNumShards; ++i) {
     ReadLock lock(shards_[i].mu, true);
     Shard& s = shards_[i];
-    const int32_t* src = counts + i * kSketchDepth * kSketchShardWidth;
-    for (int64_t j = 0; j < kSketchDepth * kSketchShardWidth; ++j) {
-      s.sketch[j] = static_cast<uint16_t>(std::max<int32_t>(0, std::min<int32_t>(src[j], UINT16_MAX)));
+    std::vector<int32_t> sum(kSketchDepth * to, 0);
+    for (int r = 0; r < kSketchDepth; ++r) {
+      const int32_t* src = counts + (static_cast<int64_t>(i) * kSketchDepth + r) * from;
+      for (int64_t j = 0; j < from; ++j) sum[r * to + (j & (to - 1))] += std::max<int32_t>(0, src[j]);
     }
-    // Keys counted but below the threshold: estimated from the first sketch row.
-    int64_t pending = 0;
-    for (int64_t j = 0; j < kSketchShardWidth; ++j) {
-      pending += (s.sketch[j] > 0 && s.sketch[j] < admit_min_count_) ? 1 : 0;
+    int64_t pending = 0;  // keys counted but below the threshold, estimated from the first row
+    for (int64_t j = 0; j < kSketchDepth * to; ++j) {
+      s.sketch[j] = static_cast<uint16_t>(std::min<int32_t>(sum[j], UINT16_MAX));
+      if (j < to) pending += (s.sketch[j] > 0 && s.sketch[j] < admit_min_count_) ? 1 : 0;
     }
     s.pending = pending;
   }

@@ -13,8 +13,12 @@ class EmbeddingOptions:
     admit_min_count: a new id gets a row only after this many sightings in training lookups
       (1: at once); until then its lookup returns the initializer value and its gradient is
       dropped. Sightings are counted in a count-min sketch of fixed size per table shard
-      (4 x 2^18 16-bit counters, 2 MiB), saved in checkpoints: memory stays bounded whatever
+      (admit_sketch_width x 4 16-bit counters), saved in checkpoints: memory stays bounded whatever
       the rate of new ids, and no count is forgotten or under-estimated.
+    admit_sketch_width: counters per sketch row (a power of two; 4 rows of 16-bit counters, so
+      8 MiB per table shard at the default 2^20). A sketch over-counts when far more keys are
+      pending at once than it has counters: false admissions stay rare (under 1%) while the
+      keys pending at once are under width / 4.
     Eviction, for online learning (None: rule off; a row goes if any rule selects it; run by
     tfps.estimator.EvictionHook or EmbeddingVariable.evict):
     evict_after_steps: rows not updated for more than this many global steps.
@@ -26,6 +30,7 @@ class EmbeddingOptions:
     num_shards: int = 1
     merge: bool = True
     admit_min_count: int = 1
+    admit_sketch_width: int = 2**20
     evict_after_steps: Optional[int] = None
     evict_min_freq: Optional[int] = None
     evict_l2_below: Optional[float] = None
@@ -40,6 +45,9 @@ class EmbeddingOptions:
         if not isinstance(self.admit_min_count, int) or isinstance(self.admit_min_count, bool) \
                 or self.admit_min_count < 1:
             raise ValueError(f"EmbeddingOptions: admit_min_count must be an int >= 1, got {self.admit_min_count!r}")
+        w = self.admit_sketch_width
+        if not isinstance(w, int) or isinstance(w, bool) or w < 2**12 or w > 2**30 or w & (w - 1):
+            raise ValueError(f"EmbeddingOptions: admit_sketch_width must be a power of two in [2^12, 2^30], got {w!r}")
         for field in ("evict_after_steps", "evict_min_freq", "max_rows"):
             value = getattr(self, field)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
@@ -58,5 +66,5 @@ class EmbeddingOptions:
     def table_key(self):
         """The fields that must match for two features to share a table (all but merge and
         num_shards); none of them is part of the table's name."""
-        return (self.admit_min_count, self.evict_after_steps, self.evict_min_freq, self.evict_l2_below,
+        return (self.admit_min_count, self.admit_sketch_width, self.evict_after_steps, self.evict_min_freq, self.evict_l2_below,
                 self.max_rows, self.cap_policy)

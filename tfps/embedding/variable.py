@@ -92,7 +92,8 @@ class EmbeddingVariable:
         for i in range(self.num_shards):
             shard_name = f"{name}/shard_{i}"
             handle = table_ops.table_handle(self.dim, kind, a, b, seed, shared_name=shard_name,
-                                            admit_min_count=self.options.admit_min_count, shard=i,
+                                            admit_min_count=self.options.admit_min_count,
+                                            admit_sketch_width=self.options.admit_sketch_width, shard=i,
                                             num_shards=self.num_shards, name=f"shard_{i}")
             self.handles.append(handle)
             # Scaffold's default init_op initializes registered resources and its ready_op

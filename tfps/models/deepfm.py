@@ -91,7 +91,8 @@ def embedding_options(model):
     """tfps.EmbeddingOptions of a JobConfig's `model` section (as a dict)."""
     e = model["eviction"]
     return EmbeddingOptions(num_shards=model["num_shards"], merge=model["merge_tables"],
-                            admit_min_count=model["admit_min_count"], evict_after_steps=e["after_steps"],
+                            admit_min_count=model["admit_min_count"],
+                            admit_sketch_width=model["admit_sketch_width"], evict_after_steps=e["after_steps"],
                             evict_min_freq=e["min_freq"], evict_l2_below=e["l2_below"], max_rows=e["max_rows"],
                             cap_policy=e["cap_policy"])
 

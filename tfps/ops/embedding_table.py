@@ -17,7 +17,7 @@ for _op in ("TfpsTableHandle", "TfpsTableFind", "TfpsTableLookupUnique", "TfpsTa
 
 
 def table_handle(dim, initializer="zeros", init_a=0.0, init_b=0.0, seed=0, shared_name="",
-                 container="", admit_min_count=1, shard=0, num_shards=1, name=None):
+                 container="", admit_min_count=1, shard=0, num_shards=1, admit_sketch_width=2**20, name=None):
     """Handle of a table (created on first run) holding the keys with floormod(key, num_shards)
     == shard. Returns: resource scalar."""
     if initializer not in _INITIALIZERS:
@@ -25,6 +25,7 @@ def table_handle(dim, initializer="zeros", init_a=0.0, init_b=0.0, seed=0, share
     return load().tfps_table_handle(dim=int(dim), initializer=initializer, init_a=float(init_a),
                                     init_b=float(init_b), seed=int(seed), shared_name=shared_name,
                                     container=container, admit_min_count=int(admit_min_count),
+                                    admit_sketch_width=int(admit_sketch_width),
                                     shard=int(shard), num_shards=int(num_shards), name=name)
 
 
