@@ -8,18 +8,17 @@ namespace tfps {
 namespace core {
 
 namespace {
-// At most rows_per_block rows, and no more than fit in kMaxBlockBytes (at least one).
-int64_t RowsPerBlock(int64_t stride, int64_t rows_per_block) {
+// At most max_rows rows, and no more than fit in kMaxBlockBytes (at least one).
+int64_t MaxBlockRows(int64_t stride, int64_t max_rows) {
   const int64_t fit = kMaxBlockBytes / (stride * static_cast<int64_t>(sizeof(float)));
-  return std::max<int64_t>(1, std::min(rows_per_block, fit));
+  return std::max<int64_t>(1, std::min(max_rows, fit));
 }
 }  // namespace
 
-BucketPool::BucketPool(int64_t stride, int64_t rows_per_block)
+BucketPool::BucketPool(int64_t stride, int64_t max_block_rows)
     : stride_(stride),
-      rows_per_block_(stride < 2 || rows_per_block < 1 ? 1 : RowsPerBlock(stride, rows_per_block)),
-      next_in_block_(rows_per_block_) {
-  if (stride < 2 || rows_per_block < 1) throw std::invalid_argument("BucketPool: bad stride");
+      max_block_rows_(stride < 2 || max_block_rows < 1 ? 1 : MaxBlockRows(stride, max_block_rows)) {
+  if (stride < 2 || max_block_rows < 1) throw std::invalid_argument("BucketPool: bad stride");
 }
 
 float* BucketPool::Allocate() {
@@ -45,9 +44,12 @@ float* BucketPool::AllocateLocked() {
     ++in_use_;
     return row;
   }
-  if (next_in_block_ == rows_per_block_) {
+  if (next_in_block_ == block_rows_) {
+    const int64_t rows = std::min(max_block_rows_, block_rows_ == 0 ? kFirstBlockRows : block_rows_ + block_rows_ / 4);
     blocks_.reserve(blocks_.size() + 1);  // may throw before the block exists: nothing leaks
-    blocks_.emplace_back(new float[rows_per_block_ * stride_]);
+    blocks_.emplace_back(new float[rows * stride_]);
+    block_rows_ = rows;
+    rows_reserved_ += rows;
     next_in_block_ = 0;
   }
   ++in_use_;
@@ -72,8 +74,7 @@ int64_t BucketPool::rows_in_use() const {
 
 int64_t BucketPool::bytes_reserved() const {
   tbb::spin_mutex::scoped_lock lock(mu_);
-  return static_cast<int64_t>(blocks_.size()) * rows_per_block_ * stride_ *
-         static_cast<int64_t>(sizeof(float));
+  return rows_reserved_ * stride_ * static_cast<int64_t>(sizeof(float));
 }
 
 }  // namespace core

@@ -1,6 +1,7 @@
-// BucketPool: fixed-stride rows carved from large blocks; freed rows are
-// recycled through an intrusive free list, so memory per row stays at the
-// stride. Thread-safe: Allocate/Free take an internal spin lock. A row pointer
+// BucketPool: fixed-stride rows carved from blocks that grow by 1.25x from
+// kFirstBlockRows up to kRowsPerBlock rows (and kMaxBlockBytes), so a small pool
+// stays small; freed rows are recycled through an intrusive free list, so memory
+// per row stays at the stride. Thread-safe: Allocate/Free take an internal spin lock. A row pointer
 // stays valid until it is freed or the pool is destroyed (blocks never move).
 // The pool owns all block memory. Allocate throws std::bad_alloc when memory runs out
 // (kernels turn it into ResourceExhausted); the pool is unchanged then.
@@ -20,8 +21,9 @@ namespace core {
 
 class BucketPool {
  public:
-  // stride: floats per row (at least 2, so a free row can hold a pointer).
-  explicit BucketPool(int64_t stride, int64_t rows_per_block = kRowsPerBlock);
+  // stride: floats per row (at least 2, so a free row can hold a pointer); max_block_rows: the
+  // largest block, in rows (capped by kMaxBlockBytes).
+  explicit BucketPool(int64_t stride, int64_t max_block_rows = kRowsPerBlock);
   BucketPool(const BucketPool&) = delete;
   BucketPool& operator=(const BucketPool&) = delete;
 
@@ -38,10 +40,12 @@ class BucketPool {
 
  private:
   const int64_t stride_;
-  const int64_t rows_per_block_;
+  const int64_t max_block_rows_;
   mutable tbb::spin_mutex mu_;
   std::vector<std::unique_ptr<float[]>> blocks_;
-  int64_t next_in_block_;   // rows handed out of the newest block
+  int64_t block_rows_ = 0;     // rows of the newest block
+  int64_t next_in_block_ = 0;  // rows handed out of the newest block
+  int64_t rows_reserved_ = 0;  // rows in all blocks
   float* AllocateLocked();
   void FreeLocked(float* row);
   float* free_list_ = nullptr;

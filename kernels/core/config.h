@@ -16,7 +16,12 @@ constexpr int64_t kShardInitialCapacity = 16;
 constexpr double kMaxLoadFactor = 0.8;
 // Rows carved from one BucketPool block (a block is rows * stride floats), at most; wide
 // rows get fewer per block so that one block stays under kMaxBlockBytes (at least one row).
-constexpr int64_t kRowsPerBlock = 4096;
+constexpr int64_t kRowsPerBlock = 1024;
+// A pool's first block has this many rows; each next block is 1.25x the last, up to
+// kRowsPerBlock. Every index shard has its own pool (no lock shared between shards): blocks
+// grow slowly and stay small so that 64 partly used blocks cost little (measured in
+// benchmarks/bench_op_mix.cc and README "Memory").
+constexpr int64_t kFirstBlockRows = 16;
 constexpr int64_t kMaxBlockBytes = int64_t{16} << 20;
 // Widest row a table accepts (value dim; slots multiply it): larger is InvalidArgument.
 constexpr int64_t kMaxDim = int64_t{1} << 24;

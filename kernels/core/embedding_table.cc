@@ -18,13 +18,13 @@ EmbeddingTable::EmbeddingTable(int64_t dim, const InitSpec& init, uint32_t admit
       init_(init),
       admit_min_count_(admit_min_count < 1 ? 1 : admit_min_count),
       sketch_width_(sketch_width),
-      pool_(new BucketPool(dim + 2)),
       shards_(new Shard[kNumShards]) {
   if (sketch_width < kMinSketchWidth || (sketch_width & (sketch_width - 1)) != 0) {
     throw std::invalid_argument("EmbeddingTable: sketch_width must be a power of two >= kMinSketchWidth");
   }
   for (int i = 0; i < kNumShards; ++i) {
     shards_[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
+    shards_[i].pool = NewPool(0);
     if (admit_min_count_ > 1) shards_[i].sketch.assign(kSketchDepth * (sketch_width_ / kNumShards), 0);
   }
 }
@@ -222,7 +222,7 @@ int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool insert,
     }
     // Rows for every missing key in one pool call; unused ones go back.
     std::vector<float*> fresh(missing.size());
-    pool_->Allocate(static_cast<int64_t>(fresh.size()), fresh.data());
+    s.pool->Allocate(static_cast<int64_t>(fresh.size()), fresh.data());
     int64_t added = 0;
     for (int64_t j : missing) {
       const int64_t i = idx[j];
@@ -237,7 +237,7 @@ int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool insert,
       }
       std::memcpy(out + i * dim_, row, row_bytes);
     }
-    for (size_t k = added; k < fresh.size(); ++k) pool_->Free(fresh[k]);
+    for (size_t k = added; k < fresh.size(); ++k) s.pool->Free(fresh[k]);
     inserted += added;
   });
   return inserted.load();
@@ -247,25 +247,31 @@ void EmbeddingTable::Assign(const int64_t* keys, int64_t n, const float* values)
   const size_t row_bytes = sizeof(float) * dim_;
   ForEachShard(keys, n, [&](Shard& s, const int64_t* idx, const uint64_t* h, int64_t m) {
     ReadLock lock(s.mu, true);
-    std::vector<float*> fresh;
+    std::vector<int64_t> missing;
     for (int64_t j = 0; j < m; ++j) {
       const int64_t i = idx[j];
       const int64_t pos = Find(s, h[j], keys[i]);
       if (pos >= 0) {
         std::memcpy(s.slots[pos].row, values + i * dim_, row_bytes);
-        continue;
+      } else {
+        missing.push_back(j);
       }
-      if (fresh.empty()) {  // rows for the rest of this shard's keys in one pool call
-        fresh.resize(m - j);
-        pool_->Allocate(m - j, fresh.data());
-      }
-      float* row = fresh.back();
-      fresh.pop_back();
-      std::memcpy(row, values + i * dim_, row_bytes);
-      InitSlotsAndMeta(row);
-      InsertLocked(&s, h[j], keys[i], row);
     }
-    for (float* row : fresh) pool_->Free(row);
+    if (missing.empty()) return;
+    std::vector<float*> fresh(missing.size());  // rows for the missing keys in one pool call
+    s.pool->Allocate(static_cast<int64_t>(fresh.size()), fresh.data());
+    size_t used = 0;
+    for (int64_t j : missing) {
+      const int64_t i = idx[j];
+      const int64_t pos = Find(s, h[j], keys[i]);  // a key repeated in the batch is in by now
+      float* row = pos >= 0 ? s.slots[pos].row : fresh[used++];
+      std::memcpy(row, values + i * dim_, row_bytes);
+      if (pos < 0) {
+        InitSlotsAndMeta(row);
+        InsertLocked(&s, h[j], keys[i], row);
+      }
+    }
+    for (size_t k = used; k < fresh.size(); ++k) s.pool->Free(fresh[k]);
   });
 }
 
@@ -278,7 +284,7 @@ int64_t EmbeddingTable::Remove(const int64_t* keys, int64_t n) {
       const int64_t pos = Find(s, h[j], keys[idx[j]]);
       if (pos < 0) continue;
       LogRemovedLocked(&s, keys[idx[j]]);
-      pool_->Free(s.slots[pos].row);
+      s.pool->Free(s.slots[pos].row);
       EraseLocked(&s, pos);
       ++local;
     }
@@ -339,30 +345,30 @@ bool EmbeddingTable::EnsureSlots(int k, const float* slot_init, std::string* err
     ok = false;
   } else {
     const int64_t old_meta = dim_;
-    std::unique_ptr<BucketPool> pool;
-    std::vector<float*> fresh;
+    std::vector<std::unique_ptr<BucketPool>> pools(kNumShards);
+    std::vector<std::vector<float*>> fresh(kNumShards);
     try {  // every new row first: out of memory leaves the table as it was
-      pool.reset(new BucketPool(dim_ * (1 + k) + 2));
-      int64_t rows = 0;
-      for (int i = 0; i < kNumShards; ++i) rows += shards_[i].size;
-      fresh.resize(rows);
-      pool->Allocate(rows, fresh.data());
+      for (int i = 0; i < kNumShards; ++i) {
+        pools[i] = NewPool(k);
+        fresh[i].resize(shards_[i].size);
+        pools[i]->Allocate(shards_[i].size, fresh[i].data());
+      }
     } catch (const std::bad_alloc&) {
       UnlockAll();
       throw;
     }
-    size_t next = 0;
     for (int i = 0; i < kNumShards; ++i) {
+      size_t next = 0;
       for (Slot& e : shards_[i].slots) {
         if (e.row == nullptr) continue;
-        float* row = fresh[next++];
+        float* row = fresh[i][next++];
         std::memcpy(row, e.row, sizeof(float) * dim_);
         for (int j = 0; j < k; ++j) std::fill(row + dim_ * (1 + j), row + dim_ * (2 + j), slot_init[j]);
         std::memcpy(row + dim_ * (1 + k), e.row + old_meta, 2 * sizeof(uint32_t));
         e.row = row;
       }
+      shards_[i].pool.swap(pools[i]);
     }
-    pool_.swap(pool);
     num_slots_ = k;
     slot_init_.assign(slot_init, slot_init + k);
   }
@@ -378,17 +384,19 @@ TableStats EmbeddingTable::Stats() const {
     st.rows += shards_[i].size;
     index_bytes += static_cast<int64_t>(shards_[i].slots.size() * sizeof(Slot));
   }
-  st.row_bytes = pool_->stride() * static_cast<int64_t>(sizeof(float));
+  st.row_bytes = stride_floats() * static_cast<int64_t>(sizeof(float));
+  int64_t pool_bytes = 0;
   int64_t side_reserved = 0, side_in_use = 0;  // admission sketch and removed-keys log
   for (int i = 0; i < kNumShards; ++i) {
     const Shard& s = shards_[i];
     st.pending += s.pending;
+    pool_bytes += s.pool->bytes_reserved();
     st.removed_logged += static_cast<int64_t>(s.removed.size());
     side_reserved += static_cast<int64_t>(s.sketch.capacity() * sizeof(uint16_t) +
                                           s.removed.capacity() * sizeof(int64_t));
     side_in_use += static_cast<int64_t>(s.sketch.size() * sizeof(uint16_t) + s.removed.size() * sizeof(int64_t));
   }
-  st.bytes_reserved = pool_->bytes_reserved() + index_bytes + side_reserved;
+  st.bytes_reserved = pool_bytes + index_bytes + side_reserved;
   st.bytes_in_use = st.rows * st.row_bytes + index_bytes + side_in_use;
   UnlockAll();
   return st;

@@ -2,7 +2,8 @@
 //
 // Index: 2^kShardBits shards of open addressing (linear probing, backward-shift
 // deletion), each under a tbb::spin_rw_mutex; the shard is chosen by the high
-// bits of Mix64(key), the slot by the low bits. Rows come from one BucketPool.
+// bits of Mix64(key), the slot by the low bits. Rows come from the shard's own BucketPool, so
+// allocation takes no lock that another shard's work holds.
 // Batch operations sort their keys by shard first, so a batch takes each shard's
 // lock once, and shards are processed in parallel (tbb) above kParallelThreshold.
 // (Measured against tbb::concurrent_hash_map and std::unordered_map+mutex in
@@ -162,6 +163,7 @@ class EmbeddingTable {
     mutable tbb::spin_rw_mutex mu;
     std::vector<Slot> slots;
     int64_t size = 0;
+    std::unique_ptr<BucketPool> pool;  // this shard's rows; replaced only under its lock
     // Admission: this shard's part of the count-min sketch, [kSketchDepth][sketch_width / kNumShards]
     // (only with admit_min_count > 1), and the number of keys it counts that have no row.
     std::vector<uint16_t> sketch;
@@ -187,6 +189,8 @@ class EmbeddingTable {
   // Adds count sightings of a key without a row; returns its estimate before and after.
   std::pair<uint32_t, uint32_t> CountSightingLocked(Shard* s, uint64_t h, uint32_t count) const;
   int64_t stride_floats() const { return dim_ * (1 + num_slots_) + 2; }
+  // A shard's empty pool for rows of `slots` optimizer slots.
+  std::unique_ptr<BucketPool> NewPool(int slots) const { return std::make_unique<BucketPool>(dim_ * (1 + slots) + 2); }
   uint32_t* Meta(float* row) const {
     return reinterpret_cast<uint32_t*>(row + dim_ * (1 + num_slots_));
   }
@@ -208,7 +212,6 @@ class EmbeddingTable {
   std::atomic<bool> track_removed_{false};
   int num_slots_ = 0;                 // changes only with every shard locked
   std::vector<float> slot_init_;
-  std::unique_ptr<BucketPool> pool_;  // replaced only with every shard locked
   std::unique_ptr<Shard[]> shards_;
 };
 

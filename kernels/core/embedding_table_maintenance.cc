@@ -31,7 +31,7 @@ int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
       Slot& e = s.slots[pos];
       if (e.row != nullptr && pred(e.key, e.row)) {
         LogRemovedLocked(&s, e.key);
-        pool_->Free(e.row);
+        s.pool->Free(e.row);
         EraseLocked(&s, pos);  // backward shift may move another entry into pos: look again
         ++n;
       } else {
@@ -64,7 +64,7 @@ int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
       Shard& s = shards_[ShardOf(h)];
       const int64_t pos = Find(s, h, key);
       LogRemovedLocked(&s, key);
-      pool_->Free(s.slots[pos].row);
+      s.pool->Free(s.slots[pos].row);
       EraseLocked(&s, pos);
     }
     evicted += excess;
@@ -200,19 +200,25 @@ bool EmbeddingTable::Import(const TableSnapshot& snap, std::string* error) {
   const int64_t n = static_cast<int64_t>(snap.keys.size());
   // Everything the new contents need is allocated before the table changes, so running out
   // of memory (std::bad_alloc) leaves it as it was.
-  std::unique_ptr<BucketPool> pool(new BucketPool(dim_ * (1 + snap.num_slots) + 2));
-  std::vector<float*> rows(n);
-  pool->Allocate(n, rows.data());
   std::unique_ptr<Shard[]> fresh(new Shard[kNumShards]);
-  for (int i = 0; i < kNumShards; ++i) fresh[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
+  std::vector<int64_t> per_shard(kNumShards, 0);
+  for (int64_t i = 0; i < n; ++i) ++per_shard[ShardOf(HashKey(snap.keys[i]))];
+  std::vector<std::vector<float*>> rows(kNumShards);
+  for (int i = 0; i < kNumShards; ++i) {
+    fresh[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
+    fresh[i].pool = NewPool(snap.num_slots);
+    rows[i].resize(per_shard[i]);
+    fresh[i].pool->Allocate(per_shard[i], rows[i].data());
+  }
   const int64_t slot_floats = dim_ * snap.num_slots;
-  int64_t used = 0;
+  std::vector<int64_t> used(kNumShards, 0);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t key = snap.keys[i];
     const uint64_t h = HashKey(key);
-    Shard& s = fresh[ShardOf(h)];
+    const int shard = ShardOf(h);
+    Shard& s = fresh[shard];
     const int64_t pos = Find(s, h, key);  // a repeated key: the last row wins
-    float* row = pos >= 0 ? s.slots[pos].row : rows[used++];
+    float* row = pos >= 0 ? s.slots[pos].row : rows[shard][used[shard]++];
     std::memcpy(row, &snap.values[i * dim_], sizeof(float) * dim_);
     if (slot_floats > 0) std::memcpy(row + dim_, &snap.slots[i * slot_floats], sizeof(float) * slot_floats);
     uint32_t* meta = reinterpret_cast<uint32_t*>(row + dim_ * (1 + snap.num_slots));
@@ -220,16 +226,18 @@ bool EmbeddingTable::Import(const TableSnapshot& snap, std::string* error) {
     meta[1] = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(snap.last_step[i], UINT32_MAX)));
     if (pos < 0) InsertLocked(&s, h, key, row);
   }
-  for (int64_t k = used; k < n; ++k) pool->Free(rows[k]);
+  for (int i = 0; i < kNumShards; ++i) {
+    for (size_t k = used[i]; k < rows[i].size(); ++k) fresh[i].pool->Free(rows[i][k]);
+  }
   LockAll();
-  // The old rows die with the old pool; the snapshot fixes the row layout. The admission
+  // The old rows die with the old pools; the snapshot fixes the row layout. The admission
   // sketch and the removed-keys log are kept (the sketch has its own import).
-  pool_.swap(pool);
   num_slots_ = snap.num_slots;
   slot_init_ = snap.slot_init;
   for (int i = 0; i < kNumShards; ++i) {
     shards_[i].slots.swap(fresh[i].slots);
     shards_[i].size = fresh[i].size;
+    shards_[i].pool.swap(fresh[i].pool);
   }
   UnlockAll();
   return true;
