@@ -31,7 +31,7 @@ deps:
 
 setup: deps .venv/.installed
 
-$(SO): .venv/.installed setup.py $(wildcard ops/*.cc kernels/*.cc kernels/*.h kernels/core/*.cc kernels/core/*.h)
+$(SO): .venv/.installed setup.py $(wildcard ops/*.cc kernels/*.cc kernels/*.h kernels/core/*.cc kernels/core/*.h bindings/*.cc)
 	$(PY) setup.py -q build_ops
 
 build: setup $(SO)
@@ -56,9 +56,10 @@ cc-test: $(CC_BIN)/core_asan $(CC_BIN)/core_tsan
 py-test: build
 	$(PY) -m pytest -q tests
 
-bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths
+bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_op_mix
 	$(CC_BIN)/bench_index
 	$(CC_BIN)/bench_unique_paths
+	$(CC_BIN)/bench_op_mix
 	$(PY) benchmarks/bench_table.py
 	$(PY) benchmarks/bench_unique_partition.py
 	$(PY) benchmarks/bench_step.py
@@ -69,4 +70,4 @@ bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths
 	$(PY) benchmarks/bench_cluster.py
 
 clean:
-	rm -rf build $(SO) tfps/_build_info.json
+	rm -rf build $(SO) tfps/_core*.so tfps/_build_info.json

@@ -1,7 +1,8 @@
 """Builds tfps and its one custom-op library, tfps/_tfps_ops.so.
 
 `python setup.py build_ops` compiles ops/*.cc and kernels/**/*.cc with the flags
-TensorFlow reports (tf.sysconfig), -O3, and links the system oneTBB (-ltbb).
+TensorFlow reports (tf.sysconfig), -O3, and links the system oneTBB (-ltbb); then
+tfps/_core (bindings/core_module.cc + kernels/core/*.cc, pybind11, no TensorFlow).
 This file owns the flags of the op library; BUILD mirrors it, and the Makefile adds only
 the sanitizer flags of the C++ tests of the TF-free core.
 """
@@ -11,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 
 from setuptools import Command, Distribution, find_packages, setup
 from setuptools.command.build_py import build_py
@@ -48,6 +50,19 @@ def _compile(args):
     return obj
 
 
+def build_core(jobs=2):
+    """tfps/_core<EXT_SUFFIX>: the pybind11 binding of the TF-free core."""
+    import pybind11
+    flags = CORE_FLAGS + OPT_FLAGS + ["-fvisibility=hidden", "-isystem" + pybind11.get_include(),
+                                      "-isystem" + sysconfig.get_paths()["include"]]
+    srcs = [os.path.join(ROOT, "bindings", "core_module.cc")] + glob.glob(os.path.join(ROOT, "kernels", "core", "*.cc"))
+    work = [(s, os.path.join(OBJ_DIR, "core_py", os.path.relpath(s, ROOT)[:-3] + ".o"), flags) for s in sorted(srcs)]
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        objs = list(pool.map(_compile, work))
+    out = os.path.join(ROOT, "tfps", "_core" + sysconfig.get_config_var("EXT_SUFFIX"))
+    subprocess.run(["g++", "-shared", "-o", out] + objs + TBB_LINK + ["-O3"], check=True)
+
+
 def build_ops(jobs=2):
     compile_flags, link_flags, version = tf_flags()
     flags = CORE_FLAGS + OPT_FLAGS + compile_flags
@@ -57,7 +72,8 @@ def build_ops(jobs=2):
     subprocess.run(["g++", "-shared", "-o", OUT] + objs + link_flags + TBB_LINK + ["-O3"], check=True)
     with open(BUILD_INFO, "w") as f:
         json.dump({"tensorflow": version, "python": sys.version.split()[0]}, f)
-    print("built", os.path.relpath(OUT, ROOT), "for TensorFlow", version)
+    build_core(jobs)
+    print("built", os.path.relpath(OUT, ROOT), "for TensorFlow", version, "and tfps/_core")
 
 
 class BuildOps(Command):
@@ -95,7 +111,7 @@ if __name__ == "__main__":
         name="tfps",
         version="0.1.0",
         packages=find_packages(include=["tfps", "tfps.*"]),
-        package_data={"tfps": ["_tfps_ops.so", "_build_info.json"]},
+        package_data={"tfps": ["_tfps_ops.so", "_core*.so", "_build_info.json"]},
         entry_points={"console_scripts": ["tfps = tfps.cli:main"]},
         python_requires=">=3.11",
         install_requires=["tensorflow-cpu==2.15.1", "tensorflow-estimator==2.15.0", "numpy<2", "pyyaml"],

@@ -1,0 +1,226 @@
+// tfps._core: a pybind11 binding of the TF-free core (kernels/core/), for property-based tests
+// against a Python model and for tools that need no TensorFlow graph. Thin: numpy arrays in,
+// numpy arrays out, every size checked (ValueError) before the core sees a pointer. The GIL is
+// released around core calls, so Python threads can drive one table concurrently.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/core/config.h"
+#include "kernels/core/embedding_table.h"
+#include "kernels/core/unique.h"
+
+namespace py = pybind11;
+using tfps::core::EmbeddingTable;
+using tfps::core::EvictPolicy;
+using tfps::core::InitSpec;
+using tfps::core::TableSnapshot;
+
+namespace {
+
+using Keys = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+int64_t KeyCount(const Keys& keys) {
+  if (keys.ndim() != 1) throw py::value_error("keys must be a vector, got " + std::to_string(keys.ndim()) + " dims");
+  return keys.shape(0);
+}
+
+void CheckRows(const Floats& rows, int64_t n, int64_t width, const char* what) {
+  if (rows.ndim() != 2 || rows.shape(0) != n || rows.shape(1) != width) {
+    throw py::value_error(std::string(what) + " must be [" + std::to_string(n) + ", " + std::to_string(width) + "]");
+  }
+}
+
+template <typename T>
+py::array_t<T> ToArray(const std::vector<T>& v, std::vector<py::ssize_t> shape) {
+  py::array_t<T> out(shape);
+  std::copy(v.begin(), v.end(), out.mutable_data());
+  return out;
+}
+
+py::dict SnapshotDict(const TableSnapshot& s) {
+  const py::ssize_t n = static_cast<py::ssize_t>(s.keys.size());
+  py::dict d;
+  d["keys"] = ToArray(s.keys, {n});
+  d["values"] = ToArray(s.values, {n, static_cast<py::ssize_t>(s.dim)});
+  d["slots"] = ToArray(s.slots, {n, static_cast<py::ssize_t>(s.dim * s.num_slots)});
+  d["freq"] = ToArray(s.freq, {n});
+  d["last_step"] = ToArray(s.last_step, {n});
+  d["slot_init"] = ToArray(s.slot_init, {static_cast<py::ssize_t>(s.num_slots)});
+  return d;
+}
+
+std::unique_ptr<EmbeddingTable> MakeTable(int64_t dim, const std::string& initializer, float a, float b, int64_t seed,
+                                          int64_t admit_min_count, int64_t sketch_width) {
+  if (dim < 1 || dim > tfps::core::kMaxDim) throw py::value_error("dim must be in [1, kMaxDim]");
+  if (admit_min_count < 1) throw py::value_error("admit_min_count must be >= 1");
+  InitSpec spec;
+  if (!tfps::core::ParseInitKind(initializer, &spec.kind)) throw py::value_error("unknown initializer " + initializer);
+  spec.a = a;
+  spec.b = b;
+  spec.seed = seed;
+  try {
+    return std::make_unique<EmbeddingTable>(dim, spec, static_cast<uint32_t>(admit_min_count), sketch_width);
+  } catch (const std::invalid_argument& e) {
+    throw py::value_error(e.what());
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "The TF-free tfps core: the concurrent hash table and fused unique+partition.";
+
+  py::class_<EmbeddingTable>(m, "Table", R"doc(
+int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it.
+
+    t = tfps._core.Table(4, "constant", 0.5)
+    rows = t.lookup(np.array([1, 2], np.int64))    # float32 [2, 4], inserts 1 and 2
+)doc")
+      .def(py::init(&MakeTable), py::arg("dim"), py::arg("initializer") = "zeros", py::arg("a") = 0.f,
+           py::arg("b") = 0.f, py::arg("seed") = 0, py::arg("admit_min_count") = 1,
+           py::arg("sketch_width") = tfps::core::kSketchWidth)
+      .def_property_readonly("dim", &EmbeddingTable::dim)
+      .def("size", &EmbeddingTable::size)
+      .def("num_slots", &EmbeddingTable::num_slots)
+      .def(
+          "lookup",
+          [](EmbeddingTable& t, const Keys& keys, bool insert) {
+            const int64_t n = KeyCount(keys);
+            py::array_t<float> out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(t.dim())});
+            float* dst = out.mutable_data();
+            const int64_t* k = keys.data();
+            py::gil_scoped_release release;
+            t.Lookup(k, n, insert, false, dst);
+            return out;
+          },
+          py::arg("keys"), py::arg("insert") = true, "keys int64 [N] -> float32 [N, dim].")
+      .def(
+          "assign",
+          [](EmbeddingTable& t, const Keys& keys, const Floats& values) {
+            const int64_t n = KeyCount(keys);
+            CheckRows(values, n, t.dim(), "values");
+            py::gil_scoped_release release;
+            t.Assign(keys.data(), n, values.data());
+          },
+          py::arg("keys"), py::arg("values"))
+      .def(
+          "remove",
+          [](EmbeddingTable& t, const Keys& keys) {
+            const int64_t n = KeyCount(keys);
+            py::gil_scoped_release release;
+            return t.Remove(keys.data(), n);
+          },
+          py::arg("keys"), "Removes the keys present; returns how many.")
+      .def(
+          "apply_sgd",
+          [](EmbeddingTable& t, const Keys& keys, const Floats& grads, float lr, int64_t step) {
+            const int64_t n = KeyCount(keys);
+            CheckRows(grads, n, t.dim(), "grads");
+            const int64_t dim = t.dim();
+            const float* g = grads.data();
+            py::gil_scoped_release release;
+            return t.Update(keys.data(), n, step, [&](int64_t i, float* row, uint32_t) {
+              for (int64_t j = 0; j < dim; ++j) row[j] -= lr * g[i * dim + j];
+            });
+          },
+          py::arg("keys"), py::arg("grads"), py::arg("lr"), py::arg("step"),
+          "row -= lr * grad for the keys present (counts freq, sets last_step); returns how many.")
+      .def(
+          "ensure_slots",
+          [](EmbeddingTable& t, const std::vector<float>& slot_init) {
+            std::string error;
+            if (!t.EnsureSlots(static_cast<int>(slot_init.size()), slot_init.data(), &error)) throw py::value_error(error);
+          },
+          py::arg("slot_init"))
+      .def(
+          "evict",
+          [](EmbeddingTable& t, int64_t step, int64_t after_steps, int64_t min_freq, float l2_below, int64_t max_rows,
+             bool lru) {
+            EvictPolicy p;
+            p.after_steps = after_steps;
+            p.min_freq = min_freq;
+            p.l2_below = l2_below;
+            p.max_rows = max_rows;
+            p.lru = lru;
+            py::gil_scoped_release release;
+            return t.Evict(p, step);
+          },
+          py::arg("step"), py::arg("after_steps") = -1, py::arg("min_freq") = -1, py::arg("l2_below") = -1.f,
+          py::arg("max_rows") = -1, py::arg("lru") = false)
+      .def("export",
+           [](const EmbeddingTable& t) {
+             TableSnapshot s;
+             {
+               py::gil_scoped_release release;
+               t.Export(&s);
+             }
+             return SnapshotDict(s);
+           })
+      .def(
+          "import_",
+          [](EmbeddingTable& t, const py::dict& d) {
+            TableSnapshot s;
+            const Keys keys = d["keys"].cast<Keys>();
+            const int64_t n = KeyCount(keys);
+            const Floats slot_init = d["slot_init"].cast<Floats>();
+            s.dim = t.dim();
+            s.num_slots = static_cast<int>(slot_init.size());
+            const Floats values = d["values"].cast<Floats>(), slots = d["slots"].cast<Floats>();
+            CheckRows(values, n, t.dim(), "values");
+            CheckRows(slots, n, t.dim() * s.num_slots, "slots");
+            const Keys freq = d["freq"].cast<Keys>(), last = d["last_step"].cast<Keys>();
+            if (KeyCount(freq) != n || KeyCount(last) != n) throw py::value_error("freq and last_step must be [N]");
+            s.keys.assign(keys.data(), keys.data() + n);
+            s.values.assign(values.data(), values.data() + values.size());
+            s.slots.assign(slots.data(), slots.data() + slots.size());
+            s.freq.assign(freq.data(), freq.data() + n);
+            s.last_step.assign(last.data(), last.data() + n);
+            s.slot_init.assign(slot_init.data(), slot_init.data() + slot_init.size());
+            std::string error;
+            if (!t.Import(s, &error)) throw py::value_error(error);
+          },
+          py::arg("snapshot"), "Replaces the contents with an export() dict.")
+      .def("stats", [](const EmbeddingTable& t) {
+        const auto st = t.Stats();
+        py::dict d;
+        d["rows"] = st.rows;
+        d["bytes_reserved"] = st.bytes_reserved;
+        d["bytes_in_use"] = st.bytes_in_use;
+        d["row_bytes"] = st.row_bytes;
+        d["pending"] = st.pending;
+        d["removed_logged"] = st.removed_logged;
+        return d;
+      });
+
+  m.def(
+      "unique_partition",
+      [](const Keys& ids, int64_t num_partitions, const std::string& strategy) {
+        const int64_t n = KeyCount(ids);
+        if (num_partitions < 1 || num_partitions > tfps::core::kMaxPartitions) {
+          throw py::value_error("num_partitions must be in [1, kMaxPartitions]");
+        }
+        if (strategy != "mod" && strategy != "hash") throw py::value_error("strategy must be mod or hash");
+        py::array_t<int64_t> inverse(n);
+        std::vector<int64_t> uniq, offsets;
+        std::vector<int32_t> counts;
+        int64_t* inv = inverse.mutable_data();
+        const int64_t* k = ids.data();
+        {
+          py::gil_scoped_release release;
+          tfps::core::UniquePartition<int64_t>(
+              k, n, num_partitions,
+              strategy == "hash" ? tfps::core::PartitionStrategy::kHash : tfps::core::PartitionStrategy::kMod, inv,
+              &uniq, &counts, &offsets);
+        }
+        return py::make_tuple(ToArray(uniq, {static_cast<py::ssize_t>(uniq.size())}), inverse,
+                              ToArray(offsets, {static_cast<py::ssize_t>(offsets.size())}));
+      },
+      py::arg("ids"), py::arg("num_partitions"), py::arg("strategy") = "mod",
+      "ids int64 [N] -> (unique_ids [U], inverse int64 [N], offsets [P + 1]), as tfps.ops.unique_partition.");
+}
