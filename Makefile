@@ -65,6 +65,7 @@ bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_
 	$(PY) benchmarks/bench_step.py
 	$(PY) benchmarks/bench_merge.py
 	$(PY) benchmarks/bench_online.py
+	$(PY) benchmarks/bench_memory.py
 	$(PY) benchmarks/bench_checkpoint.py
 	$(PY) benchmarks/bench_placement.py
 	$(PY) benchmarks/bench_cluster.py

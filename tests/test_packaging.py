@@ -20,7 +20,9 @@ ev = tfps.get_embedding_variable("emb", 4, initializer=tf.compat.v1.constant_ini
 with tf.compat.v1.Session() as s:
     rows = s.run(tfps.embedding_lookup(ev, tf.constant([1, 2, 1], tf.int64)))
     size = s.run(ev.size())
-print(json.dumps({"file": tfps.__file__, "rows": rows.tolist(), "size": int(size)}))
+from tfps import _core   # the TF-free binding ships too
+core_rows = _core.Table(2, "constant", 0.25).lookup(np.array([5], np.int64))
+print(json.dumps({"file": tfps.__file__, "rows": rows.tolist(), "size": int(size), "core": core_rows.tolist()}))
 """
 
 
@@ -33,7 +35,7 @@ def test_wheel_installs_and_runs_a_lookup_away_from_the_source_tree(tmp_path):
     assert "-cp311-" in wheel.name and "linux" in wheel.name      # a platform wheel, not py3-none-any
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
-        assert "tfps/_tfps_ops.so" in names
+        assert "tfps/_tfps_ops.so" in names and any(n.startswith("tfps/_core.") for n in names)
         import tensorflow as tf
         assert json.loads(z.read("tfps/_build_info.json"))["tensorflow"] == tf.__version__
     site = tmp_path / "site"
@@ -48,4 +50,4 @@ def test_wheel_installs_and_runs_a_lookup_away_from_the_source_tree(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["file"].startswith(str(site))                    # the installed copy, not the tree
-    assert got["rows"] == [[0.5] * 4] * 3 and got["size"] == 2
+    assert got["rows"] == [[0.5] * 4] * 3 and got["size"] == 2 and got["core"] == [[0.25, 0.25]]
