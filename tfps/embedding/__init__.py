@@ -1,7 +1,7 @@
 """Hash-table embedding variables: creation, lookups, checkpointing."""
 from tfps.embedding.lookup import embedding_lookup, embedding_lookup_sparse
-from tfps.embedding.variable import (EmbeddingVariable, LookupRecord, TableShard, embedding_variables,
+from tfps.embedding.variable import (EmbeddingVariable, TableShard, embedding_variables,
                                      get_embedding_variable, trainable_embedding_variables)
 
-__all__ = ["EmbeddingVariable", "LookupRecord", "TableShard", "embedding_lookup", "embedding_lookup_sparse",
+__all__ = ["EmbeddingVariable", "TableShard", "embedding_lookup", "embedding_lookup_sparse",
            "embedding_variables", "get_embedding_variable", "trainable_embedding_variables"]

@@ -1,13 +1,14 @@
 """Lookups on EmbeddingVariables: dedup, one probe per distinct id per shard, gather back."""
 import tensorflow as tf
 
-from tfps.embedding.variable import EmbeddingVariable, LookupRecord
+from tfps.embedding.records import TableLookup, record
 from tfps.ops import embedding_table as table_ops
 from tfps.ops.unique_partition_ops import unique_partition_with_counts
 
 
 def _check(ev):
-    if not isinstance(ev, EmbeddingVariable):
+    # Duck-typed: the variable module builds on this one, not the other way round.
+    if not all(hasattr(ev, a) for a in ("handles", "dim", "num_shards", "to_keys")):
         raise TypeError(f"expected a tfps.EmbeddingVariable, got {type(ev).__name__}")
 
 
@@ -24,7 +25,7 @@ def _lookup_flat(ev, keys, insert):
             uids, inverse, uvals = table_ops.table_lookup_unique(handle, keys, insert=insert)
         uvals.set_shape([None, ev.dim])
         if insert and ev.trainable:
-            ev.records.append(LookupRecord(uids, uvals, shard=0))
+            record(TableLookup(ev, uids, uvals, shard=0))
         return table_ops.gather_rows(uvals, inverse)
     uids, inverse, offsets, counts = unique_partition_with_counts(keys, ev.num_shards)
     sizes = offsets[1:] - offsets[:-1]
@@ -38,7 +39,7 @@ def _lookup_flat(ev, keys, insert):
     uvals = tf.concat(rows, 0)
     uvals.set_shape([None, ev.dim])
     if insert and ev.trainable:
-        ev.records.append(LookupRecord(uids, uvals, offsets=offsets))
+        record(TableLookup(ev, uids, uvals, offsets=offsets))
     return table_ops.gather_rows(uvals, inverse)
 
 

@@ -7,6 +7,7 @@ import tensorflow as tf
 from tensorflow.python.ops import resources
 
 from tfps.embedding import initializers
+from tfps.embedding.lookup import embedding_lookup
 from tfps.embedding.options import EmbeddingOptions
 from tfps.embedding.saveable import TableSaveable
 from tfps.ops import embedding_table as table_ops
@@ -28,18 +29,6 @@ tf.get_logger().addFilter(_ResourceCollectionWarningFilter())
 # graph -> {full name: EmbeddingVariable}, in creation order. Kept off the graph's collections
 # so that exporting a MetaGraph does not try to serialize Python objects.
 _GRAPH_VARIABLES = weakref.WeakKeyDictionary()
-
-
-@dataclasses.dataclass
-class LookupRecord:
-    """One training lookup: unique_ids int64 [U] and their rows float32 [U, dim].
-
-    Either all ids live in shard `shard`, or (sharded lookups) they are grouped by shard and
-    shard p owns positions offsets[p]:offsets[p+1] (offsets int64 [num_shards + 1])."""
-    unique_ids: tf.Tensor
-    unique_values: tf.Tensor
-    shard: int = 0
-    offsets: tf.Tensor = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -102,12 +91,10 @@ class EmbeddingVariable:
                 resources.register_resource(handle, table_ops.table_initialize(handle),
                                             table_ops.table_is_initialized(handle))
         self.saveable = TableSaveable(self)
-        self.records = []
 
     # -- lookups -------------------------------------------------------------------------
     def lookup(self, ids, insert=True):
         """ids of any shape -> float32 ids.shape + [dim]; see tfps.embedding_lookup."""
-        from tfps.embedding.lookup import embedding_lookup
         return embedding_lookup(self, ids, insert=insert)
 
     def to_keys(self, ids):

@@ -6,6 +6,7 @@ one row per distinct key (duplicates summed).
 """
 import tensorflow as tf
 
+from tfps.embedding.records import lookups_of
 from tfps.embedding.variable import EmbeddingVariable, TableShard, trainable_embedding_variables
 
 
@@ -41,7 +42,7 @@ class TableOptimizerMixin:
             var_list = tf.nest.flatten(var_list)
             dense = [v for v in var_list if not isinstance(v, EmbeddingVariable)]
             tables = [v for v in var_list if isinstance(v, EmbeddingVariable)]
-        records = [(ev, r) for ev in tables for r in ev.records]
+        records = [(r.variable, r) for r in lookups_of(tables)]
         if not dense and not records:
             raise ValueError("No variables to optimize: no trainable variables and no training lookups "
                              "(tfps.embedding_lookup with insert=True) of trainable embedding variables")
