@@ -31,7 +31,7 @@ def main():
         with tf.control_dependencies([ev.assign(keys, tf.zeros([tf.size(keys), DIM]))]):
             fill = ev.size()
         remove = ev.remove(keys)
-        track = tf.group(*[tfps.ops.embedding_table.table_track_removed(h) for h in ev.handles])
+        track = tf.group(*[tfps.ops.embedding_table.table_track_removed(h, 0) for h in ev.handles])
         stats = ev.memory_stats()
         with session() as s:
             s.run(fill, {keys: np.arange(10, dtype=np.int64)})   # the ops' own buffers, before measuring

@@ -47,10 +47,10 @@ class TableHandleOp : public OpKernel {
     OP_REQUIRES(ctx, admit_ >= 1,
                 errors::InvalidArgument("TfpsTableHandle: admit_min_count must be >= 1, got ", admit_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("admit_sketch_width", &sketch_width_));
-    OP_REQUIRES(ctx, sketch_width_ >= core::kMinSketchWidth && sketch_width_ <= (int64_t{1} << 30) &&
+    OP_REQUIRES(ctx, sketch_width_ >= core::kMinSketchWidth && sketch_width_ <= core::kMaxSketchWidth &&
                          (sketch_width_ & (sketch_width_ - 1)) == 0,
                 errors::InvalidArgument("TfpsTableHandle: admit_sketch_width must be a power of two in [",
-                                        core::kMinSketchWidth, ", 2^30], got ", sketch_width_));
+                                        core::kMinSketchWidth, ", ", core::kMaxSketchWidth, "], got ", sketch_width_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -59,8 +59,14 @@ class TableHandleOp : public OpKernel {
     TableResource* table = nullptr;
     OP_REQUIRES_OK(ctx, tensorflow::LookupOrCreateResource<TableResource>(
                             ctx, handle, &table, [this](TableResource** t) {
-                              *t = new TableResource(dim_, init_, static_cast<uint32_t>(admit_), sketch_width_,
-                                                     shard_, num_shards_);
+                              try {
+                                *t = new TableResource(dim_, init_, static_cast<uint32_t>(admit_), sketch_width_,
+                                                       shard_, num_shards_);
+                              } catch (const std::bad_alloc&) {
+                                return errors::ResourceExhausted("TfpsTableHandle: out of memory creating table '",
+                                                                 name_, "' (admission sketch of ", sketch_width_,
+                                                                 " counters per row)");
+                              }
                               return tensorflow::OkStatus();
                             }));
     ScopedUnref unref(table);
@@ -100,6 +106,10 @@ class TableFindOp : public TableOpKernel {
     OP_REQUIRES(ctx, counts.dims() == 1 && (counts.dim_size(0) == 0 || counts.dim_size(0) == n),
                 errors::InvalidArgument("TfpsTableFind: counts must be empty or [", n, "], got ",
                                         counts.shape().DebugString()));
+    const int32_t* c = counts.flat<int32_t>().data();
+    for (int64_t i = 0; i < counts.dim_size(0); ++i) {
+      OP_REQUIRES(ctx, c[i] >= 1, errors::InvalidArgument("TfpsTableFind: counts[", i, "] = ", c[i], " is not >= 1"));
+    }
     Tensor* values = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim}), &values));
     table.Lookup(keys.flat<int64_t>().data(), n, insert_, missing_zeros_, values->flat<float>().data(),
@@ -174,8 +184,9 @@ class ScatterAddRowsOp : public OpKernel {
                                         "expected, got ", data.shape().DebugString(), ", ",
                                         indices.shape().DebugString(), ", ", num_rows.shape().DebugString()));
     const int64_t n = data.dim_size(0), dim = data.dim_size(1), rows = num_rows.scalar<int64_t>()();
-    OP_REQUIRES(ctx, rows >= 0 && (dim == 0 || rows <= (int64_t{1} << 40) / dim),
-                errors::InvalidArgument("TfpsScatterAddRows: num_rows must be in [0, 2^40 / dim], got ", rows));
+    OP_REQUIRES(ctx, rows >= 0 && (dim == 0 || rows <= core::kMaxOutputFloats / dim),
+                errors::InvalidArgument("TfpsScatterAddRows: num_rows must be in [0, ", core::kMaxOutputFloats,
+                                        " / dim], got ", rows));
     const int32_t* idx = indices.flat<int32_t>().data();
     const int64_t bad = core::CheckIndices(idx, n, rows);
     OP_REQUIRES(ctx, bad < 0, errors::InvalidArgument("TfpsScatterAddRows: indices[", bad, "] = ",
@@ -376,7 +387,12 @@ class TableTrackRemovedOp : public TableOpKernel {
   explicit TableTrackRemovedOp(OpKernelConstruction* ctx) : TableOpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("on", &on_));
   }
-  void ComputeOnTable(OpKernelContext*, core::EmbeddingTable& table) override { table.SetTrackRemoved(on_); }
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
+    const Tensor& step = ctx->input(1);
+    OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(step.shape()),
+                errors::InvalidArgument("TfpsTableTrackRemoved: step must be a scalar, got ", step.shape().DebugString()));
+    table.SetTrackRemoved(on_, step.scalar<int64_t>()());
+  }
 
  private:
   bool on_ = true;

@@ -70,8 +70,8 @@ class TableOpKernel : public tensorflow::OpKernel {
     try {
       ComputeOnResource(ctx, *res);
     } catch (const std::bad_alloc&) {
-      ctx->SetStatus(tensorflow::errors::ResourceExhausted(
-          type_string(), ": out of memory in table ", res->DebugString(), " (", res->table().size(), " rows)"));
+      ctx->SetStatus(tensorflow::errors::ResourceExhausted(type_string(), ": out of memory in table ",
+                                                           res->DebugString(), "; the table is as it was"));
     }
   }
 

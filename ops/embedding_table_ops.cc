@@ -309,11 +309,14 @@ replaces the contents). Every key must belong to this shard (InvalidArgument oth
 
 REGISTER_OP("TfpsTableTrackRemoved")
     .Input("table: resource")
+    .Input("step: int64")
     .Attr("on: bool = true")
     .SetShapeFn([](InferenceContext*) { return tensorflow::OkStatus(); })
     .Doc(R"doc(
 Starts (on) or stops logging removed and evicted keys for incremental checkpoints. Off by
-default, so that a table without deltas keeps no log; stopping drops the log.
+default, so that a table without deltas keeps no log; stopping drops the log. step: the
+current global step, the earliest stamp of a removal logged from now on (a delta carries the
+removals stamped at or after its base step).
 )doc");
 
 REGISTER_OP("TfpsTableExportAdmission")

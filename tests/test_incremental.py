@@ -131,12 +131,13 @@ def test_a_new_session_starts_a_chain_that_supersedes_the_old_one(tmp_path):
     """A job restored from the full checkpoint of step 10 plus its deltas, then trained on and
     stopped again: the next restore takes the new chain (which carries the old deltas' rows on)."""
     run_dir = str(tmp_path)
-    _train_with_deltas(run_dir, num_shards=2, steps=16, save_steps=100)   # full at 0 only; deltas 2..16
-    final = _train_with_deltas(run_dir, num_shards=2, steps=20, save_steps=100)
-    # The second session restored step 0 + deltas 2..16 and wrote deltas 2, 4, ... again (a new chain).
+    _train_with_deltas(run_dir, num_shards=2, steps=16, save_steps=10)   # full at 10; deltas 12, 14, 16
+    # The second session restores step 10 + deltas 12..16 (which evict rows the full checkpoint
+    # holds), dies at 18, and writes its own chain from 10: 12, 14, ... with those removals in it.
+    final = _train_with_deltas(run_dir, num_shards=2, steps=18, save_steps=10)
     got, applied = _restore(run_dir, num_shards=2)
-    assert applied[-1] == 20
-    _equal(got, final)
+    assert applied == [12, 14, 16, 18]
+    _equal(got, final)     # evicted rows stay evicted, nothing of the old chain is lost
 
 
 def test_removed_keys_past_the_log_bound_make_a_complete_delta(tmp_path):

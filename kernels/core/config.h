@@ -25,6 +25,8 @@ constexpr int64_t kFirstBlockRows = 16;
 constexpr int64_t kMaxBlockBytes = int64_t{16} << 20;
 // Widest row a table accepts (value dim; slots multiply it): larger is InvalidArgument.
 constexpr int64_t kMaxDim = int64_t{1} << 24;
+// Most floats one output of a kernel may have (a 4 TiB tensor): past it, a size is an error.
+constexpr int64_t kMaxOutputFloats = int64_t{1} << 40;
 // Most partitions (shards, PS tasks) unique_partition splits ids into.
 constexpr int64_t kMaxPartitions = int64_t{1} << 16;
 // Batches of at least this many keys are split over threads (tbb::parallel_for).
@@ -39,6 +41,10 @@ constexpr int64_t kParallelGrain = 4096;
 constexpr int kSketchDepth = 4;
 constexpr int64_t kSketchWidth = int64_t{1} << 20;
 constexpr int64_t kMinSketchWidth = int64_t{1} << 12;
+constexpr int64_t kMaxSketchWidth = int64_t{1} << 26;
+// The sketch halves every counter once this many times its width in sightings have been
+// counted (TinyLFU's reset): sightings further apart than that fade instead of piling up.
+constexpr int64_t kSketchAgeFactor = 8;
 // Removed-keys log for incremental checkpoints (kept only while they are on): past this
 // many keys in one index shard the log is dropped and the next delta carries every row.
 constexpr int64_t kMaxRemovedPerShard = int64_t{1} << 16;

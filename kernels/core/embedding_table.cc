@@ -54,18 +54,22 @@ int64_t EmbeddingTable::Find(const Shard& s, uint64_t h, int64_t key) {
   }
 }
 
-void EmbeddingTable::InsertLocked(Shard* s, uint64_t h, int64_t key, float* row) {
-  if (static_cast<double>(s->size + 1) > kMaxLoadFactor * static_cast<double>(s->slots.size())) {
-    std::vector<Slot> old(s->slots.size() * 2, Slot{0, nullptr});
-    old.swap(s->slots);
-    const int64_t mask = static_cast<int64_t>(s->slots.size()) - 1;
-    for (const Slot& e : old) {
-      if (e.row == nullptr) continue;
-      int64_t pos = static_cast<int64_t>(HashKey(e.key)) & mask;
-      while (s->slots[pos].row != nullptr) pos = (pos + 1) & mask;
-      s->slots[pos] = e;
-    }
+void EmbeddingTable::ReserveLocked(Shard* s, int64_t more) {
+  size_t capacity = s->slots.size();
+  while (static_cast<double>(s->size + more) > kMaxLoadFactor * static_cast<double>(capacity)) capacity *= 2;
+  if (capacity == s->slots.size()) return;
+  std::vector<Slot> grown(capacity, Slot{0, nullptr});  // may throw: the index is unchanged
+  const int64_t mask = static_cast<int64_t>(capacity) - 1;
+  for (const Slot& e : s->slots) {
+    if (e.row == nullptr) continue;
+    int64_t pos = static_cast<int64_t>(HashKey(e.key)) & mask;
+    while (grown[pos].row != nullptr) pos = (pos + 1) & mask;
+    grown[pos] = e;
   }
+  s->slots.swap(grown);
+}
+
+void EmbeddingTable::InsertLocked(Shard* s, uint64_t h, int64_t key, float* row) {
   const int64_t mask = static_cast<int64_t>(s->slots.size()) - 1;
   int64_t pos = static_cast<int64_t>(h) & mask;
   while (s->slots[pos].row != nullptr) pos = (pos + 1) & mask;
@@ -104,14 +108,49 @@ void EmbeddingTable::InitSlotsAndMeta(float* row) const {
   meta[1] = 0;
 }
 
+int64_t EmbeddingTable::InsertRowsLocked(Shard* s, const int64_t* keys, const int64_t* idx, const uint64_t* h,
+                                         const std::vector<int64_t>& missing,
+                                         const std::function<void(int64_t, float*)>& init,
+                                         const std::function<void(int64_t, float*)>& use) {
+  // Room in the index and rows from the pool first: either may throw std::bad_alloc, and then
+  // nothing has changed. After that nothing allocates.
+  ReserveLocked(s, static_cast<int64_t>(missing.size()));
+  std::vector<float*> fresh(missing.size());
+  s->pool->Allocate(static_cast<int64_t>(fresh.size()), fresh.data());
+  size_t used = 0;
+  for (int64_t j : missing) {
+    const int64_t key = keys[idx[j]];
+    const int64_t pos = Find(*s, h[j], key);  // a key repeated in the batch is in by now
+    float* row = pos >= 0 ? s->slots[pos].row : fresh[used++];
+    if (pos < 0) {
+      init(j, row);
+      InsertLocked(s, h[j], key, row);
+    }
+    use(j, row);
+  }
+  for (size_t k = used; k < fresh.size(); ++k) s->pool->Free(fresh[k]);
+  return static_cast<int64_t>(used);
+}
+
 void EmbeddingTable::LogRemovedLocked(Shard* s, int64_t key) const {
   if (!track_removed_.load(std::memory_order_relaxed) || s->removed_overflowed) return;
   if (static_cast<int64_t>(s->removed.size()) >= kMaxRemovedPerShard) {
-    std::vector<int64_t>().swap(s->removed);  // the next delta carries every row instead
+    std::vector<std::pair<int64_t, int64_t>>().swap(s->removed);  // the next delta carries every row instead
     s->removed_overflowed = true;
     return;
   }
-  s->removed.push_back(key);
+  s->removed.emplace_back(key, latest_step_.load(std::memory_order_relaxed));
+}
+
+void EmbeddingTable::NoteStep(int64_t step) {
+  int64_t seen = latest_step_.load(std::memory_order_relaxed);
+  while (step > seen && !latest_step_.compare_exchange_weak(seen, step, std::memory_order_relaxed)) {
+  }
+}
+
+void EmbeddingTable::WriteMeta(uint32_t* meta, int64_t freq, int64_t last_step) {
+  meta[0] = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(freq, UINT32_MAX)));
+  meta[1] = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(last_step, UINT32_MAX)));
 }
 
 std::pair<uint32_t, uint32_t> EmbeddingTable::CountSightingLocked(Shard* s, uint64_t h, uint32_t count) const {
@@ -128,6 +167,18 @@ std::pair<uint32_t, uint32_t> EmbeddingTable::CountSightingLocked(Shard* s, uint
   const uint32_t after = std::min<uint32_t>(UINT16_MAX, before + count);
   for (int r = 0; r < kSketchDepth; ++r) {
     if (*cell[r] < after) *cell[r] = static_cast<uint16_t>(after);
+  }
+  // Aging: every kSketchAgeFactor * width sightings the counts are halved, so that the sketch
+  // holds recent sightings and does not fill up with the keys of long ago.
+  s->sightings += count;
+  if (s->sightings >= kSketchAgeFactor * width) {
+    s->sightings = 0;
+    int64_t pending = 0;
+    for (size_t j = 0; j < s->sketch.size(); ++j) {
+      s->sketch[j] = static_cast<uint16_t>(s->sketch[j] >> 1);
+      if (static_cast<int64_t>(j) < width) pending += (s->sketch[j] > 0 && s->sketch[j] < admit_min_count_) ? 1 : 0;
+    }
+    s->pending = pending;  // re-estimated from the first row
   }
   return {before, after};
 }
@@ -220,25 +271,10 @@ int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool insert,
       if (s.pending < 0) s.pending = 0;  // collisions can make a key look seen before
       missing.swap(admitted);
     }
-    // Rows for every missing key in one pool call; unused ones go back.
-    std::vector<float*> fresh(missing.size());
-    s.pool->Allocate(static_cast<int64_t>(fresh.size()), fresh.data());
-    int64_t added = 0;
-    for (int64_t j : missing) {
-      const int64_t i = idx[j];
-      const int64_t pos = Find(s, h[j], keys[i]);  // another batch may have added it
-      float* row;
-      if (pos >= 0) {
-        row = s.slots[pos].row;
-      } else {
-        row = fresh[added++];
-        InitNewRow(keys[i], row);
-        InsertLocked(&s, h[j], keys[i], row);
-      }
-      std::memcpy(out + i * dim_, row, row_bytes);
-    }
-    for (size_t k = added; k < fresh.size(); ++k) s.pool->Free(fresh[k]);
-    inserted += added;
+    // Another batch may have added some of them meanwhile: InsertRowsLocked looks again.
+    inserted += InsertRowsLocked(
+        &s, keys, idx, h, missing, [&](int64_t j, float* row) { InitNewRow(keys[idx[j]], row); },
+        [&](int64_t j, float* row) { std::memcpy(out + idx[j] * dim_, row, row_bytes); });
   });
   return inserted.load();
 }
@@ -258,20 +294,9 @@ void EmbeddingTable::Assign(const int64_t* keys, int64_t n, const float* values)
       }
     }
     if (missing.empty()) return;
-    std::vector<float*> fresh(missing.size());  // rows for the missing keys in one pool call
-    s.pool->Allocate(static_cast<int64_t>(fresh.size()), fresh.data());
-    size_t used = 0;
-    for (int64_t j : missing) {
-      const int64_t i = idx[j];
-      const int64_t pos = Find(s, h[j], keys[i]);  // a key repeated in the batch is in by now
-      float* row = pos >= 0 ? s.slots[pos].row : fresh[used++];
-      std::memcpy(row, values + i * dim_, row_bytes);
-      if (pos < 0) {
-        InitSlotsAndMeta(row);
-        InsertLocked(&s, h[j], keys[i], row);
-      }
-    }
-    for (size_t k = used; k < fresh.size(); ++k) s.pool->Free(fresh[k]);
+    InsertRowsLocked(
+        &s, keys, idx, h, missing, [&](int64_t, float* row) { InitSlotsAndMeta(row); },
+        [&](int64_t j, float* row) { std::memcpy(row, values + idx[j] * dim_, row_bytes); });
   });
 }
 
@@ -296,6 +321,7 @@ int64_t EmbeddingTable::Remove(const int64_t* keys, int64_t n) {
 int64_t EmbeddingTable::Update(const int64_t* keys, int64_t n, int64_t step,
                                const std::function<void(int64_t, float*, uint32_t)>& fn) {
   std::atomic<int64_t> updated{0};
+  NoteStep(step);
   const uint32_t step32 = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(step, UINT32_MAX)));
   constexpr int64_t kAhead = 8;
   ForEachShard(keys, n, [&](Shard& s, const int64_t* idx, const uint64_t* h, int64_t m) {
@@ -326,60 +352,51 @@ void EmbeddingTable::UnlockAll() const {
   for (int i = kNumShards - 1; i >= 0; --i) shards_[i].mu.unlock();
 }
 
-void EmbeddingTable::LockAllShared() const {
-  for (int i = 0; i < kNumShards; ++i) shards_[i].mu.lock_shared();
-}
-
-void EmbeddingTable::UnlockAllShared() const {
-  for (int i = kNumShards - 1; i >= 0; --i) shards_[i].mu.unlock_shared();
-}
 
 bool EmbeddingTable::EnsureSlots(int k, const float* slot_init, std::string* error) {
-  LockAll();
-  bool ok = true;
-  if (k == num_slots_) {
-    slot_init_.assign(slot_init, slot_init + k);
-  } else if (num_slots_ != 0 || k < 0) {
+  // Every lock is a scoped guard: an allocation that throws below leaves the table as it was.
+  std::unique_lock<std::shared_mutex> layout(layout_mu_);
+  AllShardsLock lock(*this);
+  if (k != num_slots_ && (num_slots_ != 0 || k < 0)) {
     *error = "table has " + std::to_string(num_slots_) + " optimizer slots per row, asked for " +
              std::to_string(k) + " (one table serves one optimizer)";
-    ok = false;
-  } else {
-    const int64_t old_meta = dim_;
-    std::vector<std::unique_ptr<BucketPool>> pools(kNumShards);
-    std::vector<std::vector<float*>> fresh(kNumShards);
-    try {  // every new row first: out of memory leaves the table as it was
-      for (int i = 0; i < kNumShards; ++i) {
-        pools[i] = NewPool(k);
-        fresh[i].resize(shards_[i].size);
-        pools[i]->Allocate(shards_[i].size, fresh[i].data());
-      }
-    } catch (const std::bad_alloc&) {
-      UnlockAll();
-      throw;
-    }
-    for (int i = 0; i < kNumShards; ++i) {
-      size_t next = 0;
-      for (Slot& e : shards_[i].slots) {
-        if (e.row == nullptr) continue;
-        float* row = fresh[i][next++];
-        std::memcpy(row, e.row, sizeof(float) * dim_);
-        for (int j = 0; j < k; ++j) std::fill(row + dim_ * (1 + j), row + dim_ * (2 + j), slot_init[j]);
-        std::memcpy(row + dim_ * (1 + k), e.row + old_meta, 2 * sizeof(uint32_t));
-        e.row = row;
-      }
-      shards_[i].pool.swap(pools[i]);
-    }
-    num_slots_ = k;
-    slot_init_.assign(slot_init, slot_init + k);
+    return false;
   }
-  UnlockAll();
-  return ok;
+  std::vector<float> init(slot_init, slot_init + k);
+  if (k == num_slots_) {
+    slot_init_.swap(init);
+    return true;
+  }
+  // Every new row first: running out of memory leaves the table as it was.
+  std::vector<std::unique_ptr<BucketPool>> pools(kNumShards);
+  std::vector<std::vector<float*>> fresh(kNumShards);
+  for (int i = 0; i < kNumShards; ++i) {
+    pools[i] = NewPool(k);
+    fresh[i].resize(shards_[i].size);
+    pools[i]->Allocate(shards_[i].size, fresh[i].data());
+  }
+  const int64_t old_meta = dim_;
+  for (int i = 0; i < kNumShards; ++i) {
+    size_t next = 0;
+    for (Slot& e : shards_[i].slots) {
+      if (e.row == nullptr) continue;
+      float* row = fresh[i][next++];
+      std::memcpy(row, e.row, sizeof(float) * dim_);
+      for (int j = 0; j < k; ++j) std::fill(row + dim_ * (1 + j), row + dim_ * (2 + j), init[j]);
+      std::memcpy(row + dim_ * (1 + k), e.row + old_meta, 2 * sizeof(uint32_t));
+      e.row = row;
+    }
+    shards_[i].pool.swap(pools[i]);
+  }
+  num_slots_ = k;
+  slot_init_.swap(init);
+  return true;
 }
 
 TableStats EmbeddingTable::Stats() const {
   TableStats st;
   int64_t index_bytes = 0;
-  LockAll();
+  AllShardsLock lock(*this);
   for (int i = 0; i < kNumShards; ++i) {
     st.rows += shards_[i].size;
     index_bytes += static_cast<int64_t>(shards_[i].slots.size() * sizeof(Slot));
@@ -393,12 +410,11 @@ TableStats EmbeddingTable::Stats() const {
     pool_bytes += s.pool->bytes_reserved();
     st.removed_logged += static_cast<int64_t>(s.removed.size());
     side_reserved += static_cast<int64_t>(s.sketch.capacity() * sizeof(uint16_t) +
-                                          s.removed.capacity() * sizeof(int64_t));
-    side_in_use += static_cast<int64_t>(s.sketch.size() * sizeof(uint16_t) + s.removed.size() * sizeof(int64_t));
+                                          s.removed.capacity() * sizeof(s.removed[0]));
+    side_in_use += static_cast<int64_t>(s.sketch.size() * sizeof(uint16_t) + s.removed.size() * sizeof(s.removed[0]));
   }
   st.bytes_reserved = pool_bytes + index_bytes + side_reserved;
   st.bytes_in_use = st.rows * st.row_bytes + index_bytes + side_in_use;
-  UnlockAll();
   return st;
 }
 

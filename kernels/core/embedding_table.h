@@ -14,9 +14,11 @@
 // lock, updates through Update()'s callback under the exclusive lock); no row
 // pointer escapes the table. Lookups only read rows (no write under the shared
 // lock); freq and last_step change only in Update(), under the exclusive lock.
-// EnsureSlots() and Import() take every shard lock exclusively, Export() every shard lock
-// shared, so a snapshot has one row layout. Methods that allocate rows throw
-// std::bad_alloc when memory runs out (kernels turn it into ResourceExhausted).
+// EnsureSlots() and Import() take the layout lock and then every shard lock exclusively;
+// exports hold the layout lock shared and take the shard locks one at a time, so a snapshot
+// has one row layout while training goes on. Methods that allocate throw std::bad_alloc when
+// memory runs out (kernels turn it into ResourceExhausted); every lock is a scoped guard, and
+// rows and index room are allocated before the table changes, so the table stays as it was.
 #ifndef TFPS_KERNELS_CORE_EMBEDDING_TABLE_H_
 #define TFPS_KERNELS_CORE_EMBEDDING_TABLE_H_
 
@@ -24,6 +26,8 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -117,36 +121,40 @@ class EmbeddingTable {
   // (and sets *error) when the table already has a different nonzero count.
   bool EnsureSlots(int k, const float* slot_init, std::string* error);
 
-  // Every row, each copied under its shard lock (value and slots of one row
-  // come from one moment).
+  // Every row, each copied under its shard lock (value, slots and meta of one row come from
+  // one moment), all in one row layout.
   void Export(TableSnapshot* snap) const;
   // Replaces the contents with the snapshot; false and *error (table unchanged) when its parts
-  // do not fit together or its dim is not the table's.
+  // do not fit together, its dim is not the table's, or a key appears twice.
   bool Import(const TableSnapshot& snap, std::string* error);
 
-  // Incremental checkpoints. Remove and Evict log the keys they drop only while tracking is on
-  // (SetTrackRemoved(true)); turning it off drops the log.
-  void SetTrackRemoved(bool on);
-  // ExportDelta: the rows updated at or after since_step (their last_step) and the keys
-  // removed since ResetRemoved(). When the log outgrew kMaxRemovedPerShard in some shard, the
-  // delta is complete instead (*complete = true): every row, no removed keys, and importing it
-  // replaces the table.
-  void ExportDelta(int64_t since_step, TableSnapshot* snap, std::vector<int64_t>* removed,
-                   bool* complete) const;
+  // Incremental checkpoints. Remove and Evict log the keys they drop, stamped with the latest
+  // step the table has seen (updates, evictions, imported rows), only while tracking is on
+  // (SetTrackRemoved(true)); turning it off drops the log. `step` (the caller's current step)
+  // is the earliest stamp from now on.
+  void SetTrackRemoved(bool on, int64_t step = 0);
+  // ExportDelta: the rows updated at or after since_step (their last_step) and the keys removed
+  // at or after it, and -- in the same critical section per shard, so that no removal falls
+  // between a delta and the next -- empties the log. When the log outgrew kMaxRemovedPerShard
+  // in some shard, the delta is complete instead (*complete = true): every row, no removed
+  // keys, and importing it replaces the table.
+  void ExportDelta(int64_t since_step, TableSnapshot* snap, std::vector<int64_t>* removed, bool* complete);
   // Applies a delta: removes `removed`, then inserts or overwrites the snapshot's rows (or, when
   // complete, replaces the contents). Validates everything before the first change.
   bool ImportDelta(const TableSnapshot& snap, const std::vector<int64_t>& removed, bool complete,
                    std::string* error);
-  // Forgets the removed keys recorded so far (call when a full checkpoint is written).
+  // Forgets the removed keys logged so far.
   void ResetRemoved();
 
   // Admission sketch: kSketchDepth * sketch_width counters, by index shard (empty when
-  // admit_min_count is 1). Sketches of tables with the same keys' hashes add up.
+  // admit_min_count is 1). The element-wise max of sketches of tables that hold different
+  // keys (the shards of a variable) never under-counts a key of any of them.
   int64_t admission_size() const { return admit_min_count_ > 1 ? kSketchDepth * sketch_width_ : 0; }
   void ExportAdmission(std::vector<int32_t>* counts) const;
-  // Replaces the sketch (counts saturate at 65535). A sketch of a wider table (a power-of-two
-  // multiple) is folded in, which keeps every estimate at or above its true count; one of
-  // another size returns false with *error and leaves the sketch as it was.
+  // Replaces the sketch (counts clipped to [0, 65535]). A sketch of another power-of-two width
+  // is folded in (wider: the max of the cells that meet) or repeated (narrower), which keeps
+  // every estimate at or above what it was; a size that is not kSketchDepth times a power of
+  // two >= kNumShards returns false with *error and leaves the sketch as it was.
   bool ImportAdmission(const int32_t* counts, int64_t n, std::string* error);
 
   TableStats Stats() const;
@@ -168,10 +176,22 @@ class EmbeddingTable {
     // (only with admit_min_count > 1), and the number of keys it counts that have no row.
     std::vector<uint16_t> sketch;
     int64_t pending = 0;
-    // Keys removed (Remove, Evict) since the last ResetRemoved while tracking is on; when it
-    // would pass kMaxRemovedPerShard it is dropped and overflowed is set.
-    std::vector<int64_t> removed;
+    int64_t sightings = 0;  // counted since the sketch was last halved (aging)
+    // (key, step) of keys removed (Remove, Evict) since the last delta while tracking is on;
+    // when it would pass kMaxRemovedPerShard it is dropped and overflowed is set.
+    std::vector<std::pair<int64_t, int64_t>> removed;
     bool removed_overflowed = false;
+  };
+  // Holds every shard lock (exclusive) for its scope.
+  class AllShardsLock {
+   public:
+    explicit AllShardsLock(const EmbeddingTable& t) : t_(t) { t_.LockAll(); }
+    ~AllShardsLock() { t_.UnlockAll(); }
+    AllShardsLock(const AllShardsLock&) = delete;
+    AllShardsLock& operator=(const AllShardsLock&) = delete;
+
+   private:
+    const EmbeddingTable& t_;
   };
 
   static int ShardOf(uint64_t h) { return static_cast<int>(h >> (64 - kShardBits)); }
@@ -181,11 +201,22 @@ class EmbeddingTable {
   void ForEachShard(const int64_t* keys, int64_t n,
                     const std::function<void(Shard&, const int64_t*, const uint64_t*, int64_t)>& fn) const;
   static int64_t Find(const Shard& s, uint64_t h, int64_t key);  // slot index or -1
+  // Inserts a key known to be absent; the caller made room with ReserveLocked (never throws).
   void InsertLocked(Shard* s, uint64_t h, int64_t key, float* row);
+  // Grows the shard's index so that `more` inserts fit under kMaxLoadFactor (may throw).
+  static void ReserveLocked(Shard* s, int64_t more);
+  // Rows for the keys idx[missing[..]] not in the shard yet: room and rows first (may throw,
+  // nothing changed), then init(j, row) and insertion; a key repeated in the batch gets one row.
+  // Calls use(j, row) for every missing[..] with its (new or found) row. Returns rows added.
+  int64_t InsertRowsLocked(Shard* s, const int64_t* keys, const int64_t* idx, const uint64_t* h,
+                           const std::vector<int64_t>& missing, const std::function<void(int64_t, float*)>& init,
+                           const std::function<void(int64_t, float*)>& use);
   void EraseLocked(Shard* s, int64_t pos);
   void InitNewRow(int64_t key, float* row) const;  // initialiser values, slot init, zero meta
   void InitSlotsAndMeta(float* row) const;          // slot init, zero meta
   void LogRemovedLocked(Shard* s, int64_t key) const;
+  void NoteStep(int64_t step);  // latest_step_ = max(latest_step_, step)
+  static void WriteMeta(uint32_t* meta, int64_t freq, int64_t last_step);  // clamped to uint32
   // Adds count sightings of a key without a row; returns its estimate before and after.
   std::pair<uint32_t, uint32_t> CountSightingLocked(Shard* s, uint64_t h, uint32_t count) const;
   int64_t stride_floats() const { return dim_ * (1 + num_slots_) + 2; }
@@ -194,15 +225,15 @@ class EmbeddingTable {
   uint32_t* Meta(float* row) const {
     return reinterpret_cast<uint32_t*>(row + dim_ * (1 + num_slots_));
   }
-  // Every row (or, with updated_only, those updated at or after since_step), each copied
-  // under its shard lock; removed (if not null) gets the keys removed since ResetRemoved.
-  void ExportRows(int64_t since_step, bool updated_only, TableSnapshot* snap, std::vector<int64_t>* removed) const;
+  // Every row (or, with updated_only, those updated at or after since_step), each copied under
+  // its shard lock, with the layout lock held shared by the caller. With take_removed, each
+  // shard's removed keys stamped at or after since_step go to *removed, its log is emptied and
+  // *overflowed says whether it had overflowed (the shard lock then exclusive).
+  // (const: with take_removed it empties the removed-keys logs, which are not contents.)
+  void ExportRowsLocked(int64_t since_step, bool updated_only, TableSnapshot* snap, bool take_removed,
+                        std::vector<int64_t>* removed, bool* overflowed) const;
   void LockAll() const;
   void UnlockAll() const;
-  void LockAllShared() const;
-  void UnlockAllShared() const;
-  // Replaces the contents with a validated snapshot; every shard lock held.
-  void ImportLocked(const TableSnapshot& snap);
   static bool CheckSnapshot(const TableSnapshot& snap, int64_t dim, std::string* error);
 
   const int64_t dim_;
@@ -210,7 +241,10 @@ class EmbeddingTable {
   const uint32_t admit_min_count_;
   const int64_t sketch_width_;        // counters per sketch row, over all index shards
   std::atomic<bool> track_removed_{false};
-  int num_slots_ = 0;                 // changes only with every shard locked
+  std::atomic<int64_t> latest_step_{0};  // stamps removed keys
+  // Held shared by exports, exclusive (before every shard lock) where the row layout changes.
+  mutable std::shared_mutex layout_mu_;
+  int num_slots_ = 0;                 // changes only with layout_mu_ and every shard locked
   std::vector<float> slot_init_;
   std::unique_ptr<Shard[]> shards_;
 };

@@ -13,6 +13,7 @@ namespace core {
 
 int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
   int64_t evicted = 0;
+  NoteStep(step);
   // Rule-based eviction, one shard at a time under its exclusive lock.
   auto doomed = [&](float* row) {
     const uint32_t* meta = Meta(row);
@@ -47,7 +48,7 @@ int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
   }
   if (policy.max_rows < 0) return evicted;
   // Size cap: rank all rows by (freq or last_step) and drop the lowest until max_rows remain.
-  LockAll();
+  AllShardsLock lock(*this);
   std::vector<std::pair<uint32_t, int64_t>> score;
   for (int i = 0; i < kNumShards; ++i) {
     for (const Slot& e : shards_[i].slots) {
@@ -69,69 +70,65 @@ int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
     }
     evicted += excess;
   }
-  UnlockAll();
   return evicted;
 }
 
-void EmbeddingTable::ExportRows(int64_t since_step, bool updated_only, TableSnapshot* snap,
-                                std::vector<int64_t>* removed) const {
-  // Every shard lock shared for the whole copy: the row layout (num_slots_) cannot change
-  // under the snapshot, and the rows of all shards come from one moment.
-  LockAllShared();
+void EmbeddingTable::ExportRowsLocked(int64_t since_step, bool updated_only, TableSnapshot* snap, bool take_removed,
+                                      std::vector<int64_t>* removed, bool* overflowed) const {
   snap->dim = dim_;
-  snap->num_slots = num_slots_;
+  snap->num_slots = num_slots_;  // fixed while the caller holds layout_mu_
   snap->slot_init = slot_init_;
-  int64_t rows = 0;
-  for (int i = 0; i < kNumShards; ++i) rows += shards_[i].size;
   const int64_t slot_floats = dim_ * num_slots_;
   snap->keys.clear();
   snap->values.clear();
   snap->slots.clear();
   snap->freq.clear();
   snap->last_step.clear();
-  if (removed != nullptr) removed->clear();
-  try {
-    if (!updated_only) {
-      snap->keys.reserve(rows);
-      snap->values.reserve(rows * dim_);
-      snap->slots.reserve(rows * slot_floats);
-      snap->freq.reserve(rows);
-      snap->last_step.reserve(rows);
+  for (int i = 0; i < kNumShards; ++i) {
+    Shard& s = shards_[i];
+    ReadLock lock(s.mu, /*write=*/take_removed);
+    for (const Slot& e : s.slots) {
+      if (e.row == nullptr) continue;
+      const uint32_t* meta = Meta(e.row);
+      if (updated_only && (static_cast<int64_t>(meta[1]) < since_step || meta[0] == 0)) continue;
+      snap->keys.push_back(e.key);
+      snap->values.insert(snap->values.end(), e.row, e.row + dim_);
+      snap->slots.insert(snap->slots.end(), e.row + dim_, e.row + dim_ + slot_floats);
+      snap->freq.push_back(meta[0]);
+      snap->last_step.push_back(meta[1]);
     }
-    for (int i = 0; i < kNumShards; ++i) {
-      for (const Slot& e : shards_[i].slots) {
-        if (e.row == nullptr) continue;
-        const uint32_t* meta = Meta(e.row);
-        if (updated_only && (static_cast<int64_t>(meta[1]) < since_step || meta[0] == 0)) continue;
-        snap->keys.push_back(e.key);
-        snap->values.insert(snap->values.end(), e.row, e.row + dim_);
-        snap->slots.insert(snap->slots.end(), e.row + dim_, e.row + dim_ + slot_floats);
-        snap->freq.push_back(meta[0]);
-        snap->last_step.push_back(meta[1]);
-      }
-      if (removed != nullptr) removed->insert(removed->end(), shards_[i].removed.begin(), shards_[i].removed.end());
+    if (!take_removed) continue;
+    for (const auto& [key, stamp] : s.removed) {
+      if (stamp >= since_step) removed->push_back(key);  // older ones the last delta carried
     }
-  } catch (const std::bad_alloc&) {
-    UnlockAllShared();
-    throw;
+    *overflowed = *overflowed || s.removed_overflowed;
+    std::vector<std::pair<int64_t, int64_t>>().swap(s.removed);
+    s.removed_overflowed = false;
   }
-  UnlockAllShared();
+}
+
+void EmbeddingTable::Export(TableSnapshot* snap) const {
+  std::shared_lock<std::shared_mutex> layout(layout_mu_);
+  ExportRowsLocked(0, /*updated_only=*/false, snap, /*take_removed=*/false, nullptr, nullptr);
 }
 
 void EmbeddingTable::ExportDelta(int64_t since_step, TableSnapshot* snap, std::vector<int64_t>* removed,
-                                 bool* complete) const {
+                                 bool* complete) {
+  std::shared_lock<std::shared_mutex> layout(layout_mu_);
+  removed->clear();
   bool overflowed = false;
-  for (int i = 0; i < kNumShards; ++i) {
-    ReadLock lock(shards_[i].mu, false);
-    overflowed = overflowed || shards_[i].removed_overflowed;
-  }
-  // A removal logged after this check is in the log (or sets overflowed) for the next delta.
+  ExportRowsLocked(since_step, /*updated_only=*/true, snap, /*take_removed=*/true, removed, &overflowed);
   *complete = overflowed;
-  ExportRows(since_step, /*updated_only=*/!overflowed, snap, removed);
-  if (overflowed) removed->clear();
+  if (!overflowed) return;
+  // Some shard's log overflowed: removals are unknown, so the delta carries every row instead
+  // (a removal after a shard is copied is in its log again, for the next delta).
+  removed->clear();
+  ExportRowsLocked(0, /*updated_only=*/false, snap, /*take_removed=*/true, removed, &overflowed);
+  removed->clear();
 }
 
-void EmbeddingTable::SetTrackRemoved(bool on) {
+void EmbeddingTable::SetTrackRemoved(bool on, int64_t step) {
+  NoteStep(step);
   track_removed_.store(on, std::memory_order_relaxed);
   if (!on) ResetRemoved();
 }
@@ -139,7 +136,7 @@ void EmbeddingTable::SetTrackRemoved(bool on) {
 void EmbeddingTable::ResetRemoved() {
   for (int i = 0; i < kNumShards; ++i) {
     ReadLock lock(shards_[i].mu, true);
-    std::vector<int64_t>().swap(shards_[i].removed);
+    std::vector<std::pair<int64_t, int64_t>>().swap(shards_[i].removed);
     shards_[i].removed_overflowed = false;
   }
 }
@@ -173,6 +170,7 @@ bool EmbeddingTable::ImportDelta(const TableSnapshot& snap, const std::vector<in
   if (n > 0 && snap.num_slots != num_slots() && !EnsureSlots(snap.num_slots, snap.slot_init.data(), error)) {
     return false;
   }
+  for (int64_t step : snap.last_step) NoteStep(step);
   Remove(removed.data(), static_cast<int64_t>(removed.size()));
   Assign(snap.keys.data(), n, snap.values.data());
   const int64_t slot_floats = dim_ * num_slots_;
@@ -185,61 +183,60 @@ bool EmbeddingTable::ImportDelta(const TableSnapshot& snap, const std::vector<in
       if (pos < 0) continue;
       float* row = s.slots[pos].row;
       if (slot_floats > 0) std::memcpy(row + dim_, &snap.slots[i * slot_floats], sizeof(float) * slot_floats);
-      uint32_t* meta = Meta(row);
-      meta[0] = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(snap.freq[i], UINT32_MAX)));
-      meta[1] = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(snap.last_step[i], UINT32_MAX)));
+      WriteMeta(Meta(row), snap.freq[i], snap.last_step[i]);
     }
   });
   return true;
 }
 
-void EmbeddingTable::Export(TableSnapshot* snap) const { ExportRows(0, /*updated_only=*/false, snap, nullptr); }
-
 bool EmbeddingTable::Import(const TableSnapshot& snap, std::string* error) {
   if (!CheckSnapshot(snap, dim_, error)) return false;
   const int64_t n = static_cast<int64_t>(snap.keys.size());
-  // Everything the new contents need is allocated before the table changes, so running out
-  // of memory (std::bad_alloc) leaves it as it was.
+  // The new contents are built aside -- index, pools, rows -- before the table changes, so a
+  // bad snapshot or running out of memory (std::bad_alloc) leaves it as it was.
   std::unique_ptr<Shard[]> fresh(new Shard[kNumShards]);
   std::vector<int64_t> per_shard(kNumShards, 0);
   for (int64_t i = 0; i < n; ++i) ++per_shard[ShardOf(HashKey(snap.keys[i]))];
   std::vector<std::vector<float*>> rows(kNumShards);
   for (int i = 0; i < kNumShards; ++i) {
     fresh[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
+    ReserveLocked(&fresh[i], per_shard[i]);
     fresh[i].pool = NewPool(snap.num_slots);
     rows[i].resize(per_shard[i]);
     fresh[i].pool->Allocate(per_shard[i], rows[i].data());
   }
+  std::vector<float> slot_init = snap.slot_init;
   const int64_t slot_floats = dim_ * snap.num_slots;
   std::vector<int64_t> used(kNumShards, 0);
+  int64_t latest = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t key = snap.keys[i];
     const uint64_t h = HashKey(key);
     const int shard = ShardOf(h);
     Shard& s = fresh[shard];
-    const int64_t pos = Find(s, h, key);  // a repeated key: the last row wins
-    float* row = pos >= 0 ? s.slots[pos].row : rows[shard][used[shard]++];
+    if (Find(s, h, key) >= 0) {
+      *error = "key " + std::to_string(key) + " appears twice in the snapshot";
+      return false;
+    }
+    float* row = rows[shard][used[shard]++];
     std::memcpy(row, &snap.values[i * dim_], sizeof(float) * dim_);
     if (slot_floats > 0) std::memcpy(row + dim_, &snap.slots[i * slot_floats], sizeof(float) * slot_floats);
-    uint32_t* meta = reinterpret_cast<uint32_t*>(row + dim_ * (1 + snap.num_slots));
-    meta[0] = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(snap.freq[i], UINT32_MAX)));
-    meta[1] = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(snap.last_step[i], UINT32_MAX)));
-    if (pos < 0) InsertLocked(&s, h, key, row);
+    WriteMeta(reinterpret_cast<uint32_t*>(row + dim_ * (1 + snap.num_slots)), snap.freq[i], snap.last_step[i]);
+    latest = std::max(latest, snap.last_step[i]);
+    InsertLocked(&s, h, key, row);
   }
-  for (int i = 0; i < kNumShards; ++i) {
-    for (size_t k = used[i]; k < rows[i].size(); ++k) fresh[i].pool->Free(rows[i][k]);
-  }
-  LockAll();
+  std::unique_lock<std::shared_mutex> layout(layout_mu_);
+  AllShardsLock lock(*this);
   // The old rows die with the old pools; the snapshot fixes the row layout. The admission
   // sketch and the removed-keys log are kept (the sketch has its own import).
   num_slots_ = snap.num_slots;
-  slot_init_ = snap.slot_init;
+  slot_init_.swap(slot_init);
   for (int i = 0; i < kNumShards; ++i) {
     shards_[i].slots.swap(fresh[i].slots);
     shards_[i].size = fresh[i].size;
     shards_[i].pool.swap(fresh[i].pool);
   }
-  UnlockAll();
+  NoteStep(latest);
   return true;
 }
 
@@ -255,31 +252,35 @@ void EmbeddingTable::ExportAdmission(std::vector<int32_t>* counts) const {
 
 bool EmbeddingTable::ImportAdmission(const int32_t* counts, int64_t n, std::string* error) {
   if (n == 0) return true;  // saved without admission: nothing pending
-  const int64_t mine = admission_size();
-  if (mine == 0) return true;  // this table admits at once: sightings do not matter
+  if (admission_size() == 0) return true;  // this table admits at once: sightings do not matter
   const int64_t saved_width = n / kSketchDepth;
-  if (n % kSketchDepth != 0 || saved_width < sketch_width_ || saved_width % sketch_width_ != 0 ||
-      (saved_width & (saved_width - 1)) != 0) {
-    *error = "admission sketch has " + std::to_string(n) + " counters, this table has " + std::to_string(mine) +
-             " (a sketch folds only into a narrower power-of-two width)";
+  if (n % kSketchDepth != 0 || saved_width < kNumShards || (saved_width & (saved_width - 1)) != 0) {
+    *error = "admission sketch has " + std::to_string(n) + " counters: not " + std::to_string(kSketchDepth) +
+             " rows of a power-of-two width";
     return false;
   }
-  // Saved layout: [index shard][row][saved_width / kNumShards]; a cell folds into cell & (w - 1).
+  // Saved layout: [index shard][row][saved_width / kNumShards]. A key's cell in a sketch of
+  // width w is (its hash) & (w - 1) within its index shard, so a wider sketch folds into this
+  // one (max over the cells that meet) and a narrower one repeats across it; either way no
+  // estimate drops below what the saved sketch gave.
   const int64_t from = saved_width / kNumShards, to = sketch_width_ / kNumShards;
   for (int i = 0; i < kNumShards; ++i) {
-    ReadLock lock(shards_[i].mu, true);
-    Shard& s = shards_[i];
-    std::vector<int32_t> sum(kSketchDepth * to, 0);
+    std::vector<uint16_t> cells(kSketchDepth * to, 0);
     for (int r = 0; r < kSketchDepth; ++r) {
       const int32_t* src = counts + (static_cast<int64_t>(i) * kSketchDepth + r) * from;
-      for (int64_t j = 0; j < from; ++j) sum[r * to + (j & (to - 1))] += std::max<int32_t>(0, src[j]);
+      uint16_t* dst = cells.data() + r * to;
+      for (int64_t j = 0; j < std::max(from, to); ++j) {
+        const int32_t c = std::max<int32_t>(0, std::min<int32_t>(src[j & (from - 1)], UINT16_MAX));
+        uint16_t& cell = dst[j & (to - 1)];
+        cell = std::max<uint16_t>(cell, static_cast<uint16_t>(c));
+      }
     }
     int64_t pending = 0;  // keys counted but below the threshold, estimated from the first row
-    for (int64_t j = 0; j < kSketchDepth * to; ++j) {
-      s.sketch[j] = static_cast<uint16_t>(std::min<int32_t>(sum[j], UINT16_MAX));
-      if (j < to) pending += (s.sketch[j] > 0 && s.sketch[j] < admit_min_count_) ? 1 : 0;
-    }
-    s.pending = pending;
+    for (int64_t j = 0; j < to; ++j) pending += (cells[j] > 0 && cells[j] < admit_min_count_) ? 1 : 0;
+    ReadLock lock(shards_[i].mu, true);
+    shards_[i].sketch.swap(cells);
+    shards_[i].pending = pending;
+    shards_[i].sightings = 0;
   }
   return true;
 }

@@ -52,7 +52,10 @@ _PR_SET_PDEATHSIG = 1
 
 def _die_with_parent(parent):
     """preexec_fn of a task: SIGKILL when the launcher dies (checked once more, in case it died
-    before the request was in place)."""
+    before the request was in place). Linux only (prctl); elsewhere, None."""
+    if not sys.platform.startswith("linux"):
+        return None
+
     def set_up():
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:

@@ -3,6 +3,8 @@ import math
 import zlib
 
 _CONSTANT_NAMES = {"Zeros": 0.0, "zeros": 0.0, "Ones": 1.0, "ones": 1.0}
+_NORMAL_KINDS = {"RandomNormal": "normal", "random_normal_initializer": "normal",
+                 "TruncatedNormal": "truncated_normal", "truncated_normal_initializer": "truncated_normal"}
 # Initializers whose scale comes from the variable's full shape (fan-in / fan-out).
 # (Glorot, He and Lecun initializers derive from VarianceScaling.)
 _FAN_BASED = ("VarianceScaling", "Orthogonal", "Identity")
@@ -48,12 +50,11 @@ def init_spec(initializer, dim, name, default_seed=None):
             raise ValueError(f"get_embedding_variable({name!r}): random_uniform needs minval <= maxval, "
                              f"got {low} > {high}")
         return "uniform", low, high, seed
-    if cls in ("RandomNormal", "random_normal_initializer", "TruncatedNormal", "truncated_normal_initializer"):
+    if cls in _NORMAL_KINDS:
         stddev = float(initializer.stddev)
         if not stddev >= 0:
             raise ValueError(f"get_embedding_variable({name!r}): {cls} needs stddev >= 0, got {stddev}")
-        kind = "normal" if "ormal" in cls and "runcated" not in cls else "truncated_normal"
-        return kind, float(initializer.mean), stddev, seed
+        return _NORMAL_KINDS[cls], float(initializer.mean), stddev, seed
     if any(c.__name__ in _FAN_BASED for c in type(initializer).__mro__):
         raise ValueError(f"get_embedding_variable({name!r}): {cls} scales by the variable's fan-in and fan-out, "
                          f"and a hash-table embedding has no vocabulary size to take them from; pass "

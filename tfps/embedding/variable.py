@@ -143,10 +143,10 @@ class EmbeddingVariable:
         return tf.add_n([table_ops.table_size(h) for h in self.handles])
 
     def export(self):
-        """Every row of every shard, placed with shard 0: dict of keys int64 [N], values float32
+        """Every row of every shard, gathered with shard 0: dict of keys int64 [N], values float32
         [N, dim], slots float32 [N, k*dim], freq int64 [N], last_step int64 [N], slot_init float32
-        [k], admission int32 [S] (the admission sketch summed over shards; S = 0 without admission).
-        Each shard is read under its locks; shards are read one after another."""
+        [k], admission int32 [S] (the shards' admission sketches, element-wise max: never below
+        any key's count; S = 0 without admission). Each row is read under its shard's lock."""
         graph = tf.compat.v1.get_default_graph()
         parts, sketches = [], []
         for h in self.handles:
@@ -157,7 +157,7 @@ class EmbeddingVariable:
             out = {name: tf.concat([p[i] for p in parts], 0) for i, name in enumerate(
                 ("keys", "values", "slots", "freq", "last_step"))}
             out["slot_init"] = parts[0][5]
-            out["admission"] = tf.minimum(tf.add_n(sketches), 65535) if len(sketches) > 1 else sketches[0]
+            out["admission"] = tf.reduce_max(tf.stack(sketches), 0) if len(sketches) > 1 else sketches[0]
         return out
 
     def load(self, exported):
@@ -189,12 +189,13 @@ class EmbeddingVariable:
             ]
             with tf.control_dependencies(checks):
                 keys = tf.identity(keys)
+                sketch = tf.identity(exported["admission"]) if "admission" in exported else None
         imports = []
         for h, k, v, s, f, l in self._per_shard(keys, values, slots, freq, last_step):
             with graph.colocate_with(h.op):
                 imports.append(table_ops.table_import(h, k, v, s, f, l, slot_init))
-                if "admission" in exported and self.options.admit_min_count > 1:
-                    imports.append(table_ops.table_import_admission(h, exported["admission"]))
+                if sketch is not None and self.options.admit_min_count > 1:
+                    imports.append(table_ops.table_import_admission(h, sketch))
         return tf.group(*imports)
 
     def apply_delta(self, delta):

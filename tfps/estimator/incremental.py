@@ -51,8 +51,8 @@ def delta_files(model_dir, after_step=-1):
 
 
 def delta_chain(model_dir, step, variables):
-    """The deltas to apply on a full checkpoint of `step`: [(step, prefix)] in order, those of the
-    newest chain that starts at `step`. Raises ValueError naming the file when a delta of that
+    """The deltas to apply on a full checkpoint of `step`: ([(step, prefix)] in order, those of the
+    newest chain that starts at `step`; [steps of the deltas of older chains, skipped]). Raises ValueError naming the file when a delta of that
     chain does not continue from the one before (a delta is missing), when deltas after `step`
     start from nowhere, or when one lacks a table of `variables` or has another dim."""
     chains = {}
@@ -69,9 +69,11 @@ def delta_chain(model_dir, step, variables):
             raise ValueError(f"delta {first[1]} continues from step {first[2]}, but the restore is at step {step}: "
                              f"a delta in between is missing; refusing to apply it and the deltas after it. Remove "
                              f"the deltas after step {step} from {model_dir} to resume from step {step}")
-        return []
+        return [], []
+    newest = max(starting_here)
+    skipped = sorted(d[0] for key, deltas in chains.items() if key != newest for d in deltas)
     previous, out = step, []
-    for delta_step, prefix, base, reader in chains[max(starting_here)]:
+    for delta_step, prefix, base, reader in chains[newest]:
         if base != previous:
             raise ValueError(f"delta {prefix} continues from step {base}, but the one before it is at step "
                              f"{previous}: a delta in between is missing; refusing to apply any delta after step "
@@ -85,7 +87,7 @@ def delta_chain(model_dir, step, variables):
                                  f"the model asks for {ev.dim}")
         previous = delta_step
         out.append((delta_step, prefix))
-    return out
+    return out, skipped
 
 
 class _FullSaveListener(tf.estimator.CheckpointSaverListener):
@@ -99,8 +101,9 @@ class _FullSaveListener(tf.estimator.CheckpointSaverListener):
 class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
     """Writes a delta every `every_secs` seconds (or `every_steps` steps). Pass it as a training
     hook, after DeltaRestoreHook, and its `listener` as a checkpoint saving listener, so that a
-    full checkpoint starts the deltas afresh. At the start it removes deltas past the restored
-    step (the restore has applied them; the new chain carries their rows on)."""
+    full checkpoint starts a new chain of deltas (and deletes the deltas that the full checkpoint
+    before it covers). A session starts a new chain from its full checkpoint; it carries on the
+    rows and removals of the deltas DeltaRestoreHook applied."""
 
     def __init__(self, model_dir, every_secs=None, every_steps=None, printer=print):
         if (every_secs is None) == (every_steps is None):
@@ -119,14 +122,13 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
         self._chain = tf.compat.v1.placeholder(tf.string, [], name="tfps_delta_chain")
         self._started = tf.compat.v1.placeholder(tf.float64, [], name="tfps_delta_chain_started")
         graph = tf.compat.v1.get_default_graph()
-        names, tensors, resets, track = [BASE_STEP, CHAIN, STARTED], [self._since, self._chain, self._started], [], []
+        names, tensors, track = [BASE_STEP, CHAIN, STARTED], [self._since, self._chain, self._started], []
         for ev in embedding_variables():
             parts = []
             for h in ev.handles:
                 with graph.colocate_with(h.op):
                     parts.append(table_ops.table_export_delta(h, self._since))
-                    resets.append(table_ops.table_reset_removed(h))
-                    track.append(table_ops.table_track_removed(h))
+                    track.append(table_ops.table_track_removed(h, self._gs))
             with graph.colocate_with(ev.handles[0].op):
                 complete = tf.reduce_any(tf.stack([p[7] for p in parts]))
                 delta = [tf.concat([p[i] for p in parts], 0) for i in range(5)] + [parts[0][5]]
@@ -139,9 +141,11 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
             names += [_name(ev, p) for p in ROW_PARTS + ("removed", "complete")]
             tensors += list(rows) + [removed, complete]
         self._tables = len(names) > 3
-        self._save = tf.raw_ops.SaveV2(prefix=self._prefix, tensor_names=names, shape_and_slices=[""] * len(names),
-                                       tensors=tensors)
-        self._reset = tf.group(*resets)
+        self._complete = tf.reduce_any(tf.stack([t for n, t in zip(names, tensors) if n.endswith("-complete")])) \
+            if self._tables else None
+        with tf.control_dependencies(tensors):
+            self._save = tf.raw_ops.SaveV2(prefix=self._prefix, tensor_names=names,
+                                           shape_and_slices=[""] * len(names), tensors=tensors)
         self._track = tf.group(*track)
 
     def after_create_session(self, session, coord):
@@ -149,7 +153,8 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
         self._start_chain(session, session.run(self._gs))   # the checkpoint the session started from
 
     def _start_chain(self, session, step):
-        session.run(self._reset)
+        # The removed-keys logs are not reset: each delta takes the removals stamped at or
+        # after its base step and empties the logs in the same step, so none falls between.
         self._chain_id, self._chain_started = secrets.token_hex(8), time.time()
         self._last_step, self._last_time = step, time.time()
 
@@ -166,9 +171,13 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
         temporary bundle first, renamed into place, so a reader never sees half a delta."""
         final = os.path.join(self._dir, f"delta-{step}")
         tmp = os.path.join(self._dir, f".tmp-delta-{step}")
-        session.run(self._save, {self._since: self._last_step, self._prefix: tmp, self._chain: self._chain_id,
-                                 self._started: self._chain_started})
-        session.run(self._reset)
+        _, complete = session.run([self._save, self._complete], {
+            self._since: self._last_step, self._prefix: tmp, self._chain: self._chain_id,
+            self._started: self._chain_started})
+        if complete:
+            self._print(f"delta-{step}: more keys were removed than the log keeps (kMaxRemovedPerShard); this "
+                        f"delta holds every row of the tables that overflowed and replaces them on restore",
+                        flush=True)
         for suffix in [p[len(tmp):] for p in glob.glob(tmp + ".*")]:
             if suffix != ".index":
                 os.replace(tmp + suffix, final + suffix)
@@ -213,10 +222,19 @@ class DeltaRestoreHook(tf.compat.v1.train.SessionRunHook):
             ops.append(tf.cond(t["complete"], lambda ev=ev, t=t: _with_output(ev.load(t)),
                                lambda ev=ev, t=t: _with_output(ev.apply_delta(t))))
         self._apply = tf.group(*ops)
+        self._track = tf.group(*[table_ops.table_track_removed(h, self._gs) for ev in self._variables
+                                 for h in ev.handles])
 
     def after_create_session(self, session, coord):
         step = session.run(self._gs)
-        for delta_step, prefix in delta_chain(self._dir, step, self._variables):
+        chain, skipped = delta_chain(self._dir, step, self._variables)
+        if skipped:
+            self._print(f"skipping deltas of older runs after step {step}, superseded by a newer chain: "
+                        f"{skipped}", flush=True)
+        if chain:
+            # Log the removals the deltas make, so that a new chain of deltas carries them on.
+            session.run(self._track)
+        for delta_step, prefix in chain:
             session.run(self._apply, {self._prefix: prefix})
             self.applied.append(delta_step)
         if self.applied:

@@ -126,9 +126,10 @@ def table_import_delta(table, keys, values, slots, freq, last_step, slot_init, r
                                           complete, name=name)
 
 
-def table_track_removed(table, on=True, name=None):
-    """Starts (or stops) logging removed keys for deltas. Returns the op."""
-    return load().tfps_table_track_removed(table, on=bool(on), name=name)
+def table_track_removed(table, step, on=True, name=None):
+    """Starts (or stops) logging removed keys for deltas; step: int64 scalar, the current global
+    step (the earliest stamp of a removal from now on). Returns the op."""
+    return load().tfps_table_track_removed(table, tf.cast(step, tf.int64), on=bool(on), name=name)
 
 
 def table_export_admission(table, name=None):
