@@ -240,7 +240,7 @@ def test_checked_saver_refuses_a_mismatch_before_any_table_changes(tmp_path):
         with tf.compat.v1.Session() as s:
             before = s.run(fresh)
             saver = tfps.embedding.checkpoint_tools.Saver()
-            with pytest.raises(ValueError, match="table 'b' has dim 4 in the checkpoint, the model asks for 8"):
+            with pytest.raises(ValueError, match="table 'b' has dim 4 there, the model asks for 8"):
                 saver.restore(s, prefix)
             np.testing.assert_array_equal(s.run(a.export()["values"]), before)
             assert s.run(a.size()) == 3

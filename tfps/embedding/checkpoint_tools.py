@@ -17,24 +17,31 @@ def checkpoint_tables(checkpoint):
             for name in shapes if name.endswith("-keys")}
 
 
+def table_problems(shapes, variables, name_of):
+    """What keeps a bundle (shapes: {tensor name: shape}) from restoring `variables` exactly:
+    ["table 'x' ..."] for a table or one of its row parts missing, or another dim.
+    name_of(ev, part) is the tensor name of a part."""
+    problems = []
+    for ev in variables:
+        missing = [p for p in ("keys", "values", "slots", "freq", "last_step", "slot_init")
+                   if name_of(ev, p) not in shapes]
+        if len(missing) == 6:
+            problems.append(f"table {ev.name!r} is not there")
+        elif missing:
+            problems.append(f"table {ev.name!r} lacks {missing} (a partly written checkpoint?)")
+        elif shapes[name_of(ev, "values")][1] != ev.dim:
+            problems.append(f"table {ev.name!r} has dim {shapes[name_of(ev, 'values')][1]} there, the model "
+                            f"asks for {ev.dim}")
+    return problems
+
+
 def check_tables(checkpoint, variables):
     """Raises ValueError naming every table of `variables` (EmbeddingVariables) that the
     checkpoint cannot restore exactly: missing, a part missing, or another dim. Reads only the
     checkpoint's index, so a model is refused before any table changes."""
     path = _path(checkpoint)
     saved = checkpoint_tables(path)
-    problems = []
-    for ev in variables:
-        parts = saved.get(ev.name)
-        if parts is None:
-            problems.append(f"table {ev.name!r} is not in the checkpoint")
-            continue
-        missing = [p for p, shape in parts.items() if shape is None and p != "admission"]
-        if missing:
-            problems.append(f"table {ev.name!r} lacks {missing} (a partly written checkpoint?)")
-        elif parts["values"][1] != ev.dim:
-            problems.append(f"table {ev.name!r} has dim {parts['values'][1]} in the checkpoint, the model "
-                            f"asks for {ev.dim}")
+    problems = table_problems(dict(tf.train.list_variables(path)), variables, lambda ev, p: f"{ev.name}-{p}")
     if problems:
         raise ValueError(f"checkpoint {path} does not match the model: " + "; ".join(problems) +
                          f". Tables in the checkpoint: {sorted(saved)}")

@@ -28,10 +28,13 @@ import time
 
 import tensorflow as tf
 
+from tfps.embedding.checkpoint_tools import table_problems
+from tfps.embedding.saveable import DTYPES
 from tfps.embedding.variable import embedding_variables
 from tfps.ops import embedding_table as table_ops
 
 ROW_PARTS = ("keys", "values", "slots", "freq", "last_step", "slot_init")
+DELTA_DTYPES = {**DTYPES, "removed": tf.int64, "complete": tf.bool}
 BASE_STEP, CHAIN, STARTED = "tfps_delta/base_step", "tfps_delta/chain", "tfps_delta/chain_started"
 
 
@@ -78,13 +81,9 @@ def delta_chain(model_dir, step, variables):
             raise ValueError(f"delta {prefix} continues from step {base}, but the one before it is at step "
                              f"{previous}: a delta in between is missing; refusing to apply any delta after step "
                              f"{step}. Remove the deltas after step {previous} from {model_dir} to resume there")
-        shapes = reader.get_variable_to_shape_map()
-        for ev in variables:
-            if _name(ev, "keys") not in shapes:
-                raise ValueError(f"delta {prefix} has no table {ev.name!r}")
-            if shapes[_name(ev, "values")][1] != ev.dim:
-                raise ValueError(f"delta {prefix} has table {ev.name!r} with dim {shapes[_name(ev, 'values')][1]}, "
-                                 f"the model asks for {ev.dim}")
+        problems = table_problems(reader.get_variable_to_shape_map(), variables, _name)
+        if problems:
+            raise ValueError(f"delta {prefix} does not match the model: " + "; ".join(problems))
         previous = delta_step
         out.append((delta_step, prefix))
     return out, skipped
@@ -215,7 +214,7 @@ class DeltaRestoreHook(tf.compat.v1.train.SessionRunHook):
         ops = []
         for ev in self._variables:
             parts = ROW_PARTS + ("removed", "complete")
-            dtypes = [tf.int64, tf.float32, tf.float32, tf.int64, tf.int64, tf.float32, tf.int64, tf.bool]
+            dtypes = [DELTA_DTYPES[p] for p in parts]
             with graph.colocate_with(ev.handles[0].op):
                 t = dict(zip(parts, tf.raw_ops.RestoreV2(prefix=self._prefix, tensor_names=[_name(ev, p) for p in parts],
                                                          shape_and_slices=[""] * len(parts), dtypes=dtypes)))
