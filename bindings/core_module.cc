@@ -25,10 +25,20 @@ namespace {
 using Keys = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
 using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
-int64_t KeyCount(const Keys& keys) {
-  if (keys.ndim() != 1) throw py::value_error("keys must be a vector, got " + std::to_string(keys.ndim()) + " dims");
-  return keys.shape(0);
+// Keys from an integer array of any width (a float or string array is a ValueError, as float
+// ids are for the ops), as a contiguous int64 vector.
+Keys AsKeys(const py::array& a, const char* what = "keys") {
+  const char kind = a.dtype().kind();
+  if (kind != 'i' && kind != 'u') {
+    throw py::value_error(std::string(what) + " must be an integer array, got dtype " +
+                          py::str(a.dtype()).cast<std::string>());
+  }
+  Keys keys = Keys::ensure(a);
+  if (keys.ndim() != 1) throw py::value_error(std::string(what) + " must be a vector, got " + std::to_string(keys.ndim()) + " dims");
+  return keys;
 }
+
+int64_t KeyCount(const Keys& keys) { return keys.shape(0); }
 
 void CheckRows(const Floats& rows, int64_t n, int64_t width, const char* what) {
   if (rows.ndim() != 2 || rows.shape(0) != n || rows.shape(1) != width) {
@@ -57,7 +67,9 @@ py::dict SnapshotDict(const TableSnapshot& s) {
 
 std::unique_ptr<EmbeddingTable> MakeTable(int64_t dim, const std::string& initializer, float a, float b, int64_t seed,
                                           int64_t admit_min_count, int64_t sketch_width) {
-  if (dim < 1 || dim > tfps::core::kMaxDim) throw py::value_error("dim must be in [1, kMaxDim]");
+  if (dim < 1 || dim > tfps::core::kMaxDim) {
+    throw py::value_error("dim must be in [1, " + std::to_string(tfps::core::kMaxDim) + "], got " + std::to_string(dim));
+  }
   if (admit_min_count < 1) throw py::value_error("admit_min_count must be >= 1");
   InitSpec spec;
   if (!tfps::core::ParseInitKind(initializer, &spec.kind)) throw py::value_error("unknown initializer " + initializer);
@@ -90,7 +102,8 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
       .def("num_slots", &EmbeddingTable::num_slots)
       .def(
           "lookup",
-          [](EmbeddingTable& t, const Keys& keys, bool insert) {
+          [](EmbeddingTable& t, const py::array& ids, bool insert) {
+            const Keys keys = AsKeys(ids);
             const int64_t n = KeyCount(keys);
             py::array_t<float> out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(t.dim())});
             float* dst = out.mutable_data();
@@ -102,7 +115,8 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
           py::arg("keys"), py::arg("insert") = true, "keys int64 [N] -> float32 [N, dim].")
       .def(
           "assign",
-          [](EmbeddingTable& t, const Keys& keys, const Floats& values) {
+          [](EmbeddingTable& t, const py::array& ids, const Floats& values) {
+            const Keys keys = AsKeys(ids);
             const int64_t n = KeyCount(keys);
             CheckRows(values, n, t.dim(), "values");
             py::gil_scoped_release release;
@@ -111,7 +125,8 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
           py::arg("keys"), py::arg("values"))
       .def(
           "remove",
-          [](EmbeddingTable& t, const Keys& keys) {
+          [](EmbeddingTable& t, const py::array& ids) {
+            const Keys keys = AsKeys(ids);
             const int64_t n = KeyCount(keys);
             py::gil_scoped_release release;
             return t.Remove(keys.data(), n);
@@ -119,7 +134,8 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
           py::arg("keys"), "Removes the keys present; returns how many.")
       .def(
           "apply_sgd",
-          [](EmbeddingTable& t, const Keys& keys, const Floats& grads, float lr, int64_t step) {
+          [](EmbeddingTable& t, const py::array& ids, const Floats& grads, float lr, int64_t step) {
+            const Keys keys = AsKeys(ids);
             const int64_t n = KeyCount(keys);
             CheckRows(grads, n, t.dim(), "grads");
             const int64_t dim = t.dim();
@@ -165,8 +181,11 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
       .def(
           "import_",
           [](EmbeddingTable& t, const py::dict& d) {
+            for (const char* part : {"keys", "values", "slots", "freq", "last_step", "slot_init"}) {
+              if (!d.contains(part)) throw py::value_error(std::string("snapshot lacks '") + part + "'");
+            }
             TableSnapshot s;
-            const Keys keys = d["keys"].cast<Keys>();
+            const Keys keys = AsKeys(d["keys"].cast<py::array>());
             const int64_t n = KeyCount(keys);
             const Floats slot_init = d["slot_init"].cast<Floats>();
             s.dim = t.dim();
@@ -174,7 +193,8 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
             const Floats values = d["values"].cast<Floats>(), slots = d["slots"].cast<Floats>();
             CheckRows(values, n, t.dim(), "values");
             CheckRows(slots, n, t.dim() * s.num_slots, "slots");
-            const Keys freq = d["freq"].cast<Keys>(), last = d["last_step"].cast<Keys>();
+            const Keys freq = AsKeys(d["freq"].cast<py::array>(), "freq"),
+                       last = AsKeys(d["last_step"].cast<py::array>(), "last_step");
             if (KeyCount(freq) != n || KeyCount(last) != n) throw py::value_error("freq and last_step must be [N]");
             s.keys.assign(keys.data(), keys.data() + n);
             s.values.assign(values.data(), values.data() + values.size());
@@ -200,10 +220,12 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
 
   m.def(
       "unique_partition",
-      [](const Keys& ids, int64_t num_partitions, const std::string& strategy) {
+      [](const py::array& raw, int64_t num_partitions, const std::string& strategy) {
+        const Keys ids = AsKeys(raw, "ids");
         const int64_t n = KeyCount(ids);
         if (num_partitions < 1 || num_partitions > tfps::core::kMaxPartitions) {
-          throw py::value_error("num_partitions must be in [1, kMaxPartitions]");
+          throw py::value_error("num_partitions must be in [1, " + std::to_string(tfps::core::kMaxPartitions) +
+                                "], got " + std::to_string(num_partitions));
         }
         if (strategy != "mod" && strategy != "hash") throw py::value_error("strategy must be mod or hash");
         py::array_t<int64_t> inverse(n);

@@ -139,8 +139,14 @@ def test_bad_arguments_are_value_errors():
         t.assign(np.array([1, 2], np.int64), np.zeros((3, DIM), np.float32))
     with pytest.raises(ValueError, match="keys must be a vector"):
         t.lookup(np.zeros((2, 2), np.int64))
-    with pytest.raises(ValueError, match="num_partitions"):
+    with pytest.raises(ValueError, match=r"num_partitions must be in \[1, 65536\], got 1099511627776"):
         _core.unique_partition(np.array([1], np.int64), 2**40)
+    with pytest.raises(ValueError, match="keys must be an integer array, got dtype float64"):
+        t.lookup(np.array([1.9]))
+    with pytest.raises(ValueError, match="ids must be an integer array"):
+        _core.unique_partition(np.array([1.5]), 2)
+    with pytest.raises(ValueError, match="snapshot lacks 'values'"):
+        t.import_({"keys": np.array([1], np.int64)})
     with pytest.raises(ValueError, match="sketch_width"):
         _core.Table(DIM, admit_min_count=2, sketch_width=1000)
     with pytest.raises(ValueError, match="one table serves one optimizer"):

@@ -55,8 +55,8 @@ def _inspect(args):
     from tfps.embedding.checkpoint_tools import inspect
     try:
         tables = inspect(args.checkpoint, top=args.top)
-    except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as e:
-        raise ValueError(f"cannot read checkpoint {args.checkpoint!r}: {e}") from None
+    except (tf.errors.OpError, ValueError, RuntimeError, IndexError) as e:
+        raise ValueError(f"cannot read checkpoint {args.checkpoint!r}: {str(e).strip().splitlines()[0]}") from None
     if not tables:
         print(f"no tfps tables in {args.checkpoint}", flush=True)
     for t in tables:
@@ -124,6 +124,16 @@ def main(argv=None):
     except OSError as e:   # a file or address the user named: one line, not a traceback
         print(f"tfps: {e}", file=sys.stderr)
         return 1
+    except Exception as e:  # noqa: BLE001 -- only TF's errors are turned into one line here
+        import tensorflow as tf
+        if not isinstance(e, tf.errors.OpError):
+            raise
+        # A checkpoint that does not fit the config (a variable missing or of another shape), or a
+        # damaged file: TF's own words, first line, without the graph's stack.
+        first = (e.message or str(e)).strip().splitlines()[0]
+        print(f"tfps: {type(e).__name__}: {first} (is the checkpoint in model_dir from this config, and whole?)",
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

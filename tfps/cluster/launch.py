@@ -26,6 +26,7 @@ import tempfile
 import time
 
 GRACE_SECS = 120.0   # after the chief exits, how long the other workers and the evaluator may run on
+CONFIG_ERROR_EXIT = 2   # `tfps train`'s exit code for a bad config or a checkpoint that does not fit
 
 
 def free_ports(n, host="127.0.0.1"):
@@ -39,7 +40,7 @@ def free_ports(n, host="127.0.0.1"):
             s.bind((host, 0))
             ports.append(s.getsockname()[1])
     except OSError as e:
-        raise ValueError(f"tfps launch: cluster.host {host!r} cannot be used for the cluster's addresses: "
+        raise ValueError(f"launch: cluster.host {host!r} cannot be used for the cluster's addresses: "
                          f"{e.strerror or e}") from None
     finally:
         for s in socks:
@@ -132,11 +133,11 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
            host="127.0.0.1", status_every=5.0, printer=print):
     """Runs the job; returns the chief's exit code (1 when restarts ran out)."""
     if num_ps < 1:
-        raise ValueError(f"tfps launch: --ps must be >= 1 (embedding tables live on PS tasks), got {num_ps}")
+        raise ValueError(f"launch: --ps must be >= 1 (embedding tables live on PS tasks), got {num_ps}")
     if num_workers < 1:
-        raise ValueError(f"tfps launch: --workers must be >= 1, got {num_workers}")
+        raise ValueError(f"launch: --workers must be >= 1, got {num_workers}")
     if max_restarts < 0:
-        raise ValueError(f"tfps launch: --max-restarts must be >= 0, got {max_restarts}")
+        raise ValueError(f"launch: --max-restarts must be >= 0, got {max_restarts}")
     model_dir = model_dir or tempfile.mkdtemp(prefix="tfps_cluster_")
     log_dir = os.path.join(model_dir, "logs")
     os.makedirs(log_dir, exist_ok=True)
@@ -166,9 +167,11 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
                 rc = t.proc.poll()
                 if rc is None or (rc == 0 and t.type != "ps"):
                     continue
-                if restarts >= max_restarts:
-                    failure = (f"tfps launch: {t.name} exited {rc} and the job has used its {max_restarts} "
-                               f"restart(s) (--max-restarts); stopping the job. See {t.log_path}")
+                if rc == CONFIG_ERROR_EXIT or restarts >= max_restarts:
+                    why = ("a configuration error, which a restart cannot mend" if rc == CONFIG_ERROR_EXIT else
+                           f"the job has used its {max_restarts} restart(s) (--max-restarts)")
+                    failure = (f"tfps launch: {t.name} exited {rc} ({why}); stopping the job. Its last line: "
+                               f"{_last_line(t.log_path)[:300]!r}. See {t.log_path}")
                     code = rc if t is chief and rc > 0 else 1
                     break
                 restarts += 1

@@ -60,7 +60,13 @@ def delta_chain(model_dir, step, variables):
     start from nowhere, or when one lacks a table of `variables` or has another dim."""
     chains = {}
     for delta_step, prefix in delta_files(model_dir, after_step=step):
-        reader = tf.train.load_checkpoint(prefix)
+        try:   # every tensor read once here, so that a damaged delta is refused before any applies
+            reader = tf.train.load_checkpoint(prefix)
+            for name in reader.get_variable_to_shape_map():
+                reader.get_tensor(name)
+        except (RuntimeError, ValueError, IndexError, tf.errors.OpError) as e:
+            raise ValueError(f"delta {prefix} cannot be read ({str(e).strip().splitlines()[0]}); refusing to "
+                             f"apply any delta after step {step}") from None
         if not reader.has_tensor(BASE_STEP):
             raise ValueError(f"delta {prefix} has no {BASE_STEP}: not a tfps delta, or written by an older tfps")
         key = (float(reader.get_tensor(STARTED)), reader.get_tensor(CHAIN))

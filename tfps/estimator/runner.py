@@ -100,6 +100,17 @@ def with_checked_saver(model_fn, keep_checkpoint_max):
     return fn
 
 
+def checkpoint_global_step(path):
+    """The global step saved in checkpoint `path` (0 for None); ValueError naming the file when
+    it cannot be read (missing or truncated data)."""
+    if path is None:
+        return 0
+    try:
+        return int(tf.train.load_variable(path, "global_step"))
+    except (RuntimeError, ValueError, IndexError, tf.errors.OpError) as e:
+        raise ValueError(f"cannot read checkpoint {path}: {str(e).strip().splitlines()[0]}") from None
+
+
 def table_hooks(cfg, printer):
     """(hooks, saving listeners) that keep the tables as the config says: restore the deltas after
     a full checkpoint, write deltas every train.delta_every_secs, run the eviction rules every
@@ -123,7 +134,7 @@ def run(cfg, printer=print):
     printer(f"model_dir {cfg.model_dir}; training {cfg.train.steps} steps of {cfg.train.batch_size} "
             f"({cfg.data.num_categorical} features, dim {cfg.model.embedding_dim}, "
             f"{'one merged table' if cfg.model.merge_tables else 'a table each'})", flush=True)
-    start_step = int(tf.train.load_variable(est.model_dir, "global_step")) if est.latest_checkpoint() else 0
+    start_step = checkpoint_global_step(est.latest_checkpoint())
     hook = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer)
     hooks, listeners = table_hooks(cfg, printer)
     hooks = [hook] + hooks
