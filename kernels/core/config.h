@@ -29,6 +29,9 @@ constexpr int64_t kMaxDim = int64_t{1} << 24;
 constexpr int64_t kMaxOutputFloats = int64_t{1} << 40;
 // Most partitions (shards, PS tasks) unique_partition splits ids into.
 constexpr int64_t kMaxPartitions = int64_t{1} << 16;
+// Unique and scatter-add split a large batch into one piece per hardware thread (at least 2,
+// at most this many; ParallelParts() in parallel.h), merged in piece order.
+constexpr int kMaxParallelParts = 16;
 // Batches of at least this many keys are split over threads (tbb::parallel_for).
 constexpr int64_t kParallelThreshold = 16384;
 // Grain of tbb::parallel_for over keys.
@@ -48,7 +51,7 @@ constexpr int64_t kSketchAgeFactor = 8;
 // Removed-keys log for incremental checkpoints (kept only while they are on): past this
 // many keys in one index shard the log is dropped and the next delta carries every row.
 constexpr int64_t kMaxRemovedPerShard = int64_t{1} << 16;
-// Unique splits a batch over kUniqueParts threads from this many ids when the sampled
+// Unique splits a batch over ParallelParts() threads from this many ids when the sampled
 // estimate says ids repeat (under n/2 distinct), and from the second when they do not
 // (measured in benchmarks/bench_unique_paths.cc; see kernels/core/unique.h).
 constexpr int64_t kParallelUniqueMinNSkewed = 1 << 18;

@@ -56,9 +56,10 @@ void ScatterAddRows(const float* data, int64_t dim, const int32_t* idx, int64_t 
     return;
   }
   // Part 0 sums into out, the others into buffers of their own, added at the end.
-  std::vector<std::vector<float>> partial(kUniqueParts - 1);
-  const int64_t piece = (n + kUniqueParts - 1) / kUniqueParts;
-  ParallelTasks(kUniqueParts, [&](int p) {
+  const int parts = ParallelParts();
+  std::vector<std::vector<float>> partial(parts - 1);
+  const int64_t piece = (n + parts - 1) / parts;
+  ParallelTasks(parts, [&](int p) {
     float* acc = out;
     if (p > 0) {
       partial[p - 1].assign(rows * dim, 0.f);

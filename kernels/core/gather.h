@@ -19,7 +19,7 @@ int64_t CheckIndices(const int32_t* idx, int64_t n, int64_t rows);
 void GatherRows(const float* params, int64_t dim, const int32_t* idx, int64_t n, float* out);
 
 // The adjoint of GatherRows: out[u] = sum of data[i] over i with idx[i] == u, for
-// out [rows, dim] (zeroed here). Large inputs are split over kUniqueParts threads, each
+// out [rows, dim] (zeroed here). Large inputs are split over ParallelParts() threads, each
 // summing into its own buffer, then added (single-threaded TF UnsortedSegmentSum was the
 // largest op of a merged embedding step).
 void ScatterAddRows(const float* data, int64_t dim, const int32_t* idx, int64_t n, int64_t rows, float* out);

@@ -1,5 +1,8 @@
 #include "kernels/core/parallel.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "kernels/core/config.h"
 
 #ifdef TFPS_STD_THREAD_FORK_JOIN
@@ -13,6 +16,14 @@
 
 namespace tfps {
 namespace core {
+
+int ParallelParts() {
+  static const int parts = [] {
+    const int hw = static_cast<int>(std::thread::hardware_concurrency());
+    return std::max(2, std::min(hw, kMaxParallelParts));
+  }();
+  return parts;
+}
 
 void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_parallel) {
   if (n < (min_parallel < 0 ? kParallelThreshold : min_parallel)) {

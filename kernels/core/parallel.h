@@ -18,6 +18,10 @@ namespace core {
 // kParallelThreshold), else chunks of kParallelGrain spread over threads.
 void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_parallel = -1);
 
+// How many pieces a large batch is split into: the machine's hardware threads, clamped to
+// [2, kMaxParallelParts] (read once).
+int ParallelParts();
+
 // Runs fn(0) ... fn(k - 1), in parallel.
 void ParallelTasks(int k, const std::function<void(int)>& fn);
 

@@ -50,21 +50,22 @@ void UniqueByHash(const int64_t* ids, int64_t n, Index* inverse, std::vector<int
 template <typename Index>
 void UniqueByParallelHash(const int64_t* ids, int64_t n, Index* inverse, std::vector<int64_t>* uniq,
                           std::vector<int32_t>* counts, int64_t size_divisor) {
-  const int64_t piece = (n + kUniqueParts - 1) / kUniqueParts;
+  const int parts = ParallelParts();
+  const int64_t piece = (n + parts - 1) / parts;
   std::vector<IdSet> sets;
-  for (int p = 0; p < kUniqueParts; ++p) {
+  for (int p = 0; p < parts; ++p) {
     const int64_t begin = std::min(n, p * piece), end = std::min(n, (p + 1) * piece);
     sets.emplace_back(EstimateDistinct(ids + begin, end - begin) / size_divisor);
   }
-  ParallelTasks(kUniqueParts, [&](int p) {
+  ParallelTasks(parts, [&](int p) {
     Dedup(ids, std::min(n, p * piece), std::min(n, (p + 1) * piece), &sets[p], inverse);
   });
   // Piece 0's unique ids come first; each later piece appends the ids no earlier piece
   // had, in its own first-occurrence order. remaps[p][local] = global position.
   uniq->assign(sets[0].uniq().begin(), sets[0].uniq().end());
   counts->assign(sets[0].counts().begin(), sets[0].counts().end());
-  std::vector<std::vector<int32_t>> remaps(kUniqueParts);
-  for (int p = 1; p < kUniqueParts; ++p) {
+  std::vector<std::vector<int32_t>> remaps(parts);
+  for (int p = 1; p < parts; ++p) {
     const std::vector<int64_t>& local = sets[p].uniq();
     std::vector<int32_t>& remap = remaps[p];
     remap.resize(local.size());

@@ -9,7 +9,7 @@
 //     the sample overestimates skewed ids; hash/1 vs /2 at 1M Zipf: 14.4 vs 11.7 ns,
 //     at 1M uniform: 30.0 vs 43.4 ns);
 //   from kParallelUniqueMinNSkewed (skewed) or kParallelUniqueMinNDistinct ids:
-//     kUniqueParts contiguous pieces deduplicated in parallel, merged in piece order
+//     ParallelParts() contiguous pieces deduplicated in parallel, merged in piece order
 //     (keeps global first-occurrence order), inverse remapped in parallel
 //     (1M Zipf: 6.6 vs 11.7 ns; 131k uniform: 18.9 vs 12.1 ns, merging
 //     all-distinct pieces costs more than the split saves).
@@ -31,7 +31,6 @@
 namespace tfps {
 namespace core {
 
-constexpr int kUniqueParts = 2;
 constexpr uint64_t kPartitionSalt = 0xD6E8FEB86659FD93ULL;
 
 enum class PartitionStrategy { kMod, kHash };

@@ -3,8 +3,7 @@ import time
 
 import tensorflow as tf
 
-# model_fns add their training loss (a scalar) to this graph collection for ProgressHook.
-LOSS_COLLECTION = "tfps_training_loss"
+from tfps.models.common import LOSS_COLLECTION   # where model_fns put their training loss
 
 
 class ProgressHook(tf.compat.v1.train.SessionRunHook):

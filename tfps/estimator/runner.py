@@ -82,8 +82,7 @@ def make_estimator(cfg, run_config=None):
               "num_categorical": cfg.data.num_categorical}
     run_config = run_config or tf.estimator.RunConfig(
         model_dir=cfg.model_dir, **checkpoint_every(cfg), keep_checkpoint_max=cfg.train.keep_checkpoint_max,
-        log_step_count_steps=None, session_config=tf.compat.v1.ConfigProto(
-            intra_op_parallelism_threads=2, inter_op_parallelism_threads=2))
+        log_step_count_steps=None)   # TF's thread pools: one thread per core of this machine
     return tf.estimator.Estimator(model_fn=with_checked_saver(model_fn, cfg.train.keep_checkpoint_max),
                                   params=params, config=run_config)
 

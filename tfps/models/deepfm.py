@@ -10,7 +10,7 @@ import tensorflow as tf
 import tfps
 from tfps.embedding.merged import Feature, lookup_feature_matrix
 from tfps.embedding.options import EmbeddingOptions
-from tfps.estimator.hooks import LOSS_COLLECTION
+from tfps.models.common import LOSS_COLLECTION
 
 
 def dense_layer(x, units, name, activation=None):
