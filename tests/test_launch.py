@@ -219,6 +219,7 @@ def test_a_config_error_is_not_restarted(tmp_path):
     job = _launch(tmp_path, ["train.steps=100"])
     job.communicate(timeout=300)
     assert job.returncode == 0
+    (tmp_path / "logs" / "chief0.pid").unlink()     # the first job's
     job = _launch(tmp_path, ["train.steps=200", "model.embedding_dim=16"], "--max-restarts", "3")
     chief_pids = set()
     while job.poll() is None:       # every start of the chief writes its pid

@@ -27,15 +27,20 @@ def test_traffic_of_a_traced_step_matches_the_tensors_that_cross_tasks():
         with tf.compat.v1.Session(chief.target) as s:
             s.run(tf.compat.v1.global_variables_initializer())
             s.run(train_op)
-            meta = tf.compat.v1.RunMetadata()
-            s.run(train_op, options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
-                  run_metadata=meta)
-    stats = rpc_stats(meta)
+            # Three traced steps, the fullest counted: on a loaded machine a remote partition's
+            # step stats sometimes lack a RecvTensor entry (seen under 2 busy-looping cores).
+            traces = []
+            for _ in range(3):
+                meta = tf.compat.v1.RunMetadata()
+                s.run(train_op, options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+                      run_metadata=meta)
+                traces.append((rpc_stats(meta), meta))
+    stats, meta = max(traces, key=lambda t: t[0]["bytes"])
     assert stats["tasks"] == 3
     # From the PS: the N looked-up rows (float32) and w. To the PS: the N ids (int64), the N
     # row gradients, w's gradient.
     assert stats["bytes_from_ps"] >= N * DIM * 4 + DIM * 4
-    assert stats["bytes_to_ps"] >= N * 8 + N * DIM * 4 + DIM * 4
+    assert stats["bytes_to_ps"] >= N * 8 + N * DIM * 4 + DIM * 4, (stats, [(d.device, len(d.node_stats)) for d in meta.step_stats.dev_stats])
     assert stats["bytes"] == stats["bytes_from_ps"] + stats["bytes_to_ps"]
     # Nothing much else crosses: the transfers above plus small bookkeeping tensors.
     assert stats["bytes"] < 1.2 * (N * 8 + 2 * N * DIM * 4 + 2 * DIM * 4) + 8 * N
