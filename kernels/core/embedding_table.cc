@@ -108,23 +108,27 @@ void EmbeddingTable::InitSlotsAndMeta(float* row) const {
   meta[1] = 0;
 }
 
+template <typename Init, typename Use>
 int64_t EmbeddingTable::InsertRowsLocked(Shard* s, const int64_t* keys, const int64_t* idx, const uint64_t* h,
-                                         const std::vector<int64_t>& missing,
-                                         const std::function<void(int64_t, float*)>& init,
-                                         const std::function<void(int64_t, float*)>& use) {
+                                         const std::vector<int64_t>& missing, const Init& init, const Use& use) {
   // Room in the index and rows from the pool first: either may throw std::bad_alloc, and then
   // nothing has changed. After that nothing allocates.
   ReserveLocked(s, static_cast<int64_t>(missing.size()));
   std::vector<float*> fresh(missing.size());
   s->pool->Allocate(static_cast<int64_t>(fresh.size()), fresh.data());
+  const int64_t mask = static_cast<int64_t>(s->slots.size()) - 1;
   size_t used = 0;
   for (int64_t j : missing) {
     const int64_t key = keys[idx[j]];
-    const int64_t pos = Find(*s, h[j], key);  // a key repeated in the batch is in by now
-    float* row = pos >= 0 ? s->slots[pos].row : fresh[used++];
-    if (pos < 0) {
+    // One probe finds the key (repeated in the batch, so in by now) or the empty slot for it.
+    int64_t pos = static_cast<int64_t>(h[j]) & mask;
+    while (s->slots[pos].row != nullptr && s->slots[pos].key != key) pos = (pos + 1) & mask;
+    float* row = s->slots[pos].row;
+    if (row == nullptr) {
+      row = fresh[used++];
       init(j, row);
-      InsertLocked(s, h[j], key, row);
+      s->slots[pos] = Slot{key, row};
+      ++s->size;
     }
     use(j, row);
   }

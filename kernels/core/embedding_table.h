@@ -208,9 +208,10 @@ class EmbeddingTable {
   // Rows for the keys idx[missing[..]] not in the shard yet: room and rows first (may throw,
   // nothing changed), then init(j, row) and insertion; a key repeated in the batch gets one row.
   // Calls use(j, row) for every missing[..] with its (new or found) row. Returns rows added.
+  // (A template defined and used in embedding_table.cc only.)
+  template <typename Init, typename Use>
   int64_t InsertRowsLocked(Shard* s, const int64_t* keys, const int64_t* idx, const uint64_t* h,
-                           const std::vector<int64_t>& missing, const std::function<void(int64_t, float*)>& init,
-                           const std::function<void(int64_t, float*)>& use);
+                           const std::vector<int64_t>& missing, const Init& init, const Use& use);
   void EraseLocked(Shard* s, int64_t pos);
   void InitNewRow(int64_t key, float* row) const;  // initialiser values, slot init, zero meta
   void InitSlotsAndMeta(float* row) const;          // slot init, zero meta
