@@ -6,8 +6,12 @@ NAME-keys [N], -values [N, dim], -slots [N, k*dim], -freq [N], -last_step [N], -
 (the rows of every shard, concatenated) and -admission [S] (the admission sketch, summed over
 shards; S = 0 without admission). A restore re-shards the rows by floormod(key, num_shards),
 so a checkpoint of N shards restores into M shards, through any Saver (the Estimator's, a
-re-created session's, `tfps export`'s), and validates every part before the first shard changes.
+re-created session's, `tfps export`'s). Before any table changes, one check per restore reads
+the checkpoint's index and refuses it unless every table of the graph is there whole, with its
+dim (a restore is exact for every table or changes none), and each variable checks its parts.
 """
+import weakref
+
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object
 
@@ -40,4 +44,28 @@ class TableSaveable(saveable_object.SaveableObject):
 
     def restore(self, restored_tensors, restored_shapes):
         del restored_shapes
-        return self._ev.load(dict(zip(PARTS, restored_tensors)))
+        check = _check_every_table(restored_tensors[0])
+        with tf.control_dependencies([check] if check is not None else []):
+            return self._ev.load(dict(zip(PARTS, restored_tensors)))
+
+
+_CHECKS = weakref.WeakKeyDictionary()   # graph -> {checkpoint prefix tensor name: check op}
+
+
+def _check_every_table(restored):
+    """One TfpsCheckTables per Saver restore (per checkpoint prefix tensor), over every table of
+    the graph: each table's import waits for it, so a checkpoint that cannot restore one table
+    exactly restores none. None when `restored` does not come from a RestoreV2 (no prefix)."""
+    if restored.op.type != "RestoreV2":
+        return None
+    from tfps.embedding.variable import embedding_variables
+    from tfps.ops.checkpoint import check_tables
+    prefix = restored.op.inputs[0]
+    graph = restored.graph
+    checks = _CHECKS.setdefault(graph, {})
+    if prefix.name not in checks:
+        tables = embedding_variables(graph)
+        with graph.colocate_with(prefix.op), tf.control_dependencies(None):
+            checks[prefix.name] = check_tables(prefix, [ev.name for ev in tables], [ev.dim for ev in tables],
+                                               name="tfps_check_tables")
+    return checks[prefix.name]
