@@ -200,10 +200,11 @@ def test_out_of_memory_is_resource_exhausted_and_the_process_lives():
     """Under an address-space limit, the first optimizer update of a big table (which re-lays
     out every row with its slot) cannot get its memory: ResourceExhausted, the process lives,
     and the table keeps its rows and layout."""
+    import json
     import subprocess
     import sys
     code = r"""
-import resource
+import json, resource
 import numpy as np, tensorflow as tf
 from tfps.ops import embedding_table as et
 from tfps.ops.training import table_apply_adagrad
@@ -219,11 +220,13 @@ with tf.compat.v1.Session() as s:
     resource.setrlimit(resource.RLIMIT_AS, (vm + (512 << 20), resource.RLIM_INFINITY))
     try:
         s.run(apply)
-        print("no error")
+        result = {"error": None}
     except tf.errors.ResourceExhaustedError:
         rows, _, _, row_bytes = s.run(et.table_memory_stats(h))[:4]
-        print("exhausted", rows, row_bytes)
+        result = {"error": "ResourceExhausted", "rows": int(rows), "row_bytes": int(row_bytes)}
+print(json.dumps(result))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split()[-3:] == ["exhausted", "200000", str(4 * 1024 + 8)], out.stdout
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"error": "ResourceExhausted", "rows": 200000, "row_bytes": 4 * 1024 + 8}, got
