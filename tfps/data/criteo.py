@@ -31,13 +31,19 @@ NUM_FIELDS = 1 + NUM_INTEGER + NUM_CATEGORICAL
 MISSING_BUCKET = (1 << 31) - 1
 
 
-def _lines(paths):
-    """(file, line number from 1, line) of every line of every file, in order."""
+def _batches(paths, batch_size):
+    """Batches of (file [b], line numbers from 1 [b], lines [b]) of every file, in order. Batches
+    end at file ends; line numbers come from the batch index, not from a per-line step."""
     ds = None
     for path in paths:
-        lines = tf.data.TextLineDataset(path, compression_type="GZIP" if str(path).endswith(".gz") else "")
-        lines = lines.enumerate(start=1).map(lambda i, line, path=str(path): (tf.constant(path), i, line))
-        ds = lines if ds is None else ds.concatenate(lines)
+        path = str(path)
+        lines = tf.data.TextLineDataset(path, compression_type="GZIP" if path.endswith(".gz") else "")
+
+        def number(b, batch, path=path):
+            n = tf.shape(batch, out_type=tf.int64)[0]
+            return tf.fill([n], path), b * batch_size + 1 + tf.range(n), batch
+        batches = lines.batch(batch_size).enumerate().map(number)
+        ds = batches if ds is None else ds.concatenate(batches)
     return ds
 
 
@@ -83,8 +89,8 @@ def criteo_dataset(paths, batch_size, skip_bad_rows=False, shard_index=0, num_sh
 
     Args:
       paths: file paths, in reading order.
-      batch_size: rows per batch (the last may be smaller; with skip_bad_rows, batches lose
-        their bad rows).
+      batch_size: rows per batch (the last of each file may be smaller; with skip_bad_rows,
+        batches lose their bad rows).
       skip_bad_rows: drop malformed rows (counted in features["bad_rows"]) instead of failing.
       shard_index, num_shards: a cluster trainer's share: batches shard_index, shard_index +
         num_shards, ... (the interleaving rule of the synthetic input).
@@ -97,10 +103,9 @@ def criteo_dataset(paths, batch_size, skip_bad_rows=False, shard_index=0, num_sh
         raise ValueError("criteo_dataset: no files given")
     if not 0 <= shard_index < num_shards:
         raise ValueError(f"criteo_dataset: shard_index must be in [0, {num_shards}), got {shard_index}")
-    ds = _lines(paths)
+    ds = _batches(paths, batch_size)
     if repeat:
         ds = ds.repeat()
-    ds = ds.batch(batch_size)
     if num_shards > 1:
         ds = ds.shard(num_shards, shard_index)
     return ds.map(lambda f, n, l: _parse((f, n, l), skip_bad_rows),
