@@ -3,6 +3,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tfps.config import load_config
@@ -28,6 +29,9 @@ def test_train_prints_final_json(tmp_path):
     assert abs(metrics["oracle_auc"] - auc(labels, prob)) < 1e-5
     # 150 steps learn something: better than chance, not better than the oracle.
     assert 0.55 < metrics["auc"] <= metrics["oracle_auc"]
+    # ... and a logloss below that of predicting the base rate for every row.
+    from tfps.metrics import logloss
+    assert metrics["logloss"] < logloss(labels, np.full(len(labels), labels.mean()))
     assert (tmp_path / "checkpoint").exists()
 
 

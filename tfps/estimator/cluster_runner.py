@@ -30,6 +30,7 @@ from tfps.cluster.placement import LoadBalancedStrategy, replica_device_setter
 from tfps.cluster.tf_config import ClusterConfigError, check_protocol
 from tfps.data.synthetic import SyntheticCriteo, auc
 from tfps.estimator.hooks import ProgressHook, StepStatsHook
+from tfps.metrics import logloss
 from tfps.estimator.runner import checkpoint_every, eval_set, make_estimator, table_hooks, train_input_fn
 
 FIRST_CHECKPOINT_POLL_SECS = 0.5
@@ -238,7 +239,8 @@ def run_task(cfg, cluster_config, printer=print):
     preds = make_estimator(cfg).predict(
         lambda: tf.data.Dataset.from_tensor_slices(features).batch(cfg.eval.batch_size), yield_single_examples=False)
     scores = np.concatenate([p["probabilities"] for p in preds])
-    return {"auc": round(auc(labels, scores), 5), "oracle_auc": round(auc(labels, prob), 5), **task,
+    return {"auc": round(auc(labels, scores), 5), "logloss": round(logloss(labels, scores), 5), "gauc": None,
+            "oracle_auc": round(auc(labels, prob), 5), **task,
             # every worker's steps count in the shared global step
             "examples_per_sec_overall": round((cfg.train.steps - start) * cfg.train.batch_size / seconds, 1),
             "steps": cfg.train.steps, "batch_size": cfg.train.batch_size, "train_seconds": round(seconds, 1),

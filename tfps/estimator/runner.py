@@ -10,6 +10,7 @@ from tfps.data.synthetic import SyntheticCriteo, auc
 from tfps.estimator.hooks import EvictionHook, ProgressHook
 from tfps.estimator.incremental import DeltaRestoreHook, IncrementalCheckpoints
 from tfps.embedding.checkpoint_tools import Saver
+from tfps.metrics import logloss
 from tfps.models.deepfm import model_fn
 
 EVAL_INDEX_BASE = 1 << 40  # eval batches never share a seed with training batches
@@ -149,6 +150,8 @@ def run(cfg, printer=print):
     scores = np.concatenate([p["probabilities"] for p in preds])
     return {
         "auc": round(auc(labels, scores), 5),
+        "logloss": round(logloss(labels, scores), 5),
+        "gauc": None,   # the synthetic data has no users
         "oracle_auc": round(auc(labels, prob), 5),
         "examples_per_sec": round(hook.examples_per_sec, 1) if hook.examples_per_sec else None,
         "examples_per_sec_overall": round(trained_steps * cfg.train.batch_size / train_seconds, 1),
