@@ -374,14 +374,6 @@ class TableImportDeltaOp : public TableOpKernel {
   }
 };
 
-class TableResetRemovedOp : public TableOpKernel {
- public:
-  using TableOpKernel::TableOpKernel;
-  void ComputeOnTable(OpKernelContext*, core::EmbeddingTable& table) override {
-    table.ResetRemoved();
-  }
-};
-
 class TableTrackRemovedOp : public TableOpKernel {
  public:
   explicit TableTrackRemovedOp(OpKernelConstruction* ctx) : TableOpKernel(ctx) {
@@ -480,7 +472,6 @@ TFPS_CPU_KERNEL("TfpsTableMemoryStats", TableMemoryStatsOp);
 TFPS_CPU_KERNEL("TfpsTableEvict", TableEvictOp);
 TFPS_CPU_KERNEL("TfpsTableExportDelta", TableExportDeltaOp);
 TFPS_CPU_KERNEL("TfpsTableImportDelta", TableImportDeltaOp);
-TFPS_CPU_KERNEL("TfpsTableResetRemoved", TableResetRemovedOp);
 TFPS_CPU_KERNEL("TfpsTableTrackRemoved", TableTrackRemovedOp);
 TFPS_CPU_KERNEL("TfpsTableExportAdmission", TableExportAdmissionOp);
 TFPS_CPU_KERNEL("TfpsTableImportAdmission", TableImportAdmissionOp);

@@ -285,10 +285,11 @@ REGISTER_OP("TfpsTableExportDelta")
     })
     .Doc(R"doc(
 An incremental checkpoint: the rows updated at or after since_step (as TfpsTableExport,
-under the shard locks), and removed: the keys removed or evicted since the last
-TfpsTableResetRemoved (logged only after TfpsTableTrackRemoved). complete: the removed-keys
-log outgrew its bound, so the delta holds every row instead and replaces the table when
-applied. Restore = the full checkpoint, then each delta in order.
+under the shard locks), and removed: the keys removed or evicted at or after since_step
+(logged only after TfpsTableTrackRemoved); each shard's log is emptied as its rows are
+copied, so no removal falls between two deltas. complete: the removed-keys log outgrew its
+bound, so the delta holds every row instead and replaces the table when applied. Restore =
+the full checkpoint, then each delta in order.
 )doc");
 
 REGISTER_OP("TfpsTableImportDelta")
@@ -340,11 +341,6 @@ Replaces the admission sketch with a TfpsTableExportAdmission output (counts cli
 [0, 65535]; an empty one is accepted and changes nothing); a sketch of another size is
 InvalidArgument.
 )doc");
-
-REGISTER_OP("TfpsTableResetRemoved")
-    .Input("table: resource")
-    .SetShapeFn([](InferenceContext*) { return tensorflow::OkStatus(); })
-    .Doc("Forgets the removed keys recorded for deltas (run when a full checkpoint is written).");
 
 REGISTER_OP("TfpsTableMemoryStats")
     .Input("table: resource")

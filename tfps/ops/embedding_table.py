@@ -11,7 +11,7 @@ _INITIALIZERS = ("zeros", "constant", "uniform", "normal", "truncated_normal")
 for _op in ("TfpsTableHandle", "TfpsTableFind", "TfpsTableLookupUnique", "TfpsTableAssign", "TfpsScatterAddRows",
             "TfpsTableRemove", "TfpsTableSize", "TfpsTableExport", "TfpsTableImport",
             "TfpsTableMemoryStats", "TfpsTableEvict", "TfpsTableExportDelta", "TfpsTableImportDelta",
-            "TfpsTableResetRemoved", "TfpsTableInitialize", "TfpsTableIsInitialized", "TfpsTableTrackRemoved",
+            "TfpsTableInitialize", "TfpsTableIsInitialized", "TfpsTableTrackRemoved",
             "TfpsTableExportAdmission", "TfpsTableImportAdmission"):
     tf.no_gradient(_op)
 
@@ -140,8 +140,3 @@ def table_export_admission(table, name=None):
 def table_import_admission(table, counts, name=None):
     """Replaces the admission sketch with counts int32 [S]. Returns the op."""
     return load().tfps_table_import_admission(table, counts, name=name)
-
-
-def table_reset_removed(table, name=None):
-    """Forgets the removed keys recorded for deltas. Returns the op."""
-    return load().tfps_table_reset_removed(table, name=name)
