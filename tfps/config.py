@@ -33,9 +33,36 @@ class EvictionConfig:
         return any(v is not None for v in (self.after_steps, self.min_freq, self.l2_below, self.max_rows))
 
 
+FORMATS = ("synthetic", "criteo", "movielens", "tfrecord")
+FEATURE_TYPES = ("int", "float", "string", "int_list")
+
+
+@dataclasses.dataclass
+class FeatureSpec:
+    """One feature of a TFRecord of tf.train.Example (data.features)."""
+    name: str
+    type: str                            # int | float | string: model inputs; int_list: a list feature
+    length: int = 1                      # values per example (int, float, string)
+    names: Optional[List[str]] = None    # the embedding feature name of each of an int/string feature's values
+
+
+@dataclasses.dataclass
+class DataConfig(SyntheticConfig):
+    """Where the examples come from: data.format and its files; the synthetic generator's shape
+    (the fields of SyntheticConfig) when data.format is synthetic."""
+    format: str = "synthetic"            # synthetic | criteo | movielens | tfrecord
+    path: Optional[str] = None           # criteo: file, glob or directory; movielens: directory; tfrecord: dir or glob
+    eval_path: Optional[str] = None      # criteo, tfrecord: the eval files (movielens splits by time itself)
+    skip_bad_rows: bool = False          # text formats: drop malformed rows (counted in the JSON's bad_rows)
+    eval_fraction: float = 0.2           # movielens: each user's latest share of ratings that is evaluation
+    features: List[FeatureSpec] = dataclasses.field(default_factory=list)   # tfrecord (or DIR/tfps_features.yaml)
+    label: str = "label"                 # tfrecord: the float label feature
+    user: Optional[str] = None           # tfrecord: the int user-id feature (GAUC); not a model input
+
+
 @dataclasses.dataclass
 class ModelConfig:
-    name: str = "deepfm"                 # deepfm
+    name: str = "deepfm"                 # deepfm | wdl | dcn_v2
     embedding_dim: int = 8
     hidden_units: List[int] = dataclasses.field(default_factory=lambda: [400, 400, 400])
     num_shards: int = 1                  # tables per feature (a placement choice: checkpoints restore into any)
@@ -44,6 +71,8 @@ class ModelConfig:
     admit_min_count: int = 1             # a new id gets a row after this many sightings
     admit_sketch_width: int = 2**20      # counters per row of the admission sketch (EmbeddingOptions)
     eviction: EvictionConfig = dataclasses.field(default_factory=EvictionConfig)
+    cross_layers: int = 3                # dcn_v2: cross layers
+    dcn_structure: str = "stacked"       # dcn_v2: stacked (cross, then MLP) | parallel (side by side)
 
 
 @dataclasses.dataclass
@@ -89,7 +118,7 @@ class TrainConfig:
 
 @dataclasses.dataclass
 class EvalConfig:
-    examples: int = 100_000
+    examples: Optional[int] = 100_000    # synthetic: the eval sample; files: at most this many (null: all)
     batch_size: int = 4096
     throttle_secs: int = 10              # cluster evaluator: at most one evaluation this often
 
@@ -105,7 +134,7 @@ class ClusterSection:
 @dataclasses.dataclass
 class JobConfig:
     model_dir: Optional[str] = None      # None: a fresh temporary directory
-    data: SyntheticConfig = dataclasses.field(default_factory=SyntheticConfig)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
@@ -146,6 +175,10 @@ def _build(cls, raw, prefix=""):
             where = f"{prefix}.{key}" if prefix else key
             raise ConfigError(f"unknown config key '{where}' (known: {', '.join(sorted(fields))})")
     kwargs = {k: _coerce(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in raw.items()}
+    missing = [f.name for f in fields.values() if f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING and f.name not in kwargs]
+    if missing:
+        raise ConfigError(f"config section '{prefix}' needs {', '.join(missing)}")
     return cls(**kwargs)
 
 
@@ -190,7 +223,21 @@ def load_config(path=None, overrides=()):
 def validate(cfg):
     """Range checks that types cannot express."""
     checks = [
-        (cfg.model.name in ("deepfm",), "model.name must be deepfm"),
+        (cfg.model.name in ("deepfm", "wdl", "dcn_v2"), f"model.name must be deepfm, wdl or dcn_v2, got "
+                                                        f"{cfg.model.name!r}"),
+        (cfg.model.cross_layers >= 0, "model.cross_layers must be >= 0"),
+        (cfg.model.dcn_structure in ("stacked", "parallel"), "model.dcn_structure must be stacked or parallel"),
+        (cfg.data.format in FORMATS, f"data.format must be one of {', '.join(FORMATS)}, got {cfg.data.format!r}"),
+        (cfg.data.format == "synthetic" or cfg.data.path, f"data.path must name the {cfg.data.format} data"),
+        (cfg.data.format != "criteo" or cfg.data.eval_path, "data.eval_path must name the criteo eval files"),
+        (cfg.data.format != "synthetic" or cfg.eval.examples, "eval.examples must be set for synthetic data"),
+        (cfg.data.format != "tfrecord" or not cfg.data.skip_bad_rows,
+         "data.skip_bad_rows applies to the text formats (criteo, movielens); TFRecord parse errors always stop"),
+        (0.0 < cfg.data.eval_fraction < 1.0, "data.eval_fraction must be in (0, 1)"),
+        (all(f.type in FEATURE_TYPES for f in cfg.data.features),
+         f"data.features: each type must be one of {', '.join(FEATURE_TYPES)}"),
+        (all(f.length > 0 and (f.names is None or len(f.names) == f.length) for f in cfg.data.features),
+         "data.features: length must be > 0 and names, if given, one per value"),
         (cfg.model.embedding_dim > 0, "model.embedding_dim must be > 0"),
         (cfg.model.num_shards > 0, "model.num_shards must be > 0"),
         (all(u > 0 for u in cfg.model.hidden_units), "model.hidden_units must be positive"),
@@ -223,7 +270,7 @@ def validate(cfg):
         (cfg.train.delta_every_secs is None or cfg.train.delta_every_secs > 0, "train.delta_every_secs must be > 0"),
         (cfg.train.evict_every_steps is None or cfg.train.evict_every_steps > 0,
          "train.evict_every_steps must be > 0"),
-        (cfg.eval.examples > 0 and cfg.eval.batch_size > 0, "eval.examples and eval.batch_size must be > 0"),
+        ((cfg.eval.examples or 1) > 0 and cfg.eval.batch_size > 0, "eval.examples and eval.batch_size must be > 0"),
         (cfg.eval.throttle_secs >= 0, "eval.throttle_secs must be >= 0"),
         (cfg.cluster.peer_timeout_secs > 0, "cluster.peer_timeout_secs must be > 0"),
         (cfg.train.save_checkpoints_steps > 0, "train.save_checkpoints_steps must be > 0"),

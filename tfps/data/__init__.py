@@ -1,5 +1,10 @@
-"""Data: the synthetic Criteo-shaped generator with a planted model, and the Criteo text reader."""
+"""Data: readers for Criteo text logs, MovieLens ratings and TFRecords of tf.train.Example; the
+synthetic generator with a planted model; the sources a config names."""
 from tfps.data.criteo import criteo_dataset
+from tfps.data.movielens import movielens_dataset
+from tfps.data.schema import Schema, share
 from tfps.data.synthetic import SyntheticConfig, SyntheticCriteo, auc
+from tfps.data.tfrecord import tfrecord_dataset, write_tfrecords
 
-__all__ = ["SyntheticConfig", "SyntheticCriteo", "auc", "criteo_dataset"]
+__all__ = ["Schema", "SyntheticConfig", "SyntheticCriteo", "auc", "criteo_dataset", "movielens_dataset", "share",
+           "tfrecord_dataset", "write_tfrecords"]

@@ -21,6 +21,7 @@ skip_bad_rows=True it is dropped and counted in features["bad_rows"].
 """
 import tensorflow as tf
 
+from tfps.data.schema import Schema, share
 from tfps.ops.data import check_rows
 
 NUM_INTEGER, NUM_CATEGORICAL = 13, 26
@@ -29,6 +30,8 @@ NUM_FIELDS = 1 + NUM_INTEGER + NUM_CATEGORICAL
 # integer field is bucket MISSING; categorical features hash their strings (the feature tags of
 # tfps.embedding.merged keep the features apart). An empty categorical field hashes "".
 MISSING_BUCKET = (1 << 31) - 1
+SCHEMA = Schema(num_dense=NUM_INTEGER, id_features=tuple([f"I{j + 1}" for j in range(NUM_INTEGER)] +
+                                                         [f"C{j + 1}" for j in range(NUM_CATEGORICAL)]))
 
 
 def _batches(paths, batch_size):
@@ -84,7 +87,7 @@ def _parse(paths_lines, skip_bad_rows):
     return features, tf.strings.to_number(label_s, tf.float32)
 
 
-def criteo_dataset(paths, batch_size, skip_bad_rows=False, shard_index=0, num_shards=1, repeat=False):
+def criteo_dataset(paths, batch_size, skip_bad_rows=False, shard_index=0, num_shards=1, repeat=False, start=0):
     """Batches of parsed Criteo rows from `paths` (one or many files, .gz read as gzip).
 
     Args:
@@ -92,8 +95,8 @@ def criteo_dataset(paths, batch_size, skip_bad_rows=False, shard_index=0, num_sh
       batch_size: rows per batch (the last of each file may be smaller; with skip_bad_rows,
         batches lose their bad rows).
       skip_bad_rows: drop malformed rows (counted in features["bad_rows"]) instead of failing.
-      shard_index, num_shards: a cluster trainer's share: batches shard_index, shard_index +
-        num_shards, ... (the interleaving rule of the synthetic input).
+      shard_index, num_shards, start: a trainer's share: batches start + shard_index, start +
+        shard_index + num_shards, ... (tfps.data.schema.share; start may be a function).
       repeat: cycle through the files forever.
 
     Returns:
@@ -101,12 +104,7 @@ def criteo_dataset(paths, batch_size, skip_bad_rows=False, shard_index=0, num_sh
     """
     if not paths:
         raise ValueError("criteo_dataset: no files given")
-    if not 0 <= shard_index < num_shards:
-        raise ValueError(f"criteo_dataset: shard_index must be in [0, {num_shards}), got {shard_index}")
     ds = _batches(paths, batch_size)
-    if repeat:
-        ds = ds.repeat()
-    if num_shards > 1:
-        ds = ds.shard(num_shards, shard_index)
+    ds = share(ds.repeat() if repeat else ds, start, shard_index, num_shards)
     return ds.map(lambda f, n, l: _parse((f, n, l), skip_bad_rows),
                   num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)

@@ -1,14 +1,22 @@
-"""Session hooks: progress logs of step, loss and examples/s."""
+"""Session hooks: progress of training (step, loss, examples/s, ETA) and of evaluation."""
 import time
 
 import tensorflow as tf
 
-from tfps.models.common import LOSS_COLLECTION   # where model_fns put their training loss
+from tfps.models.common import EVAL_EXAMPLES_COLLECTION, LOSS_COLLECTION   # what model_fns put there
+
+
+def duration(seconds):
+    """'1h02m', '3m05s', '42s'."""
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 class ProgressHook(tf.compat.v1.train.SessionRunHook):
-    """Prints `step N loss L examples/s X` each time the global step passes a multiple of
-    `every_n_steps`, and keeps the rates of the run.
+    """Prints `step N/M (P%) loss L examples/s X eta T` each time the global step passes a multiple
+    of `every_n_steps`, and keeps the rates of the run (M = max_steps, when given).
 
     The loss is the scalar a model_fn added to LOSS_COLLECTION. On a cluster the global step
     counts every worker's steps: `examples/s` is the job's rate, and with task_rate=True the line
@@ -16,8 +24,9 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     warm-up). After a session is re-created (a PS restarted) the windows start again.
     """
 
-    def __init__(self, batch_size, every_n_steps, printer=print, task_rate=False):
+    def __init__(self, batch_size, every_n_steps, printer=print, task_rate=False, max_steps=None):
         self._batch, self._every, self._print, self._task_rate = batch_size, every_n_steps, printer, task_rate
+        self._max_steps = max_steps
         self.examples_per_sec = None        # all workers (global steps)
         self.task_examples_per_sec = None   # this task's own steps
         self.local_steps = 0
@@ -50,8 +59,15 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         if step // self._every > self._logged:
             self._logged = step // self._every
             global_rate, task_rate = self._rates(self._window, self._last)
-            line = f"step {step} loss {loss:.4f} examples/s {global_rate:.0f}"
-            self._print(line + (f" (this task {task_rate:.0f})" if self._task_rate else ""), flush=True)
+            if self._max_steps:
+                eta = (self._max_steps - step) * self._batch / max(global_rate, 1e-9)
+                line = (f"step {step}/{self._max_steps} ({100 * step / self._max_steps:.0f}%) loss {loss:.4f} "
+                        f"examples/s {global_rate:.0f}" + (f" (this task {task_rate:.0f})" if self._task_rate else "")
+                        + f" eta {duration(eta)}")
+            else:
+                line = f"step {step} loss {loss:.4f} examples/s {global_rate:.0f}" + (
+                    f" (this task {task_rate:.0f})" if self._task_rate else "")
+            self._print(line, flush=True)
             if self._steady is None:
                 self._steady = self._last
             self._window = self._last
@@ -63,6 +79,43 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     def end(self, session):
         first = self._steady if self._steady is not None and self._last[1] > self._steady[1] else self._start
         self.examples_per_sec, self.task_examples_per_sec = self._rates(first, self._last)
+
+
+class EvalProgressHook(tf.compat.v1.train.SessionRunHook):
+    """Prints how far an evaluation is, at most every `every_secs`: `eval: N of M examples (P%),
+    X examples/s` (`N examples` when the eval set's size is unknown). `examples` holds the count."""
+
+    def __init__(self, total=None, every_secs=10.0, printer=print):
+        self._total, self._every, self._print = total, every_secs, printer
+        self.examples = 0
+
+    def begin(self):
+        sizes = tf.compat.v1.get_collection(EVAL_EXAMPLES_COLLECTION)
+        self._size = sizes[-1] if sizes else None
+        self.examples = 0
+
+    def after_create_session(self, session, coord):
+        self._t0 = self._last = time.time()
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs(self._size) if self._size is not None else None
+
+    def after_run(self, run_context, run_values):
+        if run_values.results is None:
+            return
+        self.examples += int(run_values.results)
+        now = time.time()
+        if now - self._last >= self._every:
+            self._last = now
+            self._report(now)
+
+    def end(self, session):
+        self._report(time.time())
+
+    def _report(self, now):
+        rate = self.examples / max(now - self._t0, 1e-9)
+        of = f" of {self._total} examples ({100 * self.examples / self._total:.0f}%)" if self._total else " examples"
+        self._print(f"eval: {self.examples}{of}, {rate:.0f} examples/s", flush=True)
 
 
 def rpc_stats(run_metadata):

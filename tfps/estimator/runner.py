@@ -1,61 +1,28 @@
 """Train and evaluate a JobConfig with tf.estimator in one process."""
 import dataclasses
+import math
 import tempfile
 import time
 
-import numpy as np
 import tensorflow as tf
 
-from tfps.data.synthetic import SyntheticCriteo, auc
-from tfps.estimator.hooks import EvictionHook, ProgressHook
+from tfps.data.sources import eval_set, make_source, schema_of, train_input_fn  # noqa: F401 (re-exported)
+from tfps.estimator.hooks import EvalProgressHook, EvictionHook, ProgressHook
 from tfps.estimator.incremental import DeltaRestoreHook, IncrementalCheckpoints
 from tfps.embedding.checkpoint_tools import Saver
-from tfps.metrics import logloss
-from tfps.models.deepfm import model_fn
-
-EVAL_INDEX_BASE = 1 << 40  # eval batches never share a seed with training batches
+from tfps.models.common import BAD_ROWS_VARIABLE
+from tfps.models.zoo import model_fn
 
 
-def _features(dense, ids):
-    return {"dense": dense, "ids": ids}
-
-
-def train_input_fn(gen, batch_size, first_batch=0, stride=1):
-    """Endless batches first_batch, first_batch + stride, ... of the generator.
-
-    first_batch: an int, or a function called each time the iterator starts (a session
-    re-created after a failure re-initializes it) that says where to resume."""
-    c = gen.config
-
-    def batches():
-        i = first_batch() if callable(first_batch) else first_batch
-        while True:
-            dense, ids, labels, _ = gen.batch(i, batch_size)
-            yield _features(dense, ids), labels
-            i += stride
-
-    def input_fn():
-        sig = ({"dense": tf.TensorSpec([batch_size, c.num_dense], tf.float32),
-                "ids": tf.TensorSpec([batch_size, c.num_categorical], tf.int64)},
-               tf.TensorSpec([batch_size], tf.float32))
-        return tf.data.Dataset.from_generator(batches, output_signature=sig).prefetch(2)
-
-    return input_fn
-
-
-def eval_set(gen, examples, batch_size):
-    """(features dict of numpy arrays, labels, true probabilities) of the fixed eval sample."""
-    parts = [gen.batch(EVAL_INDEX_BASE + i, min(batch_size, examples - i * batch_size))
-             for i in range((examples + batch_size - 1) // batch_size)]
-    dense, ids, labels, prob = (np.concatenate(p) for p in zip(*parts))
-    return _features(dense, ids), labels, prob
-
-
-def serving_input_receiver_fn(cfg):
-    """Raw-tensor serving inputs: dense float32 [None, num_dense], ids int64 [None, num_categorical]."""
+def serving_input_receiver_fn(schema):
+    """Raw-tensor serving inputs of a schema: dense float32 [None, num_dense], ids int64
+    [None, F], each list feature int64 [None, None] (-1 pads)."""
     def fn():
-        inputs = {"dense": tf.compat.v1.placeholder(tf.float32, [None, cfg.data.num_dense], name="dense"),
-                  "ids": tf.compat.v1.placeholder(tf.int64, [None, cfg.data.num_categorical], name="ids")}
+        inputs = {"ids": tf.compat.v1.placeholder(tf.int64, [None, len(schema.id_features)], name="ids")}
+        if schema.num_dense:
+            inputs["dense"] = tf.compat.v1.placeholder(tf.float32, [None, schema.num_dense], name="dense")
+        for name in schema.list_features:
+            inputs[name] = tf.compat.v1.placeholder(tf.int64, [None, None], name=name)
         return tf.estimator.export.ServingInputReceiver(inputs, inputs)
     return fn
 
@@ -68,7 +35,7 @@ def export(cfg, export_dir):
     est = make_estimator(cfg)
     if not est.latest_checkpoint():
         raise ValueError(f"export: no checkpoint in model_dir {cfg.model_dir!r}; train first")
-    return est.export_saved_model(export_dir, serving_input_receiver_fn(cfg)).decode()
+    return est.export_saved_model(export_dir, serving_input_receiver_fn(schema_of(cfg))).decode()
 
 
 def checkpoint_every(cfg):
@@ -80,7 +47,7 @@ def checkpoint_every(cfg):
 
 def make_estimator(cfg, run_config=None):
     params = {"model": dataclasses.asdict(cfg.model), "train": dataclasses.asdict(cfg.train),
-              "num_categorical": cfg.data.num_categorical}
+              "schema": schema_of(cfg).to_params()}
     run_config = run_config or tf.estimator.RunConfig(
         model_dir=cfg.model_dir, **checkpoint_every(cfg), keep_checkpoint_max=cfg.train.keep_checkpoint_max,
         log_step_count_steps=None)   # TF's thread pools: one thread per core of this machine
@@ -125,37 +92,53 @@ def table_hooks(cfg, printer):
     return hooks, listeners
 
 
+def _metric(value, digits=5):
+    """A JSON-safe rounded metric: None when undefined (NaN) or absent."""
+    return None if value is None or math.isnan(float(value)) else round(float(value), digits)
+
+
+def final_metrics(cfg, source, printer, estimator=None, name=None):
+    """Evaluates the latest checkpoint on the source's eval set: {auc, gauc, logloss, oracle_auc,
+    bad_rows, eval_examples}. bad_rows counts the malformed rows skipped in training (saved in the
+    checkpoint) and in this evaluation; gauc is None without users, oracle_auc without a planted model."""
+    est = estimator or make_estimator(cfg)
+    progress = EvalProgressHook(source.eval_size(), printer=printer)
+    result = est.evaluate(source.eval_input_fn(cfg.eval.batch_size), hooks=[progress], name=name)
+    ckpt = est.latest_checkpoint()
+    names = {n for n, _ in tf.train.list_variables(ckpt)} if ckpt else set()
+    trained_bad = int(tf.train.load_variable(ckpt, BAD_ROWS_VARIABLE)) if BAD_ROWS_VARIABLE in names else None
+    eval_bad = int(result["bad_rows"]) if "bad_rows" in result else None
+    oracle = source.oracle_auc(cfg.eval.batch_size)
+    return {"auc": _metric(result["auc"]), "gauc": _metric(result.get("gauc")), "logloss": _metric(result["logloss"]),
+            **({"oracle_auc": _metric(oracle)} if oracle is not None else {}),
+            "bad_rows": None if trained_bad is None and eval_bad is None else (trained_bad or 0) + (eval_bad or 0),
+            "bad_rows_eval": eval_bad, "eval_examples": progress.examples}
+
+
 def run(cfg, printer=print):
-    """Trains cfg.train.steps, then scores the eval sample. Returns the metrics dict."""
+    """Trains cfg.train.steps, then evaluates on the eval set. Returns the metrics dict."""
     if cfg.model_dir is None:
         cfg = dataclasses.replace(cfg, model_dir=tempfile.mkdtemp(prefix="tfps_"))
-    gen = SyntheticCriteo(cfg.data)
+    source = make_source(cfg)
     est = make_estimator(cfg)
-    printer(f"model_dir {cfg.model_dir}; training {cfg.train.steps} steps of {cfg.train.batch_size} "
-            f"({cfg.data.num_categorical} features, dim {cfg.model.embedding_dim}, "
+    printer(f"model_dir {cfg.model_dir}; training {cfg.model.name} for {cfg.train.steps} steps of "
+            f"{cfg.train.batch_size} on {source.describe()} (dim {cfg.model.embedding_dim}, "
             f"{'one merged table' if cfg.model.merge_tables else 'a table each'})", flush=True)
     start_step = checkpoint_global_step(est.latest_checkpoint())
-    hook = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer)
+    hook = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer, max_steps=cfg.train.steps)
     hooks, listeners = table_hooks(cfg, printer)
-    hooks = [hook] + hooks
     t0 = time.time()
-    est.train(train_input_fn(gen, cfg.train.batch_size, first_batch=start_step),
-              max_steps=cfg.train.steps, hooks=hooks, saving_listeners=listeners)
+    est.train(source.train_input_fn(cfg.train.batch_size, start=start_step), max_steps=cfg.train.steps,
+              hooks=[hook] + hooks, saving_listeners=listeners)
     train_seconds = time.time() - t0
     trained_steps = cfg.train.steps - start_step
-    printer(f"trained in {train_seconds:.1f} s; evaluating on {cfg.eval.examples} examples", flush=True)
-    features, labels, prob = eval_set(gen, cfg.eval.examples, cfg.eval.batch_size)
-    preds = est.predict(lambda: tf.data.Dataset.from_tensor_slices(features).batch(cfg.eval.batch_size),
-                        yield_single_examples=False)
-    scores = np.concatenate([p["probabilities"] for p in preds])
+    printer(f"trained in {train_seconds:.1f} s; evaluating", flush=True)
     return {
-        "auc": round(auc(labels, scores), 5),
-        "logloss": round(logloss(labels, scores), 5),
-        "gauc": None,   # the synthetic data has no users
-        "oracle_auc": round(auc(labels, prob), 5),
+        **final_metrics(cfg, source, printer, est),
         "examples_per_sec": round(hook.examples_per_sec, 1) if hook.examples_per_sec else None,
         "examples_per_sec_overall": round(trained_steps * cfg.train.batch_size / train_seconds, 1),
         "final_loss": round(hook.last_loss, 5) if hook.last_loss is not None else None,
+        "model": cfg.model.name,
         "steps": cfg.train.steps,
         "batch_size": cfg.train.batch_size,
         "train_seconds": round(train_seconds, 1),

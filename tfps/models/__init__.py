@@ -1,4 +1,5 @@
-"""Models on tfps embeddings."""
-from tfps.models.deepfm import deepfm_logits, model_fn as deepfm_model_fn
+"""Models on tfps embeddings: DeepFM, Wide & Deep, DCN-v2, behind one model_fn (model.name)."""
+from tfps.models.deepfm import deepfm_logits
+from tfps.models.zoo import MODELS, model_fn
 
-__all__ = ["deepfm_logits", "deepfm_model_fn"]
+__all__ = ["MODELS", "deepfm_logits", "model_fn"]

@@ -1,4 +1,135 @@
-"""What every model_fn shares with the runners."""
+"""What every tfps model shares: input embedding, MLP, the head (loss, metrics, training), and
+what the runners read back (LOSS_COLLECTION, EVAL_EXAMPLES_COLLECTION).
+
+A model is logits(rows, dense, model) where rows [B, fields, width] are the embeddings of a
+batch's features (embed_inputs) and dense [B, num_dense] its dense values (dense_input).
+"""
+import tensorflow as tf
+
+import tfps
+from tfps.data.schema import PAD_ID
+from tfps.embedding.lookup import combine_padded
+from tfps.embedding.merged import Feature, lookup_feature_matrix, lookup_features
+from tfps.embedding.options import EmbeddingOptions
+from tfps.metrics import streaming_metrics, streaming_sum
 
 # The training loss (a float32 scalar) a model_fn adds here, for the runners' progress hooks.
 LOSS_COLLECTION = "tfps_training_loss"
+# The examples of each evaluation batch (int32 scalar), for the eval progress hook.
+EVAL_EXAMPLES_COLLECTION = "tfps_eval_batch_examples"
+BAD_ROWS_VARIABLE = "tfps_bad_rows"   # malformed training rows the readers skipped (global, checkpointed)
+
+
+def dense_layer(x, units, name, activation=None):
+    """x [B, K] -> [B, units]: glorot-uniform kernel, zero bias (tf.compat.v1.layers.dense defaults)."""
+    with tf.compat.v1.variable_scope(name):
+        kernel = tf.compat.v1.get_variable("kernel", [x.shape[-1], units],
+                                           initializer=tf.compat.v1.glorot_uniform_initializer())
+        bias = tf.compat.v1.get_variable("bias", [units], initializer=tf.compat.v1.zeros_initializer())
+        y = tf.matmul(x, kernel) + bias
+        return activation(y) if activation else y
+
+
+def mlp(x, hidden_units, prefix="mlp"):
+    """ReLU layers prefix_0, prefix_1, ... of the given widths, then a linear prefix_out to one
+    logit: x [B, K] -> [B]."""
+    return tf.squeeze(dense_layer(hidden(x, hidden_units, prefix), 1, f"{prefix}_out"), 1)
+
+
+def hidden(x, hidden_units, prefix="mlp"):
+    """The ReLU layers of mlp without the output layer: x [B, K] -> [B, hidden_units[-1]]."""
+    for i, units in enumerate(hidden_units):
+        x = dense_layer(x, units, f"{prefix}_{i}", tf.nn.relu)
+    return x
+
+
+def make_optimizer(train):
+    """The tfps optimizer of a JobConfig's `train` section (as a dict): sgd, adagrad, adam or ftrl
+    with their hyper-parameters."""
+    name, lr = train["optimizer"], train["learning_rate"]
+    if name == "sgd":
+        return tfps.train.GradientDescentOptimizer(lr)
+    if name == "adagrad":
+        return tfps.train.AdagradOptimizer(lr, **train["adagrad"])
+    if name == "adam":
+        return tfps.train.AdamOptimizer(lr, **train["adam"])
+    if name == "ftrl":
+        return tfps.train.FtrlOptimizer(lr, **train["ftrl"])
+    raise ValueError(f"unknown optimizer {name!r} (sgd, adagrad, adam or ftrl)")
+
+
+def embedding_options(model):
+    """tfps.EmbeddingOptions of a JobConfig's `model` section (as a dict)."""
+    e = model["eviction"]
+    return EmbeddingOptions(num_shards=model["num_shards"], merge=model["merge_tables"],
+                            admit_min_count=model["admit_min_count"],
+                            admit_sketch_width=model["admit_sketch_width"], evict_after_steps=e["after_steps"],
+                            evict_min_freq=e["min_freq"], evict_l2_below=e["l2_below"], max_rows=e["max_rows"],
+                            cap_policy=e["cap_policy"])
+
+
+def padded_to_sparse(padded):
+    """int64 [B, L] padded with PAD_ID -> SparseTensor [B, L] of the ids (row-major)."""
+    where = tf.where(tf.not_equal(padded, PAD_ID))
+    return tf.SparseTensor(where, tf.gather_nd(padded, where), tf.shape(padded, out_type=tf.int64))
+
+
+def embed_inputs(features, schema, width, options, initializer_stddev=0.02, insert=True):
+    """rows float32 [B, F + L, width]: one row per single-valued feature (schema.id_features,
+    the columns of features["ids"]) then the mean row of each list feature (schema.list_features;
+    a row with no ids gets zeros). With merged options all of them share one table and one
+    fused, deduplicated lookup."""
+    init = tf.compat.v1.truncated_normal_initializer(stddev=initializer_stddev)
+    singles = [Feature(name, width, init, options=options) for name in schema.id_features]
+    ids = features["ids"]
+    if not schema.list_features:
+        return lookup_feature_matrix(singles, ids, insert=insert)
+    requests = [(f, ids[:, i]) for i, f in enumerate(singles)]
+    requests += [(Feature(name, width, init, options=options), padded_to_sparse(features[name]), "mean")
+                 for name in schema.list_features]
+    return tf.stack(lookup_features(requests, insert=insert, combine=combine_padded), axis=1)
+
+
+def dense_input(features, schema):
+    """float32 [B, num_dense] (None when the schema has no dense values)."""
+    if schema.num_dense == 0:
+        return None
+    dense = tf.cast(features["dense"], tf.float32)
+    return tf.math.log1p(tf.maximum(dense, 0.0)) if schema.dense_log1p else dense
+
+
+def _count_bad_rows(features):
+    """An op adding the batch's skipped rows to the global BAD_ROWS_VARIABLE (None without them)."""
+    if "bad_rows" not in features:
+        return None
+    with tf.compat.v1.variable_scope(tf.compat.v1.VariableScope(name="", reuse=tf.compat.v1.AUTO_REUSE)):
+        counter = tf.compat.v1.get_variable(BAD_ROWS_VARIABLE, [], tf.int64, tf.compat.v1.zeros_initializer(),
+                                            trainable=False, use_resource=True)
+    return counter.assign_add(tf.cast(features["bad_rows"], tf.int64))
+
+
+def estimator_spec(mode, logits, labels, features, schema, train):
+    """The EstimatorSpec of a binary classifier with logits [B]:
+    PREDICT: probabilities and logits (the serving signature);
+    EVAL: loss and exact streaming auc, logloss, gauc (when the schema has users) and bad_rows;
+    TRAIN: the config's tfps optimizer; skipped rows are added to BAD_ROWS_VARIABLE."""
+    probs = tf.sigmoid(logits)
+    if mode == tf.estimator.ModeKeys.PREDICT:
+        predictions = {"probabilities": probs, "logits": logits}
+        return tf.estimator.EstimatorSpec(mode, predictions=predictions, export_outputs={
+            "serving_default": tf.estimator.export.PredictOutput(predictions)})
+    labels = tf.cast(tf.reshape(labels, [-1]), tf.float32)
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+    tf.compat.v1.add_to_collection(LOSS_COLLECTION, loss)
+    if mode == tf.estimator.ModeKeys.EVAL:
+        tf.compat.v1.add_to_collection(EVAL_EXAMPLES_COLLECTION, tf.size(labels))
+        metrics = streaming_metrics(labels, probs, features["user"] if schema.has_users else None)
+        if "bad_rows" in features:
+            metrics["bad_rows"] = streaming_sum(features["bad_rows"])
+        return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
+    gs = tf.compat.v1.train.get_or_create_global_step()
+    train_op = make_optimizer(train).minimize(loss, global_step=gs)
+    counted = _count_bad_rows(features)
+    if counted is not None:
+        train_op = tf.group(train_op, counted)
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)

@@ -1,0 +1,176 @@
+"""MovieLens ratings in the GroupLens CSV layout, read and featurized in TF ops by tf.data.
+
+A directory holds `ratings.csv` (userId,movieId,rating,timestamp) and `movies.csv`
+(movieId,title,genres), each with its header line. Per rating:
+  label     rating >= 4
+  ids       user_id, movie_id, hour (UTC), weekday (Monday 0), history_len = floor(log2(1 + n))
+            where n is the user's count of ratings strictly *before* this one's timestamp
+  genres    the movie's genres, hashed (a list feature: int64 [B, L], -1 pads)
+  dense     log1p(n)
+  user      the user id (GAUC)
+
+The split is by time per user: each user's last floor(eval_fraction * count) ratings by timestamp
+are the evaluation set, the rest are training. No feature of a row looks at a later rating (ties
+in timestamp count as later).
+
+    ds = movielens_dataset("movielens-small", batch_size=1024, split="train", repeat=True)
+
+A malformed line (wrong column count, a non-numeric field, a bad header) stops the input with
+InvalidArgumentError naming the file, the line and what is wrong; with skip_bad_rows=True the
+rating is dropped and counted in features["bad_rows"] of the first batch of each pass.
+"""
+import os
+
+import tensorflow as tf
+
+from tfps.data.schema import PAD_ID, Schema, share
+from tfps.ops.data import check_rows
+
+ID_FEATURES = ("user_id", "movie_id", "hour", "weekday", "history_len")
+SCHEMA = Schema(num_dense=1, id_features=ID_FEATURES, list_features=("genres",), has_users=True)
+RATINGS_HEADER, MOVIES_HEADER = "userId,movieId,rating,timestamp", "movieId,title,genres"
+_INT = "[0-9]{1,18}"
+
+
+def _lines(path, header):
+    """(data lines [N], their line numbers from 2 [N]) of a CSV file after checking its header."""
+    text = tf.strings.regex_replace(tf.io.read_file(path), "\r", "")
+    lines = tf.strings.split(text, "\n")
+    lines = lines[:tf.size(lines) - tf.cast(tf.equal(lines[-1], ""), tf.int32)]
+    first = lines[:1]
+    header_ok = check_rows(tf.reshape(tf.equal(first, header), [-1]), tf.fill(tf.shape(first), path),
+                           tf.ones(tf.shape(first), tf.int64),
+                           tf.strings.join(["has header '", first, f"', expected '{header}'"]), reader="movielens")
+    with tf.control_dependencies([header_ok]):
+        rows = tf.identity(lines[1:])
+    return rows, tf.range(2, tf.size(rows, out_type=tf.int64) + 2)
+
+
+def _check(ok, path, numbers, reasons, skip_bad_rows):
+    """ok rows mask; fails on the first bad row unless skip_bad_rows. Returns (mask, bad count)."""
+    if skip_bad_rows:
+        return ok, tf.reduce_sum(tf.cast(~ok, tf.int64))
+    reasons = tf.broadcast_to(reasons, tf.shape(ok))
+    passed = check_rows(ok, tf.fill(tf.shape(ok), path), numbers, reasons, reader="movielens")
+    with tf.control_dependencies([passed]):
+        return tf.identity(ok), tf.constant(0, tf.int64)
+
+
+def _ratings(path, skip_bad_rows):
+    rows, numbers = _lines(path, RATINGS_HEADER)
+    fields = tf.strings.split(rows, ",")
+    count_ok = tf.equal(fields.row_lengths(), 4)
+    p = fields.to_tensor(default_value="", shape=[None, 4])
+    checks = [(count_ok, tf.strings.join(["has ", tf.strings.as_string(fields.row_lengths()),
+                                          " comma-separated fields, expected 4 (userId,movieId,rating,timestamp)"])),
+              (tf.strings.regex_full_match(p[:, 0], _INT), "has a userId that is not a non-negative integer"),
+              (tf.strings.regex_full_match(p[:, 1], _INT), "has a movieId that is not a non-negative integer"),
+              (tf.strings.regex_full_match(p[:, 2], r"[0-9]{1,3}(\.[0-9]*)?"), "has a rating that is not a number"),
+              (tf.strings.regex_full_match(p[:, 3], "-?" + _INT), "has a timestamp that is not an integer")]
+    ok, reason = checks[0][0], tf.fill(tf.shape(count_ok), "")
+    for good, why in reversed(checks):
+        reason = tf.where(good, reason, why)
+    ok = tf.reduce_all(tf.stack([c for c, _ in checks], 1), 1)
+    ok, bad = _check(ok, path, numbers, reason, skip_bad_rows)
+    p = tf.boolean_mask(p, ok)
+    return (tf.strings.to_number(p[:, 0], tf.int64), tf.strings.to_number(p[:, 1], tf.int64),
+            tf.strings.to_number(p[:, 2], tf.float32), tf.strings.to_number(p[:, 3], tf.int64), bad)
+
+
+def _movies(path, skip_bad_rows):
+    """(movie ids [M], genre ids ragged [M, ?]); titles may hold quoted commas, genres are the last field."""
+    rows, numbers = _lines(path, MOVIES_HEADER)
+    movie = tf.strings.regex_replace(rows, ",.*$", "")
+    genres = tf.strings.regex_replace(rows, "^.*,", "")
+    ok = tf.strings.regex_full_match(movie, _INT) & tf.strings.regex_full_match(rows, "[^,]*,.*,[^,]*")
+    ok, bad = _check(ok, path, numbers, "is not movieId,title,genres with an integer movieId", skip_bad_rows)
+    movie, genres = tf.boolean_mask(movie, ok), tf.boolean_mask(genres, ok)
+    genre_ids = tf.strings.to_hash_bucket_fast(tf.strings.split(genres, "|"), 2**63 - 1)
+    return tf.strings.to_number(movie, tf.int64), genre_ids, bad
+
+
+def _first_of_runs(new_run):
+    """For a sorted column's run starts (bool [N]), the index where each element's run starts."""
+    starts = tf.where(new_run)[:, 0]
+    return tf.gather(starts, tf.cumsum(tf.cast(new_run, tf.int64)) - 1)
+
+
+def load(directory, split, eval_fraction=0.2, skip_bad_rows=False):
+    """One split of a MovieLens directory as whole columns: dict of ids [N, 5], genres ragged
+    [N, ?], dense [N, 1], user [N], label [N], bad_rows [] (in both files, whichever split)."""
+    user, movie, rating, ts, bad_r = _ratings(os.path.join(directory, "ratings.csv"), skip_bad_rows)
+    movie_ids, genre_ids, bad_m = _movies(os.path.join(directory, "movies.csv"), skip_bad_rows)
+    by_time = tf.argsort(ts, stable=True)
+    order = tf.gather(by_time, tf.argsort(tf.gather(user, by_time), stable=True))   # by (user, ts)
+    user, movie, rating, ts = (tf.gather(t, order) for t in (user, movie, rating, ts))
+    n = tf.size(user, out_type=tf.int64)
+    index = tf.range(n)
+    new_user = tf.concat([[True], tf.not_equal(user[1:], user[:-1])], 0)
+    new_time = tf.concat([[True], tf.not_equal(ts[1:], ts[:-1])], 0)
+    user_start = _first_of_runs(new_user)
+    earlier = _first_of_runs(new_user | new_time) - user_start           # ratings strictly before
+    user_index = tf.cumsum(tf.cast(new_user, tf.int64)) - 1
+    count = tf.gather(tf.math.bincount(user_index, dtype=tf.int64), user_index)
+    n_eval = tf.cast(tf.floor(tf.cast(count, tf.float64) * eval_fraction), tf.int64)
+    keep = (index - user_start >= count - n_eval) if split == "eval" else (index - user_start < count - n_eval)
+    # the movie's genres (none for a movie missing from movies.csv)
+    by_id = tf.argsort(movie_ids)
+    sorted_ids = tf.gather(movie_ids, by_id)
+    at = tf.minimum(tf.searchsorted(sorted_ids, movie), tf.maximum(tf.size(sorted_ids) - 1, 0))
+    found = tf.equal(tf.gather(sorted_ids, at), movie)
+    genres = tf.gather(tf.gather(genre_ids, by_id), at)
+    genres = tf.ragged.boolean_mask(genres, genres.with_values(tf.repeat(found, genres.row_lengths())))
+    log2 = tf.math.log(1.0 + tf.cast(earlier, tf.float64)) / tf.math.log(tf.constant(2.0, tf.float64))
+    history_len = tf.cast(tf.floor(log2 + 1e-9), tf.int64)
+    ids = tf.stack([user, movie, tf.math.floormod(ts // 3600, 24), tf.math.floormod(ts // 86400 + 3, 7),
+                    history_len], 1)
+    columns = {"ids": ids, "genres": genres, "dense": tf.math.log1p(tf.cast(earlier, tf.float32))[:, None],
+               "user": user, "label": tf.cast(rating >= 4.0, tf.float32)}
+    out = {k: (tf.ragged.boolean_mask(v, keep) if isinstance(v, tf.RaggedTensor) else tf.boolean_mask(v, keep))
+           for k, v in columns.items()}
+    out["bad_rows"] = bad_r + bad_m
+    return out
+
+
+def _batches_of(columns, batch_size, seed=None):
+    """Dataset of batches of whole columns (shuffled rows when seed is a [2] tensor)."""
+    n = tf.size(columns["label"], out_type=tf.int64)
+    if seed is not None:
+        perm = tf.random.experimental.stateless_shuffle(tf.range(n), seed)
+        columns = {k: (v if k == "bad_rows" else tf.gather(v, perm)) for k, v in columns.items()}
+
+    def batch(b):
+        rows = slice(b * batch_size, tf.minimum((b + 1) * batch_size, n))
+        features = {"ids": columns["ids"][rows], "genres": columns["genres"][rows].to_tensor(PAD_ID),
+                    "dense": columns["dense"][rows], "user": columns["user"][rows],
+                    "bad_rows": tf.where(tf.equal(b, 0), columns["bad_rows"], 0)}
+        return features, columns["label"][rows]
+    return tf.data.Dataset.range((n + batch_size - 1) // batch_size).map(batch)
+
+
+def movielens_dataset(directory, batch_size, split="train", eval_fraction=0.2, skip_bad_rows=False, repeat=False,
+                      seed=0, start=0, shard_index=0, num_shards=1):
+    """Batches (features, labels) of one split of a MovieLens directory (see the module docstring).
+
+    Args:
+      directory: holds ratings.csv and movies.csv.
+      split: "train" (rows shuffled, a new order each pass, from seed) or "eval" (by user and time).
+      eval_fraction: each user's latest share of ratings that is the eval split.
+      skip_bad_rows: drop malformed lines (counted) instead of failing.
+      repeat: pass over the split forever.
+      start, shard_index, num_shards: a trainer's share of the batches (tfps.data.schema.share).
+    """
+    if split not in ("train", "eval"):
+        raise ValueError(f"movielens_dataset: split must be train or eval, got {split!r}")
+    if not 0.0 <= eval_fraction < 1.0:
+        raise ValueError(f"movielens_dataset: eval_fraction must be in [0, 1), got {eval_fraction}")
+    for name in ("ratings.csv", "movies.csv"):
+        if not tf.io.gfile.exists(os.path.join(directory, name)):
+            raise ValueError(f"movielens: {directory!r} has no {name} (the GroupLens layout: ratings.csv, movies.csv)")
+    table = tf.data.Dataset.from_tensors(0).map(lambda _: load(directory, split, eval_fraction, skip_bad_rows))
+    table = table.cache()
+    if split == "eval":
+        return table.flat_map(lambda c: _batches_of(c, batch_size)).prefetch(tf.data.AUTOTUNE)
+    passes = (table.repeat() if repeat else table).enumerate()
+    batches = passes.flat_map(lambda p, c: _batches_of(c, batch_size, tf.stack([tf.cast(seed, tf.int64), p])))
+    return share(batches, start, shard_index, num_shards).prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,60 @@
+"""What a reader's batches hold, in the form every tfps model reads.
+
+A batch is (features, labels) with
+  features["dense"]  float32 [B, num_dense]   model-ready dense values (a reader applies its transforms)
+  features["ids"]    int64   [B, F]           one id per single-valued feature, named id_features[f]
+  features[name]     int64   [B, L]           one per list feature (L varies by batch; -1 pads)
+  features["user"]   int64   [B]              optional: the user of each row (GAUC)
+  features["bad_rows"] int64 []               optional: malformed rows the reader dropped in this batch
+  labels             float32 [B]              0 or 1
+"""
+import dataclasses
+from typing import Tuple
+
+PAD_ID = -1   # pads a list feature's rows to the batch's longest list
+
+
+@dataclasses.dataclass(frozen=True)
+class Schema:
+    """The model inputs of a data source.
+
+    num_dense: width of features["dense"].
+    id_features: names of the columns of features["ids"] (they name the embedding features, so
+      they are part of a checkpoint's identity: two readers of the same data give the same names).
+    list_features: names of the variable-length id lists, each its own features[name].
+    dense_log1p: the model applies log1p(max(x, 0)) to features["dense"] (the synthetic data feeds
+      raw counts; the file readers feed transformed values).
+    has_users: features["user"] is present (GAUC is computed).
+    """
+    num_dense: int
+    id_features: Tuple[str, ...]
+    list_features: Tuple[str, ...] = ()
+    dense_log1p: bool = False
+    has_users: bool = False
+
+    def to_params(self):
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_params(d):
+        return Schema(d["num_dense"], tuple(d["id_features"]), tuple(d["list_features"]), d["dense_log1p"],
+                      d["has_users"])
+
+
+def share(batches, start=0, shard_index=0, num_shards=1):
+    """A trainer's share of a stream of batches: batches start + shard_index, start + shard_index +
+    num_shards, ... (the interleaving rule of every tfps reader).
+
+    start: an int, or a function called each time the iterator is initialized (a session
+    re-created after a failure re-initializes it) that says where to resume, e.g. the global
+    step of the latest checkpoint rounded down to a multiple of num_shards."""
+    if not 0 <= shard_index < num_shards:
+        raise ValueError(f"shard_index must be in [0, {num_shards}), got {shard_index}")
+    if callable(start):
+        import numpy as np
+        import tensorflow as tf
+        count = tf.numpy_function(lambda: np.int64(start()), [], tf.int64, stateful=True)
+        start = tf.reshape(count, [])
+    if not (isinstance(start, int) and start == 0):
+        batches = batches.skip(start)
+    return batches.shard(num_shards, shard_index) if num_shards > 1 else batches

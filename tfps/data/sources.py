@@ -1,0 +1,240 @@
+"""The data source a JobConfig names (data.format): its schema, training and eval input_fns.
+
+    source = make_source(cfg)
+    source.schema                                   # tfps.data.schema.Schema of its batches
+    source.train_input_fn(batch_size, start, shard_index, num_shards)   # endless
+    source.eval_input_fn(batch_size)                # the eval set, once
+    source.eval_size()                              # examples in the eval set (None: unknown)
+    source.oracle_auc()                             # the best reachable AUC (synthetic data only)
+
+Every source deals a trainer the same share of its stream of batches (tfps.data.schema.share):
+batches start + k, start + k + W, ... for trainer k of W.
+"""
+import functools
+import gzip
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from tfps.data import criteo, movielens, tfrecord
+from tfps.data.schema import Schema
+from tfps.data.synthetic import SyntheticCriteo, auc
+
+EVAL_INDEX_BASE = 1 << 40  # synthetic eval batches never share a seed with training batches
+_COUNT_LINES_MAX_BYTES = 4 << 30
+
+
+def _first(start, shard_index):
+    return (lambda: start() + shard_index) if callable(start) else start + shard_index
+
+
+class SyntheticSource:
+    """The Criteo-shaped generator with a planted model (tfps.data.synthetic)."""
+
+    def __init__(self, cfg):
+        self.gen, self.examples = SyntheticCriteo(cfg.data), cfg.eval.examples
+        self.schema = schema_of(cfg)
+
+    def describe(self):
+        return f"synthetic data ({self.gen.config.num_categorical} categorical features)"
+
+    def train_input_fn(self, batch_size, start=0, shard_index=0, num_shards=1):
+        return train_input_fn(self.gen, batch_size, _first(start, shard_index), num_shards)
+
+    @functools.lru_cache(None)
+    def eval_set(self, batch_size):
+        return eval_set(self.gen, self.examples, batch_size)
+
+    def eval_input_fn(self, batch_size):
+        features, labels, _ = self.eval_set(batch_size)
+        return lambda: tf.data.Dataset.from_tensor_slices((features, labels)).batch(batch_size)
+
+    def eval_size(self):
+        return self.examples
+
+    def oracle_auc(self, batch_size):
+        _, labels, prob = self.eval_set(batch_size)
+        return auc(labels, prob)
+
+
+def train_input_fn(gen, batch_size, first_batch=0, stride=1):
+    """Endless batches first_batch, first_batch + stride, ... of the synthetic generator.
+
+    first_batch: an int, or a function called each time the iterator starts that says where to
+    resume."""
+    c = gen.config
+
+    def batches():
+        i = first_batch() if callable(first_batch) else first_batch
+        while True:
+            dense, ids, labels, _ = gen.batch(i, batch_size)
+            yield {"dense": dense, "ids": ids}, labels
+            i += stride
+
+    def input_fn():
+        sig = ({"dense": tf.TensorSpec([batch_size, c.num_dense], tf.float32),
+                "ids": tf.TensorSpec([batch_size, c.num_categorical], tf.int64)},
+               tf.TensorSpec([batch_size], tf.float32))
+        return tf.data.Dataset.from_generator(batches, output_signature=sig).prefetch(2)
+    return input_fn
+
+
+def eval_set(gen, examples, batch_size):
+    """(features dict of numpy arrays, labels, true probabilities) of the fixed synthetic eval sample."""
+    parts = [gen.batch(EVAL_INDEX_BASE + i, min(batch_size, examples - i * batch_size))
+             for i in range((examples + batch_size - 1) // batch_size)]
+    dense, ids, labels, prob = (np.concatenate(p) for p in zip(*parts))
+    return {"dense": dense, "ids": ids}, labels, prob
+
+
+def _files(path, what):
+    """Sorted files of a directory (not hidden), a glob, or one file; ValueError naming path if none."""
+    if tf.io.gfile.isdir(path):
+        files = [os.path.join(path, f) for f in sorted(tf.io.gfile.listdir(path)) if not f.startswith(".")]
+        files = [f for f in files if not tf.io.gfile.isdir(f)]
+    else:
+        files = sorted(tf.io.gfile.glob(path))
+    if not files:
+        raise ValueError(f"{what}: no files at {path!r}")
+    return files
+
+
+class _FileSource:
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def _limited(self, ds, batch_size):
+        n = self.cfg.eval.examples
+        return ds if n is None else ds.take((n + batch_size - 1) // batch_size)
+
+    def oracle_auc(self, batch_size):
+        return None
+
+
+class CriteoSource(_FileSource):
+    """Criteo display-advertising text logs (tfps.data.criteo)."""
+    schema = criteo.SCHEMA
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.train_files = _files(cfg.data.path, "data.path")
+        self.eval_files = _files(cfg.data.eval_path, "data.eval_path")
+
+    def describe(self):
+        return f"criteo text logs ({len(self.train_files)} training files, {len(self.eval_files)} eval files)"
+
+    def train_input_fn(self, batch_size, start=0, shard_index=0, num_shards=1):
+        return lambda: criteo.criteo_dataset(self.train_files, batch_size, self.cfg.data.skip_bad_rows, shard_index,
+                                             num_shards, repeat=True, start=start)
+
+    def eval_input_fn(self, batch_size):
+        return lambda: self._limited(criteo.criteo_dataset(self.eval_files, batch_size, self.cfg.data.skip_bad_rows),
+                                     batch_size)
+
+    def eval_size(self):
+        if sum(tf.io.gfile.stat(f).length for f in self.eval_files) > _COUNT_LINES_MAX_BYTES:
+            return self.cfg.eval.examples
+        lines = 0
+        for path in self.eval_files:
+            with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
+                for chunk in iter(lambda: f.read(1 << 24), b""):
+                    lines += chunk.count(b"\n")
+        return min(lines, self.cfg.eval.examples or lines)
+
+
+class MovieLensSource(_FileSource):
+    """A MovieLens directory, split by time per user (tfps.data.movielens)."""
+    schema = movielens.SCHEMA
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        for name in ("ratings.csv", "movies.csv"):
+            if not tf.io.gfile.exists(os.path.join(cfg.data.path, name)):
+                raise ValueError(f"data.path {cfg.data.path!r} has no {name} (MovieLens layout: ratings.csv, "
+                                 f"movies.csv)")
+
+    def describe(self):
+        return f"MovieLens ratings in {self.cfg.data.path} (each user's last {self.cfg.data.eval_fraction:.0%} " \
+               f"by time for eval)"
+
+    def _dataset(self, batch_size, split, **kwargs):
+        d = self.cfg.data
+        return movielens.movielens_dataset(d.path, batch_size, split, d.eval_fraction, d.skip_bad_rows, seed=d.seed,
+                                           **kwargs)
+
+    def train_input_fn(self, batch_size, start=0, shard_index=0, num_shards=1):
+        return lambda: self._dataset(batch_size, "train", repeat=True, start=start, shard_index=shard_index,
+                                     num_shards=num_shards)
+
+    def eval_input_fn(self, batch_size):
+        return lambda: self._limited(self._dataset(batch_size, "eval"), batch_size)
+
+    def eval_size(self):
+        d = self.cfg.data
+        n = int(tf.size(movielens.load(d.path, "eval", d.eval_fraction, d.skip_bad_rows)["label"]))
+        return min(n, self.cfg.eval.examples or n)
+
+
+class TFRecordSource(_FileSource):
+    """tf.train.Example files described by data.features (or the tfps_features.yaml of tfps convert)."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        d = cfg.data
+        self.train_files = tfrecord.files_of(d.path)
+        self.eval_files = tfrecord.files_of(d.eval_path) if d.eval_path else None
+        self.specs, self.user = _tfrecord_spec(cfg)
+        self.schema = tfrecord.schema_of(self.specs, self.user)
+
+    def describe(self):
+        return f"TFRecords ({len(self.train_files)} training files)"
+
+    def _dataset(self, files, batch_size, **kwargs):
+        return tfrecord.tfrecord_dataset(files, batch_size, self.specs, self.cfg.data.label, self.user, **kwargs)
+
+    def train_input_fn(self, batch_size, start=0, shard_index=0, num_shards=1):
+        return lambda: self._dataset(self.train_files, batch_size, repeat=True, start=start, shard_index=shard_index,
+                                     num_shards=num_shards)
+
+    def eval_input_fn(self, batch_size):
+        if self.eval_files is None:
+            raise ValueError("data.eval_path must name the TFRecord eval files")
+        return lambda: self._limited(self._dataset(self.eval_files, batch_size), batch_size)
+
+    def eval_size(self):
+        return self.cfg.eval.examples
+
+
+def _tfrecord_spec(cfg):
+    """(feature specs, user feature) of TFRecord data: data.features, else tfps convert's spec file."""
+    d = cfg.data
+    written = tfrecord.read_spec(d.path) or {}
+    specs = d.features or written.get("features")
+    if not specs:
+        raise ValueError(f"data.features is empty and {d.path!r} has no {tfrecord.SPEC_FILE}: say what the "
+                         f"features are ({{name, type: int|float|string|int_list, length}})")
+    return specs, (d.user if d.features else written.get("user", d.user))
+
+
+SOURCES = {"synthetic": SyntheticSource, "criteo": CriteoSource, "movielens": MovieLensSource,
+           "tfrecord": TFRecordSource}
+
+
+def make_source(cfg):
+    """The source of cfg.data (ValueError naming what is missing)."""
+    return SOURCES[cfg.data.format](cfg)
+
+
+def schema_of(cfg):
+    """The Schema of cfg.data without reading its data (a TFRecord spec may come from the
+    tfps_features.yaml beside the files)."""
+    if cfg.data.format == "synthetic":
+        c = cfg.data
+        return Schema(num_dense=c.num_dense, id_features=tuple(f"C{f + 1}" for f in range(c.num_categorical)),
+                      dense_log1p=True)
+    if cfg.data.format == "criteo":
+        return criteo.SCHEMA
+    if cfg.data.format == "movielens":
+        return movielens.SCHEMA
+    return tfrecord.schema_of(*_tfrecord_spec(cfg))

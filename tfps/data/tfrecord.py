@@ -1,0 +1,163 @@
+"""TFRecords of tf.train.Example: the reader (a feature spec says what each feature is) and the
+writer behind `tfps convert`.
+
+A spec is a list of FeatureSpec (tfps.config) or dicts {name, type, length=1, names=None}:
+  float     FixedLen [length] float  -> columns of features["dense"]
+  int       FixedLen [length] int64  -> columns of features["ids"], named names or NAME_i (NAME when length 1)
+  string    FixedLen [length] bytes  -> hashed to int64 ids, then as int
+  int_list  VarLen int64             -> features[NAME] int64 [B, L] padded with -1 (a list feature)
+plus the label (float, FixedLen [1]) and optionally the user id (int, FixedLen [1]; not a model input).
+Files are read in sorted order; a batch is parsed at once (tf.io.parse_example).
+"""
+import os
+
+import tensorflow as tf
+import yaml
+
+from tfps.data.schema import PAD_ID, Schema, share
+
+SPEC_FILE = "tfps_features.yaml"   # tfps convert writes the data section of the files it writes here
+
+
+def _field(spec, key, default=None):
+    return spec.get(key, default) if isinstance(spec, dict) else getattr(spec, key, default)
+
+
+def _names(spec):
+    name, length, names = _field(spec, "name"), _field(spec, "length", 1), _field(spec, "names")
+    return list(names) if names else ([name] if length == 1 else [f"{name}_{i}" for i in range(length)])
+
+
+def schema_of(specs, user=None):
+    """The Schema of batches read with these specs."""
+    dense = sum(_field(s, "length", 1) for s in specs if _field(s, "type") == "float")
+    ids = [n for s in specs if _field(s, "type") in ("int", "string") for n in _names(s)]
+    lists = [_field(s, "name") for s in specs if _field(s, "type") == "int_list"]
+    return Schema(num_dense=dense, id_features=tuple(ids), list_features=tuple(lists), has_users=user is not None)
+
+
+def _parser(specs, label, user):
+    description = {label: tf.io.FixedLenFeature([], tf.float32)}
+    if user:
+        description[user] = tf.io.FixedLenFeature([], tf.int64)
+    kinds = {"float": tf.float32, "int": tf.int64, "string": tf.string}
+    for s in specs:
+        t, name = _field(s, "type"), _field(s, "name")
+        description[name] = (tf.io.VarLenFeature(tf.int64) if t == "int_list"
+                             else tf.io.FixedLenFeature([_field(s, "length", 1)], kinds[t]))
+
+    def parse(serialized):
+        ex = tf.io.parse_example(serialized, description)
+        dense = [ex[_field(s, "name")] for s in specs if _field(s, "type") == "float"]
+        ids = [ex[_field(s, "name")] if _field(s, "type") == "int"
+               else tf.strings.to_hash_bucket_fast(ex[_field(s, "name")], 2**63 - 1)
+               for s in specs if _field(s, "type") in ("int", "string")]
+        b = tf.shape(serialized)[0]
+        features = {"dense": tf.concat(dense, 1) if dense else tf.zeros([b, 0]),
+                    "ids": tf.concat(ids, 1) if ids else tf.zeros([b, 0], tf.int64)}
+        for s in specs:
+            if _field(s, "type") == "int_list":
+                features[_field(s, "name")] = tf.sparse.to_dense(ex[_field(s, "name")], default_value=PAD_ID)
+        if user:
+            features["user"] = ex[user]
+        return features, ex[label]
+    return parse
+
+
+def files_of(path):
+    """Sorted TFRecord files of a directory (its *.tfrecord*), a glob or one file; ValueError if none."""
+    pattern = os.path.join(path, "*.tfrecord*") if tf.io.gfile.isdir(path) else path
+    files = sorted(tf.io.gfile.glob(pattern))
+    if not files:
+        raise ValueError(f"tfrecord: no files match {pattern!r}")
+    return files
+
+
+def read_spec(path):
+    """The data section tfps convert wrote next to its files (DIR/tfps_features.yaml), or None."""
+    directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
+    spec_file = os.path.join(directory, SPEC_FILE)
+    if not tf.io.gfile.exists(spec_file):
+        return None
+    with tf.io.gfile.GFile(spec_file) as f:
+        return yaml.safe_load(f)
+
+
+def tfrecord_batches(files, batch_size, specs, label="label", user=None):
+    """Unparsed record batches [b] of the files in order (a batch ends at a file's end), and the
+    parse function (serialized [b]) -> (features, labels)."""
+    ds = None
+    for path in files:
+        batches = tf.data.TFRecordDataset(path).batch(batch_size)
+        ds = batches if ds is None else ds.concatenate(batches)
+    return ds, _parser(specs, label, user)
+
+
+def tfrecord_dataset(paths, batch_size, specs, label="label", user=None, repeat=False, start=0, shard_index=0,
+                     num_shards=1):
+    """Batches (features, labels) of tf.train.Example files (see the module docstring); a
+    trainer's share as tfps.data.schema.share says."""
+    ds, parse = tfrecord_batches(paths, batch_size, specs, label, user)
+    ds = share(ds.repeat() if repeat else ds, start, shard_index, num_shards)
+    return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def specs_for(schema):
+    """The feature specs (as dicts) of batches with this schema, as tfps convert writes them."""
+    specs = []
+    if schema.num_dense:
+        specs.append({"name": "dense", "type": "float", "length": schema.num_dense})
+    specs.append({"name": "ids", "type": "int", "length": len(schema.id_features),
+                  "names": list(schema.id_features)})
+    specs += [{"name": n, "type": "int_list"} for n in schema.list_features]
+    return specs
+
+
+def _example(features, label, i, schema):
+    f = {"label": tf.train.Feature(float_list=tf.train.FloatList(value=[label[i]])),
+         "ids": tf.train.Feature(int64_list=tf.train.Int64List(value=features["ids"][i]))}
+    if schema.num_dense:
+        f["dense"] = tf.train.Feature(float_list=tf.train.FloatList(value=features["dense"][i]))
+    for name in schema.list_features:
+        row = features[name][i]
+        f[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=row[row != PAD_ID]))
+    if schema.has_users:
+        f["user"] = tf.train.Feature(int64_list=tf.train.Int64List(value=[features["user"][i]]))
+    return tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString()
+
+
+def write_tfrecords(dataset, schema, out_dir, rows_per_file=1_000_000, printer=print):
+    """Writes the batches of a (finite) tfps dataset as tf.train.Example files out_dir/part-NNNNN.tfrecord.
+    Returns (rows written, bad rows the reader skipped, files)."""
+    tf.io.gfile.makedirs(out_dir)
+    rows = bad = 0
+    files, writer = [], None
+    for features, labels in dataset.as_numpy_iterator():
+        bad += int(features.get("bad_rows", 0))
+        for i in range(len(labels)):
+            if writer is None or rows % rows_per_file == 0 and rows:
+                if writer is not None:
+                    writer.close()
+                files.append(os.path.join(out_dir, f"part-{len(files):05d}.tfrecord"))
+                writer = tf.io.TFRecordWriter(files[-1])
+            writer.write(_example(features, labels, i, schema))
+            rows += 1
+        if rows // 100_000 > (rows - len(labels)) // 100_000:
+            printer(f"{out_dir}: {rows} rows written", flush=True)
+    if writer is not None:
+        writer.close()
+    return rows, bad, files
+
+
+def data_section(schema, path, eval_path=None):
+    """The config's data section that reads files written by write_tfrecords."""
+    section = {"format": "tfrecord", "path": path, "features": specs_for(schema), "label": "label"}
+    if eval_path:
+        section["eval_path"] = eval_path
+    if schema.has_users:
+        section["user"] = "user"
+    return section
+
+
+__all__ = ["SPEC_FILE", "data_section", "files_of", "read_spec", "schema_of", "specs_for", "tfrecord_dataset",
+           "write_tfrecords", "np"]
