@@ -1,5 +1,6 @@
 """The `tfps` command: `tfps train --config FILE [--set key.sub=value ...]`,
-`tfps export --config FILE --set model_dir=DIR --export-dir OUT`, `tfps inspect CHECKPOINT`.
+`tfps export --config FILE --set model_dir=DIR --export-dir OUT`, `tfps inspect CHECKPOINT`,
+`tfps convert --from criteo|movielens PATH --to DIR`, `tfps launch --config FILE --ps N --workers M`.
 
 The last line `tfps train` prints is one JSON object with the final metrics.
 """
@@ -68,6 +69,19 @@ def _inspect(args):
     return 0
 
 
+def _convert(args):
+    import tensorflow as tf
+    tf.get_logger().setLevel("ERROR")
+    from tfps.data.convert import convert
+    result = convert(args.kind, args.path, args.to, skip_bad_rows=args.skip_bad_rows, rows_per_file=args.rows_per_file,
+                     eval_fraction=args.eval_fraction)
+    for o in result["outputs"]:
+        print(f"{o['dir']}: {o['rows']} rows in {o['files']} files" +
+              (f", {o['bad_rows']} malformed rows skipped" if o["bad_rows"] else ""), flush=True)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
 def _launch(args):
     from tfps.cluster.launch import launch
     from tfps.config import check_model_dir, load_config
@@ -78,6 +92,18 @@ def _launch(args):
     check_protocol(cfg.cluster.protocol)
     return launch(args.config, overrides, args.ps, args.workers, model_dir=cfg.model_dir, evaluator=args.evaluator,
                   max_restarts=args.max_restarts, host=cfg.cluster.host)
+
+
+def _op_error_line(message):
+    """The line of a TF error message that says what went wrong, without the graph's stack:
+    after a 'Detected at node' trace, the line following its 'Node:' line; else the first line
+    that is not 'Graph execution error:'."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    nodes = [i for i, line in enumerate(lines) if line.startswith("Node:")]
+    if nodes and nodes[-1] + 1 < len(lines):
+        return lines[nodes[-1] + 1]
+    rest = [line for line in lines if line != "Graph execution error:" and not line.startswith("[[")]
+    return rest[0] if rest else lines[0]
 
 
 def main(argv=None):
@@ -107,6 +133,14 @@ def main(argv=None):
                      help="how many times in all a dead task (ps, worker, chief, evaluator) is restarted "
                           "before the job fails")
     lau.set_defaults(fn=_launch)
+    con = sub.add_parser("convert", help="write text data (criteo, movielens) as sharded TFRecords")
+    con.add_argument("--from", dest="kind", required=True, choices=["criteo", "movielens"], help="input layout")
+    con.add_argument("path", help="criteo: file, glob or directory; movielens: the directory of ratings.csv")
+    con.add_argument("--to", required=True, help="output directory (movielens: DIR/train and DIR/eval)")
+    con.add_argument("--skip-bad-rows", action="store_true", help="drop malformed rows (counted) instead of failing")
+    con.add_argument("--rows-per-file", type=int, default=1_000_000, help="examples per TFRecord file")
+    con.add_argument("--eval-fraction", type=float, default=0.2, help="movielens: each user's latest share for eval")
+    con.set_defaults(fn=_convert)
     ins = sub.add_parser("inspect", help="per table of a checkpoint: rows, bytes, top ids by frequency")
     ins.add_argument("checkpoint", help="checkpoint prefix or model directory")
     ins.add_argument("--top", type=int, default=5, help="how many top ids to list per table")
@@ -131,7 +165,7 @@ def main(argv=None):
             raise
         # A checkpoint that does not fit the config (a variable missing or of another shape), or a
         # damaged file: TF's own words, first line, without the graph's stack.
-        first = (e.message or str(e)).strip().splitlines()[0]
+        first = _op_error_line(e.message or str(e))
         print(f"tfps: {type(e).__name__}: {first} (is the checkpoint in model_dir from this config, and whole?)",
               file=sys.stderr)
         return 2

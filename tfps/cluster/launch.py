@@ -206,8 +206,10 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
         for name, s in metrics["tasks"].items():
             printer(f"[{name}] " + ", ".join(f"{k} {v}" for k, v in s.items() if k != "task"), flush=True)
         if "auc" in metrics:
-            printer(f"AUC {metrics['auc']:.4f} (planted oracle AUC {metrics.get('oracle_auc', float('nan')):.4f}), "
-                    f"{metrics.get('examples_per_sec') or 0:.0f} examples/s over the cluster (steady)", flush=True)
+            quality = ", ".join(f"{k} {metrics[k]}" for k in ("auc", "gauc", "logloss", "oracle_auc", "bad_rows")
+                                if metrics.get(k) is not None)
+            printer(f"{quality}; {metrics.get('examples_per_sec') or 0:.0f} examples/s over the cluster (steady)",
+                    flush=True)
         final = json.dumps(metrics)
     printer(final or _last_line(chief.log_path), flush=True)
     return code

@@ -53,8 +53,8 @@ def share(batches, start=0, shard_index=0, num_shards=1):
     if callable(start):
         import numpy as np
         import tensorflow as tf
-        count = tf.numpy_function(lambda: np.int64(start()), [], tf.int64, stateful=True)
-        start = tf.reshape(count, [])
+        where = start
+        start = tf.reshape(tf.numpy_function(lambda: np.int64(where()), [], tf.int64, stateful=True), [])
     if not (isinstance(start, int) and start == 0):
         batches = batches.skip(start)
     return batches.shard(num_shards, shard_index) if num_shards > 1 else batches

@@ -120,3 +120,27 @@ def auc(labels, scores):
     if pos == 0 or neg == 0:
         raise ValueError("auc: labels need both classes")
     return float((ranks[labels].sum() - pos * (pos + 1) / 2.0) / (pos * neg))
+
+
+def write_criteo_text(gen, path, rows, first_batch=0, batch_size=8192, missing=0.05):
+    """Writes `rows` examples of the generator as Criteo text (label, 13 integers, 26 hex
+    categoricals; gzip when path ends in .gz), a share `missing` of the fields left empty. The
+    planted signal survives: integers are the rounded counts, categoricals the ids' low 32 bits.
+    Needs num_dense 13 and num_categorical 26. Returns the rows written."""
+    import gzip
+    c = gen.config
+    if (c.num_dense, c.num_categorical) != (13, 26):
+        raise ValueError("write_criteo_text: the Criteo layout has 13 integer and 26 categorical features")
+    rng = np.random.default_rng(c.seed + 7)
+    with (gzip.open(path, "wt") if str(path).endswith(".gz") else open(path, "w")) as f:
+        written, b = 0, first_batch
+        while written < rows:
+            n = min(batch_size, rows - written)
+            dense, ids, labels, _ = gen.batch(b, n)
+            ints = np.round(dense).astype(np.int64).astype(str)
+            cats = np.char.mod("%08x", (ids & 0xFFFFFFFF).astype(np.int64))
+            fields = np.concatenate([labels.astype(np.int64).astype(str)[:, None], ints, cats], 1).astype(object)
+            fields[:, 1:][rng.random((n, 39)) < missing] = ""
+            f.write("".join("\t".join(row) + "\n" for row in fields))
+            written, b = written + n, b + 1
+    return written

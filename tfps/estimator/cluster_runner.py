@@ -15,23 +15,20 @@ again, tables included (they register as resources with an initialized flag), ch
 30 s as TF's SessionManager does.
 """
 import dataclasses
-import functools
 import json
 import logging
 import os
 import socket
 import time
 
-import numpy as np
 import tensorflow as tf
 
 from tfps.cluster.health import watch_peers
 from tfps.cluster.placement import LoadBalancedStrategy, replica_device_setter
 from tfps.cluster.tf_config import ClusterConfigError, check_protocol
-from tfps.data.synthetic import SyntheticCriteo, auc
-from tfps.estimator.hooks import ProgressHook, StepStatsHook
-from tfps.metrics import logloss
-from tfps.estimator.runner import checkpoint_every, eval_set, make_estimator, table_hooks, train_input_fn
+from tfps.data.sources import make_source
+from tfps.estimator.hooks import EvalProgressHook, ProgressHook, StepStatsHook
+from tfps.estimator.runner import _metric, checkpoint_every, final_metrics, make_estimator, table_hooks
 
 FIRST_CHECKPOINT_POLL_SECS = 0.5
 
@@ -87,7 +84,7 @@ class _PrintEvalMetrics(tf.estimator.Exporter):
 
     def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
         self.last = {"task": "evaluator", "global_step": int(eval_result["global_step"]),
-                     "auc": round(float(eval_result["auc"]), 5), "loss": round(float(eval_result["loss"]), 5)}
+                     **{k: _metric(eval_result.get(k)) for k in ("auc", "gauc", "logloss", "loss")}}
         self._print(json.dumps(self.last), flush=True)
         return None
 
@@ -173,7 +170,7 @@ def run_task(cfg, cluster_config, printer=print):
     spec = tf.train.ClusterSpec(cluster_config.cluster)
     strategy = LoadBalancedStrategy(cluster_config.num_ps)
     est = make_estimator(cfg, _run_config(cfg, cluster_config, spec, strategy))
-    gen = SyntheticCriteo(cfg.data)
+    source = make_source(cfg) if job != "ps" else None   # a PS reads no data
     # Trainers read interleaved batches: task k of W reads k, k + W, k + 2W, ... from where the
     # latest checkpoint left off, so together they read the stream one process would. The
     # iterator restarts whenever a session is re-created (a PS restarted): it resumes from the
@@ -194,23 +191,28 @@ def run_task(cfg, cluster_config, printer=print):
 
     def resume_batch():
         step = checkpoint_step()
-        return step - step % len(trainers) + rank
+        return step - step % len(trainers)
 
     start = checkpoint_step()
-    input_fn = train_input_fn(gen, cfg.train.batch_size, first_batch=resume_batch, stride=len(trainers))
-    progress = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer, task_rate=True)
+    progress = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer, task_rate=True,
+                            max_steps=cfg.train.steps)
     traffic = StepStatsHook(after_local_steps=min(50, cfg.train.steps // 4), num_steps=5, printer=printer)
-    eval_data = functools.lru_cache(None)(lambda: eval_set(gen, cfg.eval.examples, cfg.eval.batch_size))
     exporter = _PrintEvalMetrics(printer)
     recovery = _RecoveryLog(printer)
     hooks = [_PrintPlacement(strategy, printer), recovery, progress, traffic]
     # Delta checkpoints and eviction: the chief runs them, like the full checkpoints.
     tables, listeners = table_hooks(cfg, printer) if cluster_config.is_chief else ([], [])
-    train_spec = tf.estimator.TrainSpec(input_fn, max_steps=cfg.train.steps, hooks=hooks + tables,
-                                        saving_listeners=listeners)
-    eval_spec = tf.estimator.EvalSpec(
-        lambda: tf.data.Dataset.from_tensor_slices(eval_data()[:2]).batch(cfg.eval.batch_size), steps=None,
-        exporters=[exporter], start_delay_secs=0, throttle_secs=cfg.eval.throttle_secs)
+    if source is None:   # a PS never calls the input functions
+        train_spec = tf.estimator.TrainSpec(lambda: None, max_steps=cfg.train.steps)
+        eval_spec = tf.estimator.EvalSpec(lambda: None)
+    else:
+        input_fn = source.train_input_fn(cfg.train.batch_size, start=resume_batch, shard_index=rank,
+                                         num_shards=len(trainers))
+        train_spec = tf.estimator.TrainSpec(input_fn, max_steps=cfg.train.steps, hooks=hooks + tables,
+                                            saving_listeners=listeners)
+        eval_hooks = [EvalProgressHook(None, printer=printer)] if job == "evaluator" else []
+        eval_spec = tf.estimator.EvalSpec(source.eval_input_fn(cfg.eval.batch_size), steps=None, exporters=[exporter],
+                                          start_delay_secs=0, throttle_secs=cfg.eval.throttle_secs, hooks=eval_hooks)
     if job == "ps":
         printer(f"ps {index} serving at {cluster_config.cluster['ps'][index]}", flush=True)
     elif job != "evaluator":
@@ -232,15 +234,10 @@ def run_task(cfg, cluster_config, printer=print):
             "examples_per_sec": _round(progress.examples_per_sec), "traffic_per_step": traffic.stats}
     if not cluster_config.is_chief:
         return task
-    # Score the last checkpoint in this process: no cluster needed to predict, and a RunConfig
-    # made while TF_CONFIG is set would join the cluster.
+    # Evaluate the last checkpoint in this process: no cluster needed, and a RunConfig made while
+    # TF_CONFIG is set would join the cluster.
     os.environ.pop("TF_CONFIG", None)
-    features, labels, prob = eval_data()
-    preds = make_estimator(cfg).predict(
-        lambda: tf.data.Dataset.from_tensor_slices(features).batch(cfg.eval.batch_size), yield_single_examples=False)
-    scores = np.concatenate([p["probabilities"] for p in preds])
-    return {"auc": round(auc(labels, scores), 5), "logloss": round(logloss(labels, scores), 5), "gauc": None,
-            "oracle_auc": round(auc(labels, prob), 5), **task,
+    return {**final_metrics(cfg, source, printer, name="final"), **task, "model": cfg.model.name,
             # every worker's steps count in the shared global step
             "examples_per_sec_overall": round((cfg.train.steps - start) * cfg.train.batch_size / seconds, 1),
             "steps": cfg.train.steps, "batch_size": cfg.train.batch_size, "train_seconds": round(seconds, 1),
