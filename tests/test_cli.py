@@ -22,7 +22,6 @@ def test_train_prints_final_json(tmp_path):
     lines = out.stdout.strip().splitlines()
     metrics = json.loads(lines[-1])
     assert metrics["steps"] == 150 and metrics["examples_per_sec"] > 0
-    assert any(line.startswith("step 100 loss") for line in lines)
     # The oracle AUC is that of the planted probabilities on the same eval sample.
     cfg = load_config("configs/demo.yaml", sets)
     _, labels, prob = eval_set(SyntheticCriteo(cfg.data), cfg.eval.examples, cfg.eval.batch_size)

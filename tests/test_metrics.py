@@ -46,3 +46,28 @@ def test_logloss_and_bad_inputs():
         gauc([1, 1, 2], [1, 1, 0], [0.1, 0.2, 0.3])
     with pytest.raises(ValueError, match="differ in length"):
         gauc([1, 2], [1], [0.5, 0.5])
+
+
+def test_streaming_metrics_over_batches_equal_the_whole_set_and_reset(graph):
+    import tensorflow as tf
+    from tfps.metrics import streaming_metrics, streaming_sum
+    rng = np.random.default_rng(1)
+    users, labels, scores = rng.integers(0, 30, 1000), (rng.random(1000) < 0.4).astype(np.float32), rng.random(1000)
+    u, l, s = (tf.compat.v1.placeholder(d, [None]) for d in (tf.int64, tf.float32, tf.float32))
+    ops = streaming_metrics(l, s, u)
+    ops["bad"] = streaming_sum(u)
+    reset = tf.compat.v1.local_variables_initializer()
+    with tf.compat.v1.Session() as sess:
+        for _ in range(2):                     # a second evaluation starts from nothing
+            sess.run(reset)
+            for b in range(0, 1000, 300):
+                sess.run([op[1] for op in ops.values()], {u: users[b:b + 300], l: labels[b:b + 300],
+                                                           s: scores[b:b + 300]})
+            got = sess.run({k: op[0] for k, op in ops.items()})
+            assert got["auc"] == pytest.approx(_pairwise_auc(labels, scores), abs=1e-6)
+            assert got["gauc"] == pytest.approx(gauc(users, labels, scores), abs=1e-6)
+            assert got["logloss"] == pytest.approx(logloss(labels, scores), rel=1e-5)
+            assert got["bad"] == users.sum()
+        sess.run(reset)
+        sess.run(ops["auc"][1], {u: [1, 2], l: [1.0, 1.0], s: [0.5, 0.6]})
+        assert np.isnan(sess.run(ops["auc"][0]))          # one class: undefined, not an exception

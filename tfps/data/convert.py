@@ -15,8 +15,8 @@ from tfps.data.sources import _files
 BATCH = 4096
 
 
-def _write(dataset, schema, out_dir, rows_per_file, printer, eval_dir=None):
-    rows, bad, files = tfrecord.write_tfrecords(dataset, schema, out_dir, rows_per_file, printer)
+def _write(make_dataset, schema, out_dir, rows_per_file, printer, eval_dir=None):
+    rows, bad, files = tfrecord.write_tfrecords(make_dataset, schema, out_dir, rows_per_file, printer)
     section = tfrecord.data_section(schema, out_dir, eval_dir)
     with tf.io.gfile.GFile(os.path.join(out_dir, tfrecord.SPEC_FILE), "w") as f:
         yaml.safe_dump(section, f, sort_keys=False)
@@ -27,13 +27,13 @@ def convert(kind, path, out_dir, skip_bad_rows=False, rows_per_file=1_000_000, e
     """Converts and returns what was written: {"outputs": [{dir, rows, bad_rows, files}], "data": the
     config's data section for the (training) output}."""
     if kind == "criteo":
-        ds = criteo.criteo_dataset(_files(path, "convert"), BATCH, skip_bad_rows)
-        out = [_write(ds, criteo.SCHEMA, out_dir, rows_per_file, printer)]
+        files = _files(path, "convert")
+        out = [_write(lambda: criteo.criteo_dataset(files, BATCH, skip_bad_rows), criteo.SCHEMA, out_dir, rows_per_file, printer)]
         return {"outputs": out, "data": tfrecord.data_section(criteo.SCHEMA, out_dir)}
     if kind == "movielens":
         train_dir, eval_dir = os.path.join(out_dir, "train"), os.path.join(out_dir, "eval")
-        out = [_write(movielens.movielens_dataset(path, BATCH, split, eval_fraction, skip_bad_rows), movielens.SCHEMA,
-                      d, rows_per_file, printer, eval_dir if split == "train" else None)
+        out = [_write(lambda split=split: movielens.movielens_dataset(path, BATCH, split, eval_fraction, skip_bad_rows),
+                      movielens.SCHEMA, d, rows_per_file, printer, eval_dir if split == "train" else None)
                for split, d in (("train", train_dir), ("eval", eval_dir))]
         return {"outputs": out, "data": tfrecord.data_section(movielens.SCHEMA, train_dir, eval_dir)}
     raise ValueError(f"convert: --from must be criteo or movielens, got {kind!r}")

@@ -172,7 +172,8 @@ class MovieLensSource(_FileSource):
 
     def eval_size(self):
         d = self.cfg.data
-        n = int(tf.size(movielens.load(d.path, "eval", d.eval_fraction, d.skip_bad_rows)["label"]))
+        with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+            n = int(session.run(tf.size(movielens.load(d.path, "eval", d.eval_fraction, d.skip_bad_rows)["label"])))
         return min(n, self.cfg.eval.examples or n)
 
 

@@ -1,0 +1,37 @@
+"""A tiny hand-written MovieLens directory, and a plain-Python featurization of it (the oracle)."""
+import datetime
+import math
+
+MOVIES = [(1, "Toy Story (1995)", "Adventure|Animation|Children"),
+          (2, '"American President, The (1995)"', "Comedy|Drama|Romance"),
+          (3, "Heat (1995)", "(no genres listed)")]
+# user, movie, rating, timestamp: ties in time (user 1 at 1000), a movie not in movies.csv (9),
+# users with 1, 5 and 10 ratings, rows out of order.
+RATINGS = [(1, 1, 4.0, 1000), (1, 2, 3.5, 1000), (1, 3, 5.0, 900), (1, 9, 2.0, 86400 * 3 + 7200), (1, 4, 4.5, 5000),
+           (2, 1, 1.0, 10), (3, 1, 4.0, 100), (3, 2, 4.0, 200), (3, 3, 3.0, 300), (3, 4, 2.0, 400),
+           (3, 5, 5.0, 500), (3, 6, 4.0, 600), (3, 7, 4.0, 700), (3, 8, 1.0, 800), (3, 9, 5.0, 900),
+           (3, 10, 4.0, 1000)]
+
+
+def write(directory, ratings=RATINGS, movies=MOVIES, extra_rating_lines=()):
+    lines = ["userId,movieId,rating,timestamp"] + [f"{u},{m},{r},{t}" for u, m, r, t in ratings]
+    (directory / "ratings.csv").write_text("\n".join(lines + list(extra_rating_lines)) + "\n")
+    (directory / "movies.csv").write_text("\n".join(["movieId,title,genres"] +
+                                                    [f"{m},{t},{g}" for m, t, g in movies]) + "\n")
+    return str(directory)
+
+
+def expected(ratings=RATINGS, movies=MOVIES, eval_fraction=0.2):
+    """{(user, movie): (split, label, ids [5], genre strings, earlier count)} computed row by row."""
+    genres = {m: g.split("|") for m, _, g in movies}
+    out = {}
+    for user in sorted({r[0] for r in ratings}):
+        mine = sorted([r for r in ratings if r[0] == user], key=lambda r: r[3])
+        n_eval = math.floor(len(mine) * eval_fraction)
+        for i, (u, m, rating, ts) in enumerate(mine):
+            earlier = sum(1 for r in mine if r[3] < ts)
+            when = datetime.datetime.fromtimestamp(ts, datetime.timezone.utc)
+            ids = [u, m, when.hour, when.weekday(), (1 + earlier).bit_length() - 1]
+            split = "eval" if i >= len(mine) - n_eval else "train"
+            out[(u, m)] = (split, float(rating >= 4), ids, genres.get(m, []), earlier)
+    return out

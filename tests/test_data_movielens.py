@@ -1,0 +1,116 @@
+"""The MovieLens reader against a row-by-row Python featurization of a tiny hand-written directory."""
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ml_tiny
+from tfps.data.movielens import movielens_dataset
+from tfps.data.schema import PAD_ID
+
+
+def _read(directory, split, **kwargs):
+    with tf.Graph().as_default():
+        batch = tf.compat.v1.data.make_one_shot_iterator(movielens_dataset(directory, 4, split, **kwargs)).get_next()
+        out = []
+        with tf.compat.v1.Session() as s:
+            while True:
+                try:
+                    out.append(s.run(batch))
+                except tf.errors.OutOfRangeError:
+                    return out
+
+
+def _hash(strings):
+    with tf.Graph().as_default(), tf.compat.v1.Session() as s:
+        return s.run(tf.strings.to_hash_bucket_fast(strings, 2**63 - 1)).tolist() if strings else []
+
+
+def _rows(batches):
+    """{(user, movie): (label, ids, genre ids, dense)} of the batches read."""
+    rows = {}
+    for features, labels in batches:
+        for i in range(len(labels)):
+            ids = features["ids"][i].tolist()
+            assert features["user"][i] == ids[0]
+            genres = [g for g in features["genres"][i].tolist() if g != PAD_ID]
+            rows[(ids[0], ids[1])] = (labels[i], ids, genres, features["dense"][i, 0])
+    return rows
+
+
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_features_and_time_split_match_a_python_featurization(tmp_path, split):
+    directory = ml_tiny.write(tmp_path)
+    want = {k: v for k, v in ml_tiny.expected().items() if v[0] == split}
+    got = _rows(_read(directory, split))
+    assert set(got) == set(want)
+    for key, (_, label, ids, genres, earlier) in want.items():
+        g_label, g_ids, g_genres, g_dense = got[key]
+        assert g_label == label and g_ids == ids, key
+        assert g_genres == _hash(genres), key                 # a movie missing from movies.csv: no genres
+        assert g_dense == pytest.approx(math.log1p(earlier), rel=1e-6)
+
+
+def test_every_users_latest_ratings_are_eval_and_no_feature_sees_a_later_rating(tmp_path):
+    directory = ml_tiny.write(tmp_path)
+    by_key = {(u, m): ts for u, m, _, ts in ml_tiny.RATINGS}
+    train, evaluation = _rows(_read(directory, "train")), _rows(_read(directory, "eval"))
+    for user in {u for u, _ in by_key}:
+        train_times = [by_key[k] for k in train if k[0] == user]
+        eval_times = [by_key[k] for k in evaluation if k[0] == user]
+        if eval_times:
+            assert max(train_times) <= min(eval_times)
+    for (user, movie), row in {**train, **evaluation}.items():
+        earlier = sum(1 for u, _, _, ts in ml_tiny.RATINGS if u == user and ts < by_key[(user, movie)])
+        assert row[3] == pytest.approx(math.log1p(earlier), rel=1e-6)     # only strictly earlier ratings
+
+
+def test_training_order_is_shuffled_per_pass_and_repeats(tmp_path):
+    directory = ml_tiny.write(tmp_path)
+    with tf.Graph().as_default():
+        batch = tf.compat.v1.data.make_one_shot_iterator(
+            movielens_dataset(directory, 100, "train", repeat=True, seed=3)).get_next()
+        with tf.compat.v1.Session() as s:
+            passes = [s.run(batch) for _ in range(3)]
+    orders = [p[0]["ids"][:, :2].tolist() for p in passes]
+    assert all(sorted(o) == sorted(orders[0]) for o in orders)
+    assert len({tuple(map(tuple, o)) for o in orders}) > 1
+
+
+@pytest.mark.parametrize("line,reason", [
+    ("1,2,3", "has 3 comma-separated fields, expected 4"),
+    ("x,2,3.0,100", "has a userId that is not a non-negative integer"),
+    ("1,2,good,100", "has a rating that is not a number"),
+    ("1,2,3.0,soon", "has a timestamp that is not an integer"),
+])
+def test_a_malformed_line_is_named_or_skipped_and_counted(tmp_path, line, reason):
+    directory = ml_tiny.write(tmp_path, extra_rating_lines=[line])
+    with pytest.raises(tf.errors.InvalidArgumentError) as err:
+        _read(directory, "train")
+    message = str(err.value)
+    bad_line = len(ml_tiny.RATINGS) + 2
+    assert f"ratings.csv line {bad_line}: {reason}" in message
+    batches = _read(directory, "train", skip_bad_rows=True)
+    assert sum(int(b[0]["bad_rows"]) for b in batches) == 1
+    assert set(_rows(batches)) == {k for k, v in ml_tiny.expected().items() if v[0] == "train"}
+
+
+def test_a_bad_header_or_missing_file_is_an_error(tmp_path):
+    directory = ml_tiny.write(tmp_path)
+    (tmp_path / "ratings.csv").write_text("user,movie,rating,time\n1,1,4.0,5\n")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="ratings.csv line 1: has header 'user,movie,rating,time'"):
+        _read(directory, "train")
+    (tmp_path / "movies.csv").unlink()
+    with pytest.raises(ValueError, match="has no movies.csv"):
+        movielens_dataset(directory, 4)
+
+
+def test_trainers_share_the_batches(tmp_path):
+    directory = ml_tiny.write(tmp_path)
+    whole = _read(directory, "train")     # 12 training rows, batches of 4
+    shares = [_read(directory, "train", shard_index=k, num_shards=2) for k in range(2)]
+    for k in range(2):
+        for got, want in zip(shares[k], whole[k::2]):
+            np.testing.assert_array_equal(got[0]["ids"], want[0]["ids"])
+    assert sum(len(s) for s in shares) == len(whole)

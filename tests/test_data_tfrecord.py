@@ -1,0 +1,111 @@
+"""TFRecords: what tfps convert writes reads back as the text readers read it; a hand-written spec
+reads hand-made Examples as a Python reading of them says."""
+import dataclasses
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ml_tiny
+from test_data_criteo import ROWS
+from tfps.config import load_config
+from tfps.data.convert import convert
+from tfps.data.criteo import criteo_dataset
+from tfps.data.movielens import movielens_dataset
+from tfps.data.sources import make_source, schema_of
+from tfps.data.tfrecord import files_of, schema_of as spec_schema, tfrecord_dataset
+
+
+def _read(make):
+    with tf.Graph().as_default():
+        batch = tf.compat.v1.data.make_one_shot_iterator(make()).get_next()
+        out = []
+        with tf.compat.v1.Session() as s:
+            while True:
+                try:
+                    out.append(s.run(batch))
+                except tf.errors.OutOfRangeError:
+                    return out
+
+
+def _cat(batches, key):
+    return np.concatenate([b[0][key] for b in batches])
+
+
+def test_criteo_converted_reads_back_as_the_text_reader_reads(tmp_path):
+    text = tmp_path / "day.txt"
+    text.write_text("\n".join(ROWS * 3 + ["1\t2"]) + "\n")        # one malformed row, skipped
+    result = convert("criteo", str(text), str(tmp_path / "rec"), skip_bad_rows=True, rows_per_file=4, printer=None)
+    assert result["outputs"][0]["rows"] == 9 and result["outputs"][0]["bad_rows"] == 1
+    assert len(files_of(str(tmp_path / "rec"))) == 3
+    want = _read(lambda: criteo_dataset([str(text)], 4, skip_bad_rows=True))
+    cfg = load_config(None, ["data.format=tfrecord", f"data.path={tmp_path / 'rec'}"])
+    source_schema = schema_of(cfg)                                 # from the written tfps_features.yaml
+    assert source_schema == dataclasses.replace(source_schema, id_features=tuple(
+        [f"I{j + 1}" for j in range(13)] + [f"C{j + 1}" for j in range(26)]))
+    specs = result["data"]["features"]
+    got = _read(lambda: tfrecord_dataset(files_of(str(tmp_path / "rec")), 4, specs))
+    for key in ("dense", "ids"):
+        np.testing.assert_array_equal(_cat(got, key), _cat(want, key))
+    np.testing.assert_array_equal(np.concatenate([b[1] for b in got]), np.concatenate([b[1] for b in want]))
+
+
+def test_movielens_converted_keeps_the_split_and_every_feature(tmp_path):
+    directory = ml_tiny.write(tmp_path)
+    out = tmp_path / "rec"
+    result = convert("movielens", directory, str(out), printer=None)
+    assert [o["rows"] for o in result["outputs"]] == [13, 3]     # users of 5, 1 and 10 ratings: 1 + 0 + 2 in eval
+    for split in ("train", "eval"):
+        want = _read(lambda: movielens_dataset(directory, 100, split))
+        cfg = load_config(None, ["data.format=tfrecord", f"data.path={out / 'train'}", f"data.eval_path={out / 'eval'}"])
+        source = make_source(cfg)
+        assert source.schema == dataclasses.replace(source.schema, list_features=("genres",), has_users=True)
+        fn = source.train_input_fn(100) if split == "train" else source.eval_input_fn(100)
+        got = _read(lambda: fn().take(1) if split == "train" else fn())
+        rows = lambda b: sorted(zip(_cat(b, "ids").tolist(), _cat(b, "user").tolist(),   # noqa: E731
+                                    [tuple(g for g in r if g != -1) for r in _cat(b, "genres").tolist()],
+                                    _cat(b, "dense")[:, 0].tolist(), np.concatenate([x[1] for x in b]).tolist()))
+        assert rows(got) == rows(want)
+
+
+def _example(**features):
+    def feature(v):
+        if isinstance(v[0], float):
+            return tf.train.Feature(float_list=tf.train.FloatList(value=v))
+        if isinstance(v[0], bytes):
+            return tf.train.Feature(bytes_list=tf.train.BytesList(value=v))
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=v))
+    return tf.train.Example(features=tf.train.Features(feature={k: feature(v) for k, v in features.items()}))
+
+
+def test_a_hand_written_spec_reads_every_feature_type(tmp_path):
+    path = str(tmp_path / "x.tfrecord")
+    examples = [dict(label=[1.0], price=[2.5], pos=[3, 4], country=[b"fr"], tags=[7, 8, 9], uid=[11]),
+                dict(label=[0.0], price=[0.5], pos=[5, 6], country=[b"de"], tags=[1], uid=[12])]
+    with tf.io.TFRecordWriter(path) as w:
+        for e in examples:
+            w.write(_example(**e).SerializeToString())
+    specs = [{"name": "price", "type": "float"}, {"name": "pos", "type": "int", "length": 2, "names": ["a", "b"]},
+             {"name": "country", "type": "string"}, {"name": "tags", "type": "int_list"}]
+    assert spec_schema(specs, "uid").id_features == ("a", "b", "country")
+    (features, labels), = _read(lambda: tfrecord_dataset([path], 8, specs, label="label", user="uid"))
+    with tf.Graph().as_default(), tf.compat.v1.Session() as s:
+        hashed = s.run(tf.strings.to_hash_bucket_fast(["fr", "de"], 2**63 - 1))
+    np.testing.assert_array_equal(features["dense"], [[2.5], [0.5]])
+    np.testing.assert_array_equal(features["ids"], [[3, 4, hashed[0]], [5, 6, hashed[1]]])
+    np.testing.assert_array_equal(features["tags"], [[7, 8, 9], [1, -1, -1]])
+    np.testing.assert_array_equal(features["user"], [11, 12])
+    np.testing.assert_array_equal(labels, [1.0, 0.0])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="weight"):   # a feature the records lack
+        _read(lambda: tfrecord_dataset([path], 8, specs + [{"name": "weight", "type": "float"}]))
+
+
+def test_without_a_spec_the_source_says_what_is_missing(tmp_path):
+    (tmp_path / "x.tfrecord").write_bytes(b"")
+    cfg = load_config(None, ["data.format=tfrecord", f"data.path={tmp_path}"])
+    with pytest.raises(ValueError, match="data.features is empty"):
+        make_source(cfg)
+    cfg = load_config(None, ["data.format=tfrecord", f"data.path={tmp_path / 'nothing'}",
+                             "data.features=[{name: x, type: int}]"])
+    with pytest.raises(ValueError, match="no files match"):
+        make_source(cfg)

@@ -1,0 +1,60 @@
+"""tfps.data.schema.share and the sources: trainers split the stream, and a re-initialized
+iterator resumes where its start function says (a session re-created after a failure)."""
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfps.config import ConfigError, load_config
+from tfps.data.schema import share
+
+
+def _iterator(ds):
+    it = tf.compat.v1.data.make_initializable_iterator(ds)
+    return it, it.get_next()
+
+
+def test_shares_partition_the_stream_and_resume_from_a_function(graph):
+    stream = tf.data.Dataset.range(100)
+    position = {"start": 0}
+    shares = [share(stream, lambda: position["start"], k, 3) for k in range(3)]
+    iterators = [_iterator(ds) for ds in shares]
+    with tf.compat.v1.Session() as s:
+        def read(n):
+            out = []
+            for it, nxt in iterators:
+                s.run(it.initializer)
+                out.append([int(s.run(nxt)) for _ in range(n)])
+            return out
+        first = read(5)
+        assert sorted(x for share_ in first for x in share_) == list(range(15))
+        assert first[1] == [1, 4, 7, 10, 13]
+        position["start"] = 30                  # the latest checkpoint moved on: re-initializing resumes there
+        assert read(2) == [[30, 33], [31, 34], [32, 35]]
+    with pytest.raises(ValueError, match="shard_index must be in"):
+        share(stream, 0, 3, 3)
+
+
+@pytest.mark.parametrize("sets,message", [
+    (["data.format=csv"], "data.format must be one of"),
+    (["data.format=criteo"], "data.path must name the criteo data"),
+    (["data.format=criteo", "data.path=x"], "data.eval_path must name the criteo eval files"),
+    (["data.format=tfrecord", "data.path=x", "data.skip_bad_rows=true"], "data.skip_bad_rows applies to the text"),
+    (["data.features=[{name: x, type: list}]"], "each type must be one of"),
+    (["data.features=[{name: x}]"], "config section 'data.features[0]' needs type"),
+    (["data.features=[{name: x, type: int, length: 2, names: [a]}]"], "names, if given, one per value"),
+    (["model.name=fm"], "model.name must be deepfm, wdl or dcn_v2"),
+    (["model.dcn_structure=mixed"], "model.dcn_structure must be stacked or parallel"),
+    (["eval.examples=null"], "eval.examples must be set for synthetic data"),
+])
+def test_bad_data_and_model_keys_are_named(sets, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, sets)
+
+
+@pytest.mark.parametrize("name", ["criteo_deepfm", "criteo_dcn", "movielens_deepfm", "movielens_wdl", "movielens_dcn"])
+def test_shipped_configs_load(name):
+    cfg = load_config(f"configs/{name}.yaml", ["train.optimizer=ftrl"])
+    assert cfg.model.name in ("deepfm", "wdl", "dcn_v2") and cfg.data.format in ("criteo", "movielens")
+    assert np.isfinite(cfg.train.learning_rate)
