@@ -35,3 +35,16 @@ def expected(ratings=RATINGS, movies=MOVIES, eval_fraction=0.2):
             split = "eval" if i >= len(mine) - n_eval else "train"
             out[(u, m)] = (split, float(rating >= 4), ids, genres.get(m, []), earlier)
     return out
+
+
+def larger(users=40, movies=30):
+    """(ratings, movies) with some signal: about 750 ratings, the rating a function of user and movie."""
+    rows = [(u, m, float(1 + (u * m) % 5), 1000 * m + u) for u in range(1, users) for m in range(1, movies)
+            if (u + m) % 3]
+    titles = [(m, f"Movie {m}", "|".join(g for g, k in (("Comedy", 2), ("Drama", 3), ("Action", 5)) if m % k == 0)
+               or "(no genres listed)") for m in range(1, movies)]
+    return rows, titles
+
+
+def write_larger(directory):
+    return write(directory, *larger())

@@ -35,12 +35,9 @@ def data(tmp_path_factory):
     gen = SyntheticCriteo(SyntheticConfig())
     write_criteo_text(gen, str(d / "train.txt"), 4096)
     write_criteo_text(gen, str(d / "eval.txt.gz"), 1024, first_batch=1 << 40)
-    rows = [(u, m, float(1 + (u * m) % 5), 1000 * m + u) for u in range(1, 40) for m in range(1, 30) if (u + m) % 3]
-    movies = [(m, f"Movie {m}", "|".join(g for g, k in (("Comedy", 2), ("Drama", 3), ("Action", 5)) if m % k == 0)
-               or "(no genres listed)") for m in range(1, 30)]
     ml = d / "ml"
     ml.mkdir()
-    ml_tiny.write(ml, rows, movies)
+    ml_tiny.write_larger(ml)
     convert("movielens", str(ml), str(d / "rec"), printer=None)
     return {"synthetic": ["eval.examples=1024"],
             "criteo": ["data.format=criteo", f"data.path={d / 'train.txt'}", f"data.eval_path={d / 'eval.txt.gz'}"],
