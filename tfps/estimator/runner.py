@@ -102,6 +102,8 @@ def final_metrics(cfg, source, printer, estimator=None, name=None):
     bad_rows, eval_examples}. bad_rows counts the malformed rows skipped in training (saved in the
     checkpoint) and in this evaluation; gauc is None without users, oracle_auc without a planted model."""
     est = estimator or make_estimator(cfg)
+    if not est.latest_checkpoint():
+        raise ValueError(f"no checkpoint in {est.model_dir!r} to evaluate")
     progress = EvalProgressHook(source.eval_size(), printer=printer)
     result = est.evaluate(source.eval_input_fn(cfg.eval.batch_size), hooks=[progress], name=name)
     ckpt = est.latest_checkpoint()
