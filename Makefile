@@ -69,6 +69,8 @@ bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_
 	$(PY) benchmarks/bench_checkpoint.py
 	$(PY) benchmarks/bench_placement.py
 	$(PY) benchmarks/bench_cluster.py
+	$(PY) benchmarks/bench_readers.py
+	$(PY) benchmarks/bench_quality.py --repeats 5
 
 clean:
 	rm -rf build $(SO) tfps/_core*.so tfps/_build_info.json
