@@ -50,11 +50,12 @@ def data(tmp_path_factory):
 def test_every_model_learns_on_every_reader(data, fmt, model):
     """30 Adagrad steps on one batch of the reader lower the loss of that batch; eval metrics are defined."""
     cfg = load_config(None, data[fmt] + [f"model.name={model}", "model.hidden_units=[32, 16]", "train.batch_size=256",
-                                         "model.embedding_dim=8", "train.learning_rate=0.1"])
+                                         "model.embedding_dim=8", "train.learning_rate=0.05"])
     source = make_source(cfg)
     params = {"model": dataclasses.asdict(cfg.model), "train": dataclasses.asdict(cfg.train),
               "schema": source.schema.to_params()}
     with tf.Graph().as_default():
+        tf.compat.v1.set_random_seed(0)
         features, labels = tf.compat.v1.data.make_one_shot_iterator(
             source.train_input_fn(256)().take(1).cache().repeat()).get_next()
         spec = model_fn(features, labels, tf.estimator.ModeKeys.TRAIN, params)
