@@ -45,12 +45,11 @@ def data(tmp_path_factory):
             "tfrecord": ["data.format=tfrecord", f"data.path={d / 'rec' / 'train'}", f"data.eval_path={d / 'rec' / 'eval'}"]}
 
 
-@pytest.mark.parametrize("fmt", ["synthetic", "criteo", "movielens", "tfrecord"])
-@pytest.mark.parametrize("model", ["deepfm", "wdl", "dcn_v2"])
-def test_every_model_learns_on_every_reader(data, fmt, model):
-    """30 Adagrad steps on one batch of the reader lower the loss of that batch; eval metrics are defined."""
+def _learns(data, fmt, model, optimizer="adagrad", learning_rate=0.05):
+    """30 steps on one batch of the reader lower the loss of that batch by 10%."""
     cfg = load_config(None, data[fmt] + [f"model.name={model}", "model.hidden_units=[32, 16]", "train.batch_size=256",
-                                         "model.embedding_dim=8", "train.learning_rate=0.05"])
+                                         "model.embedding_dim=8", f"train.learning_rate={learning_rate}",
+                                         f"train.optimizer={optimizer}"])
     source = make_source(cfg)
     params = {"model": dataclasses.asdict(cfg.model), "train": dataclasses.asdict(cfg.train),
               "schema": source.schema.to_params()}
@@ -63,3 +62,14 @@ def test_every_model_learns_on_every_reader(data, fmt, model):
             s.run(tf.compat.v1.global_variables_initializer())
             losses = [s.run([spec.train_op, spec.loss])[1] for _ in range(30)]
     assert losses[-1] < 0.9 * losses[0], losses
+
+
+@pytest.mark.parametrize("fmt", ["synthetic", "criteo", "movielens", "tfrecord"])
+@pytest.mark.parametrize("model", ["deepfm", "wdl", "dcn_v2"])
+def test_every_model_learns_on_every_reader(data, fmt, model):
+    _learns(data, fmt, model)
+
+
+@pytest.mark.parametrize("optimizer,learning_rate", [("sgd", 0.5), ("adam", 0.01), ("ftrl", 0.1)])
+def test_every_optimizer_trains_the_models(data, optimizer, learning_rate):
+    _learns(data, "movielens", "deepfm", optimizer, learning_rate)

@@ -58,3 +58,32 @@ def test_shipped_configs_load(name):
     cfg = load_config(f"configs/{name}.yaml", ["train.optimizer=ftrl"])
     assert cfg.model.name in ("deepfm", "wdl", "dcn_v2") and cfg.data.format in ("criteo", "movielens")
     assert np.isfinite(cfg.train.learning_rate)
+
+
+def test_eval_examples_takes_exactly_the_first_rows_of_the_eval_files(tmp_path):
+    from tfps.data.sources import make_source
+    from tfps.data.synthetic import SyntheticConfig, SyntheticCriteo, write_criteo_text
+    gen = SyntheticCriteo(SyntheticConfig())
+    for name in ("a.txt", "b.txt"):                         # two files: batches end at the first file's end
+        write_criteo_text(gen, str(tmp_path / name), 300)
+    cfg = load_config(None, ["data.format=criteo", f"data.path={tmp_path / 'a.txt'}", f"data.eval_path={tmp_path}/*.txt",
+                             "eval.examples=450"])
+    source = make_source(cfg)
+    assert source.eval_size() == 450
+
+    def labels_of(examples):
+        c = load_config(None, ["data.format=criteo", f"data.path={tmp_path / 'a.txt'}",
+                               f"data.eval_path={tmp_path}/*.txt", f"eval.examples={examples}"])
+        with tf.Graph().as_default():
+            _, labels = tf.compat.v1.data.make_one_shot_iterator(make_source(c).eval_input_fn(128)()).get_next()
+            out = []
+            with tf.compat.v1.Session() as s:
+                while True:
+                    try:
+                        out.append(s.run(labels))
+                    except tf.errors.OutOfRangeError:
+                        return np.concatenate(out)
+    everything = labels_of("null")
+    assert len(everything) == 600
+    np.testing.assert_array_equal(labels_of(450), everything[:450])
+    np.testing.assert_array_equal(labels_of(256), everything[:256])

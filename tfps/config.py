@@ -118,7 +118,7 @@ class TrainConfig:
 
 @dataclasses.dataclass
 class EvalConfig:
-    examples: Optional[int] = 100_000    # synthetic: the eval sample; files: at most this many (null: all)
+    examples: Optional[int] = 100_000    # synthetic: the eval sample; files: the first this many (null: all)
     batch_size: int = 4096
     throttle_secs: int = 10              # cluster evaluator: at most one evaluation this often
 

@@ -104,9 +104,19 @@ class _FileSource:
     def __init__(self, cfg):
         self.cfg = cfg
 
-    def _limited(self, ds, batch_size):
+    def _limited(self, ds):
+        """The first eval.examples examples of the eval batches (all when it is null)."""
         n = self.cfg.eval.examples
-        return ds if n is None else ds.take((n + batch_size - 1) // batch_size)
+        if n is None:
+            return ds
+
+        def step(seen, batch):
+            features, labels = batch
+            keep = tf.minimum(tf.maximum(n - seen, 0), tf.size(labels, out_type=tf.int64))
+            cut = {k: (v if k == "bad_rows" else v[:keep]) for k, v in features.items()}
+            return seen + keep, (seen, cut, labels[:keep])
+        limited = ds.scan(tf.constant(0, tf.int64), step).take_while(lambda seen, f, l: seen < n)
+        return limited.map(lambda seen, f, l: (f, l))
 
     def oracle_auc(self, batch_size):
         return None
@@ -129,8 +139,7 @@ class CriteoSource(_FileSource):
                                              num_shards, repeat=True, start=start)
 
     def eval_input_fn(self, batch_size):
-        return lambda: self._limited(criteo.criteo_dataset(self.eval_files, batch_size, self.cfg.data.skip_bad_rows),
-                                     batch_size)
+        return lambda: self._limited(criteo.criteo_dataset(self.eval_files, batch_size, self.cfg.data.skip_bad_rows))
 
     def eval_size(self):
         if sum(tf.io.gfile.stat(f).length for f in self.eval_files) > _COUNT_LINES_MAX_BYTES:
@@ -168,7 +177,7 @@ class MovieLensSource(_FileSource):
                                      num_shards=num_shards)
 
     def eval_input_fn(self, batch_size):
-        return lambda: self._limited(self._dataset(batch_size, "eval"), batch_size)
+        return lambda: self._limited(self._dataset(batch_size, "eval"))
 
     def eval_size(self):
         d = self.cfg.data
@@ -201,7 +210,7 @@ class TFRecordSource(_FileSource):
     def eval_input_fn(self, batch_size):
         if self.eval_files is None:
             raise ValueError("data.eval_path must name the TFRecord eval files")
-        return lambda: self._limited(self._dataset(self.eval_files, batch_size), batch_size)
+        return lambda: self._limited(self._dataset(self.eval_files, batch_size))
 
     def eval_size(self):
         return self.cfg.eval.examples
