@@ -48,3 +48,11 @@ def larger(users=40, movies=30):
 
 def write_larger(directory):
     return write(directory, *larger())
+
+
+def write_criteo(directory, train_name, train_rows, eval_name, eval_rows):
+    """Criteo text files of the synthetic generator (training batches from 0, eval from 2^40)."""
+    from tfps.data.synthetic import SyntheticConfig, SyntheticCriteo, write_criteo_text
+    gen = SyntheticCriteo(SyntheticConfig())
+    write_criteo_text(gen, str(directory / train_name), train_rows)
+    write_criteo_text(gen, str(directory / eval_name), eval_rows, first_batch=1 << 40)

@@ -8,7 +8,7 @@ import pytest
 
 from tfps.config import load_config
 from tfps.data import SyntheticCriteo, auc
-from tfps.estimator.runner import eval_set
+from tfps.data.sources import eval_set
 
 pytestmark = pytest.mark.slow
 

@@ -79,7 +79,7 @@ def test_every_optimizer_is_built_with_its_hyper_parameters(name, sets, tf_class
     TF's constructor stored from the same arguments."""
     import dataclasses
     import tensorflow as tf
-    from tfps.models.deepfm import make_optimizer
+    from tfps.models.common import make_optimizer
     cfg = load_config("configs/demo.yaml", [f"train.optimizer={name}", "train.learning_rate=0.25"] + sets)
     opt = make_optimizer(dataclasses.asdict(cfg.train))
     assert isinstance(opt, getattr(tf.compat.v1.train, tf_class))

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tfps.data.criteo import MISSING_BUCKET, NUM_CATEGORICAL, NUM_INTEGER, criteo_dataset
+from tfps.data.schema import numpy_batches
 
 
 def _row(label, ints, cats):
@@ -37,15 +38,7 @@ def _expected(line):
 
 
 def _read(paths, **kwargs):
-    with tf.Graph().as_default():
-        batch = tf.compat.v1.data.make_one_shot_iterator(criteo_dataset(paths, **kwargs)).get_next()
-        out = []
-        with tf.compat.v1.Session() as s:
-            while True:
-                try:
-                    out.append(s.run(batch))
-                except tf.errors.OutOfRangeError:
-                    return out
+    return list(numpy_batches(lambda: criteo_dataset(paths, **kwargs)))
 
 
 def _check(batches, lines):

@@ -7,19 +7,11 @@ import tensorflow as tf
 
 import ml_tiny
 from tfps.data.movielens import movielens_dataset
-from tfps.data.schema import PAD_ID
+from tfps.data.schema import PAD_ID, numpy_batches
 
 
 def _read(directory, split, **kwargs):
-    with tf.Graph().as_default():
-        batch = tf.compat.v1.data.make_one_shot_iterator(movielens_dataset(directory, 4, split, **kwargs)).get_next()
-        out = []
-        with tf.compat.v1.Session() as s:
-            while True:
-                try:
-                    out.append(s.run(batch))
-                except tf.errors.OutOfRangeError:
-                    return out
+    return list(numpy_batches(lambda: movielens_dataset(directory, 4, split, **kwargs)))
 
 
 def _hash(strings):

@@ -12,20 +12,13 @@ from tfps.config import load_config
 from tfps.data.convert import convert
 from tfps.data.criteo import criteo_dataset
 from tfps.data.movielens import movielens_dataset
+from tfps.data.schema import numpy_batches
 from tfps.data.sources import make_source, schema_of
 from tfps.data.tfrecord import files_of, schema_of as spec_schema, tfrecord_dataset
 
 
 def _read(make):
-    with tf.Graph().as_default():
-        batch = tf.compat.v1.data.make_one_shot_iterator(make()).get_next()
-        out = []
-        with tf.compat.v1.Session() as s:
-            while True:
-                try:
-                    out.append(s.run(batch))
-                except tf.errors.OutOfRangeError:
-                    return out
+    return list(numpy_batches(make))
 
 
 def _cat(batches, key):

@@ -10,7 +10,8 @@ from tfps.embedding.merged import Feature
 from tfps.embedding.saveable import PARTS
 from tfps.models.deepfm import deepfm_logits
 from tfps.data import SyntheticCriteo
-from tfps.estimator.runner import eval_set, make_estimator, train_input_fn
+from tfps.data.sources import eval_set, train_input_fn
+from tfps.estimator.runner import make_estimator
 
 
 def test_estimator_checkpoint_restores_tables(tmp_path):

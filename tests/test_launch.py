@@ -61,7 +61,7 @@ def _export_serve_and_resume(tmp_path, args, cluster_auc, table, saved, ckpt):
     from tfps.config import load_config
     from tfps.data import SyntheticCriteo
     from tfps.data.synthetic import auc
-    from tfps.estimator.runner import eval_set
+    from tfps.data.sources import eval_set
     from test_serving import LOADER
     model_dir = tmp_path / "cluster"
     out = subprocess.run([sys.executable, "-m", "tfps.cli", "export", "--config", "configs/demo.yaml", *args,

@@ -10,7 +10,6 @@ import ml_tiny
 from tfps.config import load_config
 from tfps.data.convert import convert
 from tfps.data.sources import make_source
-from tfps.data.synthetic import SyntheticConfig, SyntheticCriteo, write_criteo_text
 from tfps.models.dcn import cross_layer
 from tfps.models.zoo import model_fn
 
@@ -32,9 +31,7 @@ def test_a_cross_layer_equals_its_formula(graph):
 def data(tmp_path_factory):
     """Overrides pointing a config at each reader's tiny data."""
     d = tmp_path_factory.mktemp("data")
-    gen = SyntheticCriteo(SyntheticConfig())
-    write_criteo_text(gen, str(d / "train.txt"), 4096)
-    write_criteo_text(gen, str(d / "eval.txt.gz"), 1024, first_batch=1 << 40)
+    ml_tiny.write_criteo(d, "train.txt", 4096, "eval.txt.gz", 1024)
     ml = d / "ml"
     ml.mkdir()
     ml_tiny.write_larger(ml)

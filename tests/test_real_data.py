@@ -29,9 +29,7 @@ def _sets(items):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("real")
-    gen = SyntheticCriteo(SyntheticConfig())
-    write_criteo_text(gen, str(d / "train.txt.gz"), 3000)
-    write_criteo_text(gen, str(d / "eval.txt"), 1000, first_batch=1 << 40)
+    ml_tiny.write_criteo(d, "train.txt.gz", 3000, "eval.txt", 1000)
     (d / "ml").mkdir()
     ml_tiny.write_larger(d / "ml")
     return d

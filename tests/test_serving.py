@@ -1,6 +1,5 @@
 """Serving export: a fresh process that runs only `import tfps` and loads the SavedModel gets
 estimator.predict's numbers; unknown ids read as their default; serving never inserts."""
-import json
 import subprocess
 import sys
 
@@ -10,7 +9,8 @@ import tensorflow as tf
 
 from tfps.config import load_config
 from tfps.data import SyntheticCriteo
-from tfps.estimator.runner import eval_set, make_estimator, train_input_fn
+from tfps.data.sources import eval_set, train_input_fn
+from tfps.estimator.runner import make_estimator
 
 pytestmark = pytest.mark.slow
 

@@ -58,3 +58,17 @@ def share(batches, start=0, shard_index=0, num_shards=1):
     if not (isinstance(start, int) and start == 0):
         batches = batches.skip(start)
     return batches.shard(num_shards, shard_index) if num_shards > 1 else batches
+
+
+def numpy_batches(make_dataset):
+    """Yields the batches of the finite dataset make_dataset() builds, as numpy, read in a graph
+    and session of their own (works whether eager execution is on or off)."""
+    import tensorflow as tf
+    with tf.Graph().as_default():
+        batch = tf.compat.v1.data.make_one_shot_iterator(make_dataset()).get_next()
+        with tf.compat.v1.Session() as session:
+            while True:
+                try:
+                    yield session.run(batch)
+                except tf.errors.OutOfRangeError:
+                    return

@@ -14,7 +14,7 @@ import os
 import tensorflow as tf
 import yaml
 
-from tfps.data.schema import PAD_ID, Schema, share
+from tfps.data.schema import PAD_ID, Schema, numpy_batches, share
 
 SPEC_FILE = "tfps_features.yaml"   # tfps convert writes the data section of the files it writes here
 
@@ -126,25 +126,13 @@ def _example(features, label, i, schema):
     return tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString()
 
 
-def _numpy_batches(make_dataset):
-    """The batches of make_dataset() as numpy, read in a graph of their own (eager or not)."""
-    with tf.Graph().as_default():
-        batch = tf.compat.v1.data.make_one_shot_iterator(make_dataset()).get_next()
-        with tf.compat.v1.Session() as session:
-            while True:
-                try:
-                    yield session.run(batch)
-                except tf.errors.OutOfRangeError:
-                    return
-
-
 def write_tfrecords(make_dataset, schema, out_dir, rows_per_file=1_000_000, printer=print):
     """Writes the batches of a finite tfps dataset (make_dataset() builds it) as tf.train.Example
     files out_dir/part-NNNNN.tfrecord. Returns (rows written, bad rows the reader skipped, files)."""
     tf.io.gfile.makedirs(out_dir)
     rows = bad = 0
     files, writer = [], None
-    for features, labels in _numpy_batches(make_dataset):
+    for features, labels in numpy_batches(make_dataset):
         bad += int(features.get("bad_rows", 0))
         for i in range(len(labels)):
             if writer is None or rows % rows_per_file == 0 and rows:
@@ -172,4 +160,4 @@ def data_section(schema, path, eval_path=None):
 
 
 __all__ = ["SPEC_FILE", "data_section", "files_of", "read_spec", "schema_of", "specs_for", "tfrecord_dataset",
-           "write_tfrecords", "np"]
+           "write_tfrecords"]

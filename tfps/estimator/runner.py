@@ -6,7 +6,7 @@ import time
 
 import tensorflow as tf
 
-from tfps.data.sources import eval_set, make_source, schema_of, train_input_fn  # noqa: F401 (re-exported)
+from tfps.data.sources import make_source, schema_of
 from tfps.estimator.hooks import EvalProgressHook, EvictionHook, ProgressHook
 from tfps.estimator.incremental import DeltaRestoreHook, IncrementalCheckpoints
 from tfps.embedding.checkpoint_tools import Saver

@@ -10,7 +10,7 @@ import tfps
 from tfps.data.schema import Schema
 from tfps.embedding.merged import Feature, lookup_feature_matrix
 from tfps.embedding.options import EmbeddingOptions
-from tfps.models.common import dense_input, dense_layer, embedding_options, make_optimizer, mlp  # noqa: F401
+from tfps.models.common import dense_input, dense_layer, mlp
 
 
 def table_per_feature_embedder(embedding_dim, num_shards=1, initializer_stddev=0.02, insert=True):
