@@ -17,6 +17,8 @@ class CheckRowsOp : public OpKernel {
  public:
   explicit CheckRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("reader", &reader_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("hint", &hint_));
+    if (!hint_.empty()) hint_ = " (" + hint_ + ")";
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -33,8 +35,7 @@ class CheckRowsOp : public OpKernel {
       OP_REQUIRES(ctx, good(i),
                   errors::InvalidArgument(reader_, ": ", std::string(files.flat<tensorflow::tstring>()(i)), " line ",
                                           lines.flat<int64_t>()(i), ": ",
-                                          std::string(reasons.flat<tensorflow::tstring>()(i)),
-                                          " (data.skip_bad_rows: true skips and counts such rows)"));
+                                          std::string(reasons.flat<tensorflow::tstring>()(i)), hint_));
     }
     Tensor* all_ok = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tensorflow::TensorShape({}), &all_ok));
@@ -43,6 +44,7 @@ class CheckRowsOp : public OpKernel {
 
  private:
   std::string reader_;
+  std::string hint_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("TfpsCheckRows").Device(tensorflow::DEVICE_CPU), CheckRowsOp);

@@ -12,13 +12,14 @@ REGISTER_OP("TfpsCheckRows")
     .Input("reasons: string")
     .Output("all_ok: bool")
     .Attr("reader: string")
+    .Attr("hint: string = ''")
     .SetIsStateful()  // it raises: never pruned or folded away
     .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
 A reader's rows of one batch: ok [B] whether each parsed, and for each its file [B], line
 number [B] and what is wrong with it [B]. Fails with InvalidArgument "READER: FILE line N:
-REASON" for the first row that is not ok (the whole path and reason, untruncated); all_ok is
-true otherwise.
+REASON (HINT)" for the first row that is not ok (the whole path and reason, untruncated; the
+hint only when not empty, e.g. how to skip such rows); all_ok is true otherwise.
 )doc");
 
 }  // namespace tfps

@@ -67,7 +67,7 @@ def test_plain_gzip_and_several_files_match_a_python_parse(tmp_path):
 
 @pytest.mark.parametrize("bad,reason", [
     ("1\t2\t3", "has 3 tab-separated fields, expected 40"),
-    (_row(1, ["x1"] + [1] * 12, ["a"] * 26), "has an integer field that is not an integer"),
+    (_row(1, [1, "x1"] + [1] * 11, ["a"] * 26), "has I2 = 'x1', not an integer"),
     (_row(2, [1] * 13, ["a"] * 26), "has label '2', expected 0 or 1"),
 ])
 def test_a_malformed_row_is_named_or_skipped_and_counted(tmp_path, bad, reason):
@@ -91,3 +91,13 @@ def test_trainers_read_interleaved_batches(tmp_path):
         assert len(shares[k]) == 2
         for got, want in zip(shares[k], whole[k::3]):
             np.testing.assert_array_equal(got[0]["ids"], want[0]["ids"])
+
+
+def test_blank_lines_are_not_rows_and_a_bad_row_counts_once_over_passes(tmp_path):
+    path = tmp_path / "day.txt"
+    path.write_text("\n".join([ROWS[0], "", ROWS[1], "1\t2", ROWS[2], "", "  "]) + "\n\n")
+    batches = _read([str(path)], batch_size=3, skip_bad_rows=True)
+    _check(batches, [ROWS[0], ROWS[1], ROWS[2]])
+    assert sum(int(b[0]["bad_rows"]) for b in batches) == 1
+    three_passes = list(numpy_batches(lambda: criteo_dataset([str(path)], 3, skip_bad_rows=True, repeat=True).take(9)))
+    assert sum(len(b[1]) for b in three_passes) == 9 and sum(int(b[0]["bad_rows"]) for b in three_passes) == 1

@@ -98,7 +98,8 @@ def _op_error_line(message):
     """The line of a TF error message that says what went wrong, without the graph's stack:
     after a 'Detected at node' trace, the line following its 'Node:' line; else the first line
     that is not 'Graph execution error:'."""
-    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    lines = [line.strip() for line in message.strip().splitlines()
+             if line.strip() and not (line.startswith("From /job:") and line.rstrip().endswith(":"))]
     nodes = [i for i, line in enumerate(lines) if line.startswith("Node:")]
     if nodes and nodes[-1] + 1 < len(lines):
         return lines[nodes[-1] + 1]
@@ -161,13 +162,18 @@ def main(argv=None):
         return 1
     except Exception as e:  # noqa: BLE001 -- only TF's errors are turned into one line here
         import tensorflow as tf
+        if type(e).__name__ == "NanLossDuringTrainingError":
+            print("tfps: the training loss became NaN (diverged); lower train.learning_rate or check the data",
+                  file=sys.stderr)
+            return 2
         if not isinstance(e, tf.errors.OpError):
             raise
-        # A checkpoint that does not fit the config (a variable missing or of another shape), or a
-        # damaged file: TF's own words, first line, without the graph's stack.
+        # Bad data, a checkpoint that does not fit the config (a variable missing or of another
+        # shape), a damaged file: TF's own words, its one telling line, without the graph's stack.
         first = _op_error_line(e.message or str(e))
-        print(f"tfps: {type(e).__name__}: {first} (is the checkpoint in model_dir from this config, and whole?)",
-              file=sys.stderr)
+        about_checkpoint = "checkpoint" in first.lower() or isinstance(e, tf.errors.NotFoundError) and "Key" in first
+        hint = " (is the checkpoint in model_dir from this config, and whole?)" if about_checkpoint else ""
+        print(f"tfps: {type(e).__name__}: {first}{hint}", file=sys.stderr)
         return 2
 
 

@@ -114,6 +114,7 @@ class TrainConfig:
     keep_checkpoint_max: int = 3
     delta_every_secs: Optional[float] = None   # incremental table checkpoints between full ones
     evict_every_steps: Optional[int] = None    # run the tables' eviction rules this often
+    seed: Optional[int] = 1              # graph-level seed of the dense variables' initializers (null: random)
 
 
 @dataclasses.dataclass
@@ -270,7 +271,11 @@ def validate(cfg):
         (cfg.train.delta_every_secs is None or cfg.train.delta_every_secs > 0, "train.delta_every_secs must be > 0"),
         (cfg.train.evict_every_steps is None or cfg.train.evict_every_steps > 0,
          "train.evict_every_steps must be > 0"),
-        ((cfg.eval.examples or 1) > 0 and cfg.eval.batch_size > 0, "eval.examples and eval.batch_size must be > 0"),
+        ((cfg.eval.examples is None or cfg.eval.examples > 0) and cfg.eval.batch_size > 0,
+         "eval.examples and eval.batch_size must be > 0"),
+        (cfg.data.format not in ("movielens", "synthetic") or cfg.data.eval_path is None,
+         f"data.eval_path does not apply to {cfg.data.format} data (its eval set is "
+         f"{'each user’s latest ratings' if cfg.data.format == 'movielens' else 'generated'})"),
         (cfg.eval.throttle_secs >= 0, "eval.throttle_secs must be >= 0"),
         (cfg.cluster.peer_timeout_secs > 0, "cluster.peer_timeout_secs must be > 0"),
         (cfg.train.save_checkpoints_steps > 0, "train.save_checkpoints_steps must be > 0"),

@@ -17,7 +17,8 @@ Per row:
 
 A malformed row (wrong column count, a non-numeric integer, a label other than 0/1) stops the
 input with InvalidArgumentError naming the file, the line number and what is wrong; with
-skip_bad_rows=True it is dropped and counted in features["bad_rows"].
+skip_bad_rows=True it is dropped and counted in features["bad_rows"] (on the first pass over the
+files; later passes skip it again without counting). Blank lines are not rows.
 """
 import tensorflow as tf
 
@@ -51,8 +52,11 @@ def _batches(paths, batch_size):
 
 
 def _parse(paths_lines, skip_bad_rows):
-    """Batched: (files [B], line numbers [B], lines [B]) -> (features, labels)."""
-    files, numbers, lines = paths_lines
+    """Batched: (files [B], line numbers [B], lines [B], pass) -> (features, labels). Blank lines
+    are not rows; malformed rows count in bad_rows on the first pass over the files only."""
+    files, numbers, lines, epoch = paths_lines
+    text = ~tf.strings.regex_full_match(lines, r"\s*")
+    files, numbers, lines = (tf.boolean_mask(t, text) for t in (files, numbers, lines))
     fields = tf.strings.split(lines, "\t")                             # ragged [B, ?]
     count_ok = tf.equal(fields.row_lengths(), NUM_FIELDS)
     padded = fields.to_tensor(default_value="", shape=[None, NUM_FIELDS])
@@ -62,14 +66,16 @@ def _parse(paths_lines, skip_bad_rows):
     int_ok = tf.reduce_all(int_valid, axis=1)
     ok = count_ok & label_ok & int_ok
     if skip_bad_rows:
-        bad_rows = tf.reduce_sum(tf.cast(~ok, tf.int64))
+        bad_rows = tf.where(tf.equal(epoch, 0), tf.reduce_sum(tf.cast(~ok, tf.int64)), 0)
         label_s, int_s, cat_s, int_valid = (tf.boolean_mask(t, ok) for t in (label_s, int_s, cat_s, int_valid))
     else:
+        bad_column = tf.argmax(tf.cast(~int_valid, tf.int32), axis=1, output_type=tf.int32)
         reasons = tf.where(~count_ok, tf.strings.join([
             "has ", tf.strings.as_string(fields.row_lengths()), f" tab-separated fields, expected {NUM_FIELDS} "
             f"(label, {NUM_INTEGER} integers, {NUM_CATEGORICAL} categoricals)"]),
             tf.where(~label_ok, tf.strings.join(["has label '", label_s, "', expected 0 or 1"]),
-                     "has an integer field that is not an integer"))
+                     tf.strings.join(["has I", tf.strings.as_string(bad_column + 1), " = '",
+                                      tf.gather(int_s, bad_column, batch_dims=1), "', not an integer"])))
         check = check_rows(ok, files, numbers, reasons, reader="criteo")
         with tf.control_dependencies([check]):
             label_s = tf.identity(label_s)
@@ -104,7 +110,9 @@ def criteo_dataset(paths, batch_size, skip_bad_rows=False, shard_index=0, num_sh
     """
     if not paths:
         raise ValueError("criteo_dataset: no files given")
-    ds = _batches(paths, batch_size)
-    ds = share(ds.repeat() if repeat else ds, start, shard_index, num_shards)
-    return ds.map(lambda f, n, l: _parse((f, n, l), skip_bad_rows),
+    def one_pass(epoch):
+        return _batches(paths, batch_size).map(lambda f, n, l: (f, n, l, epoch))
+    ds = tf.data.Dataset.range(2**62).flat_map(one_pass) if repeat else one_pass(tf.constant(0, tf.int64))
+    ds = share(ds, start, shard_index, num_shards)
+    return ds.map(lambda f, n, l, e: _parse((f, n, l, e), skip_bad_rows),
                   num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)

@@ -17,7 +17,8 @@ in timestamp count as later).
 
 A malformed line (wrong column count, a non-numeric field, a bad header) stops the input with
 InvalidArgumentError naming the file, the line and what is wrong; with skip_bad_rows=True the
-rating is dropped and counted in features["bad_rows"] of the first batch of each pass.
+line is dropped and counted once, in features["bad_rows"] of the training split's first batch
+(a malformed line belongs to no split).
 """
 import os
 
@@ -40,7 +41,8 @@ def _lines(path, header):
     first = lines[:1]
     header_ok = check_rows(tf.reshape(tf.equal(first, header), [-1]), tf.fill(tf.shape(first), path),
                            tf.ones(tf.shape(first), tf.int64),
-                           tf.strings.join(["has header '", first, f"', expected '{header}'"]), reader="movielens")
+                           tf.strings.join(["has header '", first, f"', expected '{header}'"]), reader="movielens",
+                           hint="")
     with tf.control_dependencies([header_ok]):
         rows = tf.identity(lines[1:])
     return rows, tf.range(2, tf.size(rows, out_type=tf.int64) + 2)
@@ -132,8 +134,9 @@ def load(directory, split, eval_fraction=0.2, skip_bad_rows=False):
     return out
 
 
-def _batches_of(columns, batch_size, seed=None):
-    """Dataset of batches of whole columns (shuffled rows when seed is a [2] tensor)."""
+def _batches_of(columns, batch_size, seed=None, count_bad=True):
+    """Dataset of batches of whole columns (shuffled rows when seed is a [2] tensor); the first
+    batch carries the malformed lines skipped when count_bad (a bool tensor) is true."""
     n = tf.size(columns["label"], out_type=tf.int64)
     if seed is not None:
         perm = tf.random.experimental.stateless_shuffle(tf.range(n), seed)
@@ -143,7 +146,7 @@ def _batches_of(columns, batch_size, seed=None):
         rows = slice(b * batch_size, tf.minimum((b + 1) * batch_size, n))
         features = {"ids": columns["ids"][rows], "genres": columns["genres"][rows].to_tensor(PAD_ID),
                     "dense": columns["dense"][rows], "user": columns["user"][rows],
-                    "bad_rows": tf.where(tf.equal(b, 0), columns["bad_rows"], 0)}
+                    "bad_rows": tf.where(tf.equal(b, 0) & count_bad, columns["bad_rows"], 0)}
         return features, columns["label"][rows]
     return tf.data.Dataset.range((n + batch_size - 1) // batch_size).map(batch)
 
@@ -167,10 +170,15 @@ def movielens_dataset(directory, batch_size, split="train", eval_fraction=0.2, s
     for name in ("ratings.csv", "movies.csv"):
         if not tf.io.gfile.exists(os.path.join(directory, name)):
             raise ValueError(f"movielens: {directory!r} has no {name} (the GroupLens layout: ratings.csv, movies.csv)")
+    with tf.io.gfile.GFile(os.path.join(directory, "ratings.csv")) as f:
+        f.readline()
+        if not f.readline().strip():
+            raise ValueError(f"movielens: {os.path.join(directory, 'ratings.csv')} holds no ratings")
     table = tf.data.Dataset.from_tensors(0).map(lambda _: load(directory, split, eval_fraction, skip_bad_rows))
     table = table.cache()
     if split == "eval":
-        return table.flat_map(lambda c: _batches_of(c, batch_size)).prefetch(tf.data.AUTOTUNE)
+        return table.flat_map(lambda c: _batches_of(c, batch_size, count_bad=False)).prefetch(tf.data.AUTOTUNE)
     passes = (table.repeat() if repeat else table).enumerate()
-    batches = passes.flat_map(lambda p, c: _batches_of(c, batch_size, tf.stack([tf.cast(seed, tf.int64), p])))
+    batches = passes.flat_map(lambda p, c: _batches_of(c, batch_size, tf.stack([tf.cast(seed, tf.int64), p]),
+                                                       count_bad=tf.equal(p, 0)))
     return share(batches, start, shard_index, num_shards).prefetch(tf.data.AUTOTUNE)

@@ -28,7 +28,7 @@ from tfps.cluster.placement import LoadBalancedStrategy, replica_device_setter
 from tfps.cluster.tf_config import ClusterConfigError, check_protocol
 from tfps.data.sources import make_source
 from tfps.estimator.hooks import EvalProgressHook, ProgressHook, StepStatsHook
-from tfps.estimator.runner import _metric, checkpoint_every, final_metrics, make_estimator, table_hooks
+from tfps.estimator.runner import _metric, check_reached, checkpoint_every, final_metrics, make_estimator, table_hooks
 
 FIRST_CHECKPOINT_POLL_SECS = 0.5
 
@@ -234,6 +234,7 @@ def run_task(cfg, cluster_config, printer=print):
             "examples_per_sec": _round(progress.examples_per_sec), "traffic_per_step": traffic.stats}
     if not cluster_config.is_chief:
         return task
+    check_reached(cfg, tf.train.latest_checkpoint(cfg.model_dir))
     # Evaluate the last checkpoint in this process: no cluster needed, and a RunConfig made while
     # TF_CONFIG is set would join the cluster.
     os.environ.pop("TF_CONFIG", None)

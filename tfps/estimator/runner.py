@@ -39,10 +39,12 @@ def export(cfg, export_dir):
 
 
 def checkpoint_every(cfg):
-    """RunConfig's checkpoint frequency: train.save_checkpoints_secs if set, else _steps."""
+    """RunConfig's checkpoint frequency (train.save_checkpoints_secs if set, else _steps) and seed."""
     if cfg.train.save_checkpoints_secs:
-        return {"save_checkpoints_secs": cfg.train.save_checkpoints_secs, "save_checkpoints_steps": None}
-    return {"save_checkpoints_steps": cfg.train.save_checkpoints_steps, "save_checkpoints_secs": None}
+        return {"save_checkpoints_secs": cfg.train.save_checkpoints_secs, "save_checkpoints_steps": None,
+                "tf_random_seed": cfg.train.seed}
+    return {"save_checkpoints_steps": cfg.train.save_checkpoints_steps, "save_checkpoints_secs": None,
+            "tf_random_seed": cfg.train.seed}
 
 
 def make_estimator(cfg, run_config=None):
@@ -76,6 +78,14 @@ def checkpoint_global_step(path):
         return int(tf.train.load_variable(path, "global_step"))
     except (RuntimeError, ValueError, IndexError, tf.errors.OpError) as e:
         raise ValueError(f"cannot read checkpoint {path}: {str(e).strip().splitlines()[0]}") from None
+
+
+def check_reached(cfg, checkpoint):
+    """ValueError when training stopped short of train.steps: the training input ran out."""
+    step = checkpoint_global_step(checkpoint)
+    if step < cfg.train.steps:
+        raise ValueError(f"training stopped at step {step} of {cfg.train.steps}: the training input ended early "
+                         f"(does data.path {cfg.data.path!r} hold any examples?)")
 
 
 def table_hooks(cfg, printer):
@@ -127,18 +137,24 @@ def run(cfg, printer=print):
             f"{cfg.train.batch_size} on {source.describe()} (dim {cfg.model.embedding_dim}, "
             f"{'one merged table' if cfg.model.merge_tables else 'a table each'})", flush=True)
     start_step = checkpoint_global_step(est.latest_checkpoint())
+    if start_step >= cfg.train.steps:
+        printer(f"the checkpoint in model_dir is at step {start_step}, train.steps is {cfg.train.steps}: nothing to "
+                f"train (raise train.steps to go on)", flush=True)
+    elif start_step:
+        printer(f"resuming from the checkpoint at step {start_step}", flush=True)
     hook = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer, max_steps=cfg.train.steps)
     hooks, listeners = table_hooks(cfg, printer)
     t0 = time.time()
     est.train(source.train_input_fn(cfg.train.batch_size, start=start_step), max_steps=cfg.train.steps,
               hooks=[hook] + hooks, saving_listeners=listeners)
     train_seconds = time.time() - t0
-    trained_steps = cfg.train.steps - start_step
+    check_reached(cfg, est.latest_checkpoint())
+    trained_steps = max(cfg.train.steps - start_step, 0)
     printer(f"trained in {train_seconds:.1f} s; evaluating", flush=True)
     return {
         **final_metrics(cfg, source, printer, est),
         "examples_per_sec": round(hook.examples_per_sec, 1) if hook.examples_per_sec else None,
-        "examples_per_sec_overall": round(trained_steps * cfg.train.batch_size / train_seconds, 1),
+        "examples_per_sec_overall": round(trained_steps * cfg.train.batch_size / max(train_seconds, 1e-9), 1),
         "final_loss": round(hook.last_loss, 5) if hook.last_loss is not None else None,
         "model": cfg.model.name,
         "steps": cfg.train.steps,
