@@ -29,8 +29,8 @@ def _train(args):
     else:
         from tfps.estimator.runner import run
         metrics = run(cfg)
-    quality = [f"AUC {metrics['auc']}"] + [f"{k} {metrics[k]}" for k in ("gauc", "logloss", "oracle_auc", "bad_rows")
-                                           if metrics.get(k) is not None]
+    quality = [f"AUC {'undefined' if metrics['auc'] is None else metrics['auc']}"] + [
+        f"{k} {metrics[k]}" for k in ("gauc", "logloss", "oracle_auc", "bad_rows") if metrics.get(k) is not None]
     print(f"{', '.join(quality)}; {metrics['examples_per_sec'] or 0:.0f} examples/s (steady), "
           f"{metrics['examples_per_sec_overall']:.0f} overall", flush=True)
     print(json.dumps(metrics), flush=True)

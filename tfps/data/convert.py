@@ -17,6 +17,9 @@ BATCH = 4096
 
 def _write(make_dataset, schema, out_dir, rows_per_file, printer, eval_dir=None):
     rows, bad, files = tfrecord.write_tfrecords(make_dataset, schema, out_dir, rows_per_file, printer)
+    if not rows:
+        raise ValueError(f"convert: the input has no rows to write to {out_dir}" +
+                         (f" ({bad} malformed rows skipped)" if bad else ""))
     section = tfrecord.data_section(schema, out_dir, eval_dir)
     with tf.io.gfile.GFile(os.path.join(out_dir, tfrecord.SPEC_FILE), "w") as f:
         yaml.safe_dump(section, f, sort_keys=False)
@@ -25,7 +28,13 @@ def _write(make_dataset, schema, out_dir, rows_per_file, printer, eval_dir=None)
 
 def convert(kind, path, out_dir, skip_bad_rows=False, rows_per_file=1_000_000, eval_fraction=0.2, printer=print):
     """Converts and returns what was written: {"outputs": [{dir, rows, bad_rows, files}], "data": the
-    config's data section for the (training) output}."""
+    config's data section for the (training) output}. Refuses an output directory that already
+    holds TFRecords (they would be read with the new ones) and an input without rows."""
+    if rows_per_file <= 0:
+        raise ValueError(f"convert: --rows-per-file must be > 0, got {rows_per_file}")
+    for d in (out_dir, os.path.join(out_dir, "train"), os.path.join(out_dir, "eval")):
+        if tf.io.gfile.isdir(d) and tf.io.gfile.glob(os.path.join(d, "*.tfrecord*")):
+            raise ValueError(f"convert: {d} already holds TFRecords; remove them or choose another --to")
     if kind == "criteo":
         files = _files(path, "convert")
         out = [_write(lambda: criteo.criteo_dataset(files, BATCH, skip_bad_rows), criteo.SCHEMA, out_dir, rows_per_file, printer)]

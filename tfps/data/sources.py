@@ -145,10 +145,9 @@ class CriteoSource(_FileSource):
         if sum(tf.io.gfile.stat(f).length for f in self.eval_files) > _COUNT_LINES_MAX_BYTES:
             return self.cfg.eval.examples
         lines = 0
-        for path in self.eval_files:
+        for path in self.eval_files:   # lines that are not blank (rows, good or bad)
             with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
-                for chunk in iter(lambda: f.read(1 << 24), b""):
-                    lines += chunk.count(b"\n")
+                lines += sum(1 for line in f if line.strip())
         return min(lines, self.cfg.eval.examples or lines)
 
 
@@ -193,9 +192,13 @@ class TFRecordSource(_FileSource):
         super().__init__(cfg)
         d = cfg.data
         self.train_files = tfrecord.files_of(d.path)
-        self.eval_files = tfrecord.files_of(d.eval_path) if d.eval_path else None
-        self.specs, self.user = _tfrecord_spec(cfg)
+        self.specs, self.user, eval_path = _tfrecord_spec(cfg)
+        if not eval_path:
+            raise ValueError("data.eval_path must name the TFRecord eval files")
+        self.eval_files = tfrecord.files_of(eval_path)
         self.schema = tfrecord.schema_of(self.specs, self.user)
+        for files in (self.train_files, self.eval_files):
+            tfrecord.check_first_record(files[0], self.specs, d.label, self.user)
 
     def describe(self):
         return f"TFRecords ({len(self.train_files)} training files)"
@@ -208,23 +211,22 @@ class TFRecordSource(_FileSource):
                                      num_shards=num_shards)
 
     def eval_input_fn(self, batch_size):
-        if self.eval_files is None:
-            raise ValueError("data.eval_path must name the TFRecord eval files")
         return lambda: self._limited(self._dataset(self.eval_files, batch_size))
 
     def eval_size(self):
-        return self.cfg.eval.examples
+        return None   # unknown without reading every record
 
 
 def _tfrecord_spec(cfg):
-    """(feature specs, user feature) of TFRecord data: data.features, else tfps convert's spec file."""
+    """(feature specs, user feature, eval path) of TFRecord data: data.features and data.eval_path,
+    else what tfps convert's spec file says."""
     d = cfg.data
     written = tfrecord.read_spec(d.path) or {}
     specs = d.features or written.get("features")
     if not specs:
         raise ValueError(f"data.features is empty and {d.path!r} has no {tfrecord.SPEC_FILE}: say what the "
                          f"features are ({{name, type: int|float|string|int_list, length}})")
-    return specs, (d.user if d.features else written.get("user", d.user))
+    return specs, (d.user if d.features else written.get("user", d.user)), d.eval_path or written.get("eval_path")
 
 
 SOURCES = {"synthetic": SyntheticSource, "criteo": CriteoSource, "movielens": MovieLensSource,
@@ -247,4 +249,4 @@ def schema_of(cfg):
         return criteo.SCHEMA
     if cfg.data.format == "movielens":
         return movielens.SCHEMA
-    return tfrecord.schema_of(*_tfrecord_spec(cfg))
+    return tfrecord.schema_of(*_tfrecord_spec(cfg)[:2])

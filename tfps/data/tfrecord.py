@@ -28,11 +28,37 @@ def _names(spec):
     return list(names) if names else ([name] if length == 1 else [f"{name}_{i}" for i in range(length)])
 
 
+def check_first_record(path, specs, label="label", user=None):
+    """ValueError naming the file and feature when the first record of `path` lacks a feature of
+    the spec or holds it as another kind (a typo in data.features would otherwise read as empty
+    lists or fail later without the file's name)."""
+    try:
+        first = next(iter(tf.compat.v1.io.tf_record_iterator(path)), None)
+    except tf.errors.OpError as e:
+        raise ValueError(f"tfrecord: cannot read {path}: {e.message.strip().splitlines()[0]}") from None
+    if first is None:
+        return
+    example = tf.train.Example.FromString(first).features.feature
+    kinds = {"float": "float_list", "int": "int64_list", "int_list": "int64_list", "string": "bytes_list"}
+    wanted = [(_field(s, "name"), kinds[_field(s, "type")]) for s in specs] + [(label, "float_list")]
+    wanted += [(user, "int64_list")] if user else []
+    for name, kind in wanted:
+        if name not in example:
+            raise ValueError(f"tfrecord: {path}: the first record has no feature {name!r} (it has "
+                             f"{', '.join(sorted(example))})")
+        if example[name].WhichOneof("kind") != kind:
+            raise ValueError(f"tfrecord: {path}: feature {name!r} is a {example[name].WhichOneof('kind')}, the spec "
+                             f"reads a {kind}")
+
+
 def schema_of(specs, user=None):
-    """The Schema of batches read with these specs."""
+    """The Schema of batches read with these specs (ValueError without an int or string feature:
+    a model needs ids)."""
     dense = sum(_field(s, "length", 1) for s in specs if _field(s, "type") == "float")
     ids = [n for s in specs if _field(s, "type") in ("int", "string") for n in _names(s)]
     lists = [_field(s, "name") for s in specs if _field(s, "type") == "int_list"]
+    if not ids:
+        raise ValueError("data.features: no int or string feature; the models need at least one id feature")
     return Schema(num_dense=dense, id_features=tuple(ids), list_features=tuple(lists), has_users=user is not None)
 
 

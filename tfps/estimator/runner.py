@@ -116,6 +116,12 @@ def final_metrics(cfg, source, printer, estimator=None, name=None):
         raise ValueError(f"no checkpoint in {est.model_dir!r} to evaluate")
     progress = EvalProgressHook(source.eval_size(), printer=printer)
     result = est.evaluate(source.eval_input_fn(cfg.eval.batch_size), hooks=[progress], name=name)
+    if progress.examples == 0:
+        raise ValueError(f"the eval set is empty: no examples in {cfg.data.eval_path or cfg.data.path!r}")
+    if math.isnan(result["auc"]):
+        printer("auc and gauc are undefined: every label of the eval set is the same", flush=True)
+    elif "gauc" in result and math.isnan(result["gauc"]):
+        printer("gauc is undefined: no user of the eval set has both labels", flush=True)
     ckpt = est.latest_checkpoint()
     names = {n for n, _ in tf.train.list_variables(ckpt)} if ckpt else set()
     trained_bad = int(tf.train.load_variable(ckpt, BAD_ROWS_VARIABLE)) if BAD_ROWS_VARIABLE in names else None
