@@ -155,7 +155,11 @@ def main(argv=None):
         print(f"tfps: config error: {e}", file=sys.stderr)
         return 2
     except ValueError as e:
-        print(f"tfps: {e}", file=sys.stderr)
+        lines = str(e).strip().splitlines()
+        if len(lines) > 1:   # TF's own (a failed restore with its graph trace): its first and telling lines
+            cause = _op_error_line(str(e).split("Original error:")[-1])
+            lines = [f"{lines[0].strip(chr(39))} ({cause}; is the checkpoint in model_dir from this config, and whole?)"]
+        print(f"tfps: {lines[0] if lines else repr(e)}", file=sys.stderr)
         return 2
     except OSError as e:   # a file or address the user named: one line, not a traceback
         print(f"tfps: {e}", file=sys.stderr)
