@@ -91,7 +91,7 @@ def _launch(args):
     from tfps.cluster.tf_config import check_protocol
     check_protocol(cfg.cluster.protocol)
     return launch(args.config, overrides, args.ps, args.workers, model_dir=cfg.model_dir, evaluator=args.evaluator,
-                  max_restarts=args.max_restarts, host=cfg.cluster.host)
+                  max_restarts=args.max_restarts, host=cfg.cluster.host, latency_ms=cfg.cluster.emulated_latency_ms)
 
 
 def _op_error_line(message):

@@ -130,6 +130,7 @@ class ClusterSection:
     host: str = "127.0.0.1"              # tfps launch's cluster addresses (TF's server still listens on all
                                          # interfaces; it has no bind-address option and no authentication)
     peer_timeout_secs: float = 120.0     # a trainer whose PS has not answered this long exits (code 75)
+    emulated_latency_ms: float = 0.0     # tfps launch: relays delaying trainer <-> PS traffic each way (benchmarks)
 
 
 @dataclasses.dataclass
@@ -278,6 +279,7 @@ def validate(cfg):
          f"{'each user’s latest ratings' if cfg.data.format == 'movielens' else 'generated'})"),
         (cfg.eval.throttle_secs >= 0, "eval.throttle_secs must be >= 0"),
         (cfg.cluster.peer_timeout_secs > 0, "cluster.peer_timeout_secs must be > 0"),
+        (0 <= cfg.cluster.emulated_latency_ms <= 1000, "cluster.emulated_latency_ms must be in [0, 1000]"),
         (cfg.train.save_checkpoints_steps > 0, "train.save_checkpoints_steps must be > 0"),
         (cfg.train.save_checkpoints_secs is None or cfg.train.save_checkpoints_secs > 0,
          "train.save_checkpoints_secs must be > 0"),

@@ -129,9 +129,25 @@ class _Task:
         self._log.close()
 
 
+def _latency_relays(spec, latency_ms, host, log_dir):
+    """(the trainers' cluster spec, the relay process): with latency_ms > 0, every PS address the
+    trainers see is a tfps.cluster.latency relay in front of the real one (the PS tasks bind their
+    own); else (spec, None)."""
+    if not latency_ms:
+        return spec, None
+    ports = free_ports(len(spec["ps"]), host)
+    routes = [f"{port}={address}" for port, address in zip(ports, spec["ps"])]
+    log = open(os.path.join(log_dir, "latency_relay.log"), "w")
+    relay = subprocess.Popen([sys.executable, "-m", "tfps.cluster.latency", "--delay-ms", str(latency_ms),
+                              "--host", host] + routes, stdout=log, stderr=subprocess.STDOUT,
+                             preexec_fn=_die_with_parent(os.getpid()))
+    return dict(spec, ps=[f"{host}:{port}" for port in ports]), relay
+
+
 def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=False, max_restarts=3,
-           host="127.0.0.1", status_every=5.0, printer=print):
-    """Runs the job; returns the chief's exit code (1 when restarts ran out)."""
+           host="127.0.0.1", status_every=5.0, printer=print, latency_ms=0.0):
+    """Runs the job; returns the chief's exit code (1 when restarts ran out). latency_ms > 0 puts a
+    relay delaying each direction by that much between the trainers and every PS."""
     if num_ps < 1:
         raise ValueError(f"launch: --ps must be >= 1 (embedding tables live on PS tasks), got {num_ps}")
     if num_workers < 1:
@@ -147,11 +163,14 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
         args += ["--set", item]
     names = [(t, i) for t in ("ps", "chief", "worker") for i in range(len(spec.get(t, [])))]
     names += [("evaluator", 0)] if evaluator else []
-    tasks = [_Task(t, i, args, spec, log_dir) for t, i in names]
+    trainer_spec, relay = _latency_relays(spec, latency_ms, host, log_dir)
+    tasks = [_Task(t, i, args, spec if t == "ps" else trainer_spec, log_dir) for t, i in names]
     chief = next(t for t in tasks if t.type == "chief")
     printer(f"launching {num_ps} ps + {num_workers} worker(s) (chief included)"
             f"{' + an evaluator' if evaluator else ''} on {host}; model_dir {model_dir}; logs in {log_dir}; "
-            f"at most {max_restarts} restart(s). TF's gRPC servers listen on all interfaces (TF offers no "
+            f"at most {max_restarts} restart(s)"
+            f"{f'; trainers reach the PS through relays adding {latency_ms:g} ms each way' if relay else ''}. "
+            f"TF's gRPC servers listen on all interfaces (TF offers no "
             f"bind address) and have no authentication: keep these ports behind a firewall", flush=True)
     restarts, failure, code = 0, None, 1   # code: the chief's, or 1 when the job fails
     previous_term = signal.signal(signal.SIGTERM, _interrupt)   # a scheduler's stop: like Ctrl-C
@@ -194,6 +213,9 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
             t.stop()
         for t in tasks:
             t.reap()
+        if relay is not None:
+            relay.kill()
+            relay.wait()
         signal.signal(signal.SIGTERM, previous_term)
     if failure:
         printer(failure, flush=True)
