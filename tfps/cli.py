@@ -7,6 +7,7 @@ The last line `tfps train` prints is one JSON object with the final metrics.
 import argparse
 import json
 import os
+import re
 import sys
 
 
@@ -98,8 +99,8 @@ def _op_error_line(message):
     """The line of a TF error message that says what went wrong, without the graph's stack:
     after a 'Detected at node' trace, the line following its 'Node:' line; else the first line
     that is not 'Graph execution error:'."""
-    lines = [line.strip() for line in message.strip().splitlines()
-             if line.strip() and not (line.startswith("From /job:") and line.rstrip().endswith(":"))]
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip().strip("=")
+             and not re.fullmatch(r"([A-Z_]+: )?From /job:\S*:", line.strip())]
     nodes = [i for i, line in enumerate(lines) if line.startswith("Node:")]
     if nodes and nodes[-1] + 1 < len(lines):
         return lines[nodes[-1] + 1]
@@ -175,7 +176,8 @@ def main(argv=None):
         # Bad data, a checkpoint that does not fit the config (a variable missing or of another
         # shape), a damaged file: TF's own words, its one telling line, without the graph's stack.
         first = _op_error_line(e.message or str(e))
-        about_checkpoint = "checkpoint" in first.lower() or isinstance(e, tf.errors.NotFoundError) and "Key" in first
+        about_checkpoint = (not first.startswith(("criteo:", "movielens:", "tfrecord:")) and
+                            re.search(r"checkpoint|restor", first, re.IGNORECASE) is not None)
         hint = " (is the checkpoint in model_dir from this config, and whole?)" if about_checkpoint else ""
         print(f"tfps: {type(e).__name__}: {first}{hint}", file=sys.stderr)
         return 2

@@ -232,7 +232,7 @@ def validate(cfg):
         (cfg.data.format in FORMATS, f"data.format must be one of {', '.join(FORMATS)}, got {cfg.data.format!r}"),
         (cfg.data.format == "synthetic" or cfg.data.path, f"data.path must name the {cfg.data.format} data"),
         (cfg.data.format != "criteo" or cfg.data.eval_path, "data.eval_path must name the criteo eval files"),
-        (cfg.data.format != "synthetic" or cfg.eval.examples, "eval.examples must be set for synthetic data"),
+        (cfg.data.format != "synthetic" or cfg.eval.examples is not None, "eval.examples must be set for synthetic data"),
         (cfg.data.format != "tfrecord" or not cfg.data.skip_bad_rows,
          "data.skip_bad_rows applies to the text formats (criteo, movielens); TFRecord parse errors always stop"),
         (0.0 < cfg.data.eval_fraction < 1.0, "data.eval_fraction must be in (0, 1)"),

@@ -116,5 +116,7 @@ def criteo_dataset(paths, batch_size, skip_bad_rows=False, shard_index=0, num_sh
         return _batches(paths, batch_size).map(lambda f, n, l: (f, n, l, epoch))
     ds = tf.data.Dataset.range(2**62).flat_map(one_pass) if repeat else one_pass(tf.constant(0, tf.int64))
     ds = share(ds, start, shard_index, num_shards)
-    return ds.map(lambda f, n, l, e: _parse((f, n, l, e), skip_bad_rows),
-                  num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    parsed = ds.map(lambda f, n, l, e: _parse((f, n, l, e), skip_bad_rows), num_parallel_calls=tf.data.AUTOTUNE)
+    # a batch left without rows is dropped, unless it carries the count of the bad rows it skipped
+    parsed = parsed.filter(lambda f, l: tf.logical_or(tf.size(l) > 0, f["bad_rows"] > 0))
+    return parsed.prefetch(tf.data.AUTOTUNE)

@@ -100,6 +100,12 @@ def _files(path, what):
     return files
 
 
+def _has_text(path):
+    """Whether a (plain or gzip) text file has a line that is not empty, reading no more than it must."""
+    with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
+        return any(line.strip() for line in f)
+
+
 class _FileSource:
     def __init__(self, cfg):
         self.cfg = cfg
@@ -130,6 +136,10 @@ class CriteoSource(_FileSource):
         super().__init__(cfg)
         self.train_files = _files(cfg.data.path, "data.path")
         self.eval_files = _files(cfg.data.eval_path, "data.eval_path")
+        for what, files in (("data.path", self.train_files), ("data.eval_path", self.eval_files)):
+            if not any(_has_text(f) for f in files):
+                raise ValueError(f"{what} {getattr(cfg.data, what.split('.')[1])!r}: no rows (its files are "
+                                 f"empty or blank)")
 
     def describe(self):
         return f"criteo text logs ({len(self.train_files)} training files, {len(self.eval_files)} eval files)"

@@ -172,7 +172,8 @@ def run_task(cfg, cluster_config, printer=print):
     est = make_estimator(cfg, _run_config(cfg, cluster_config, spec, strategy))
     source = make_source(cfg) if job != "ps" else None   # a PS reads no data
     # Trainers read interleaved batches: task k of W reads k, k + W, k + 2W, ... from where the
-    # latest checkpoint left off, so together they read the stream one process would. The
+    # latest checkpoint left off, so trainers of equal speed together read the stream one process
+    # would (a trainer that falls behind leaves part of its share unread when the global step ends). The
     # iterator restarts whenever a session is re-created (a PS restarted): it resumes from the
     # checkpoint just restored instead of replaying the stream from its start.
     trainers = [t for t in ("chief", "master", "worker") for _ in cluster_config.cluster.get(t, [])]

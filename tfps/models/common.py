@@ -119,7 +119,9 @@ def estimator_spec(mode, logits, labels, features, schema, train):
         return tf.estimator.EstimatorSpec(mode, predictions=predictions, export_outputs={
             "serving_default": tf.estimator.export.PredictOutput(predictions)})
     labels = tf.cast(tf.reshape(labels, [-1]), tf.float32)
-    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+    # the mean, and 0 for a batch without rows (one that only carries a reader's bad-row count)
+    loss = tf.math.divide_no_nan(tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)),
+                                 tf.cast(tf.size(labels), tf.float32))
     tf.compat.v1.add_to_collection(LOSS_COLLECTION, loss)
     if mode == tf.estimator.ModeKeys.EVAL:
         tf.compat.v1.add_to_collection(EVAL_EXAMPLES_COLLECTION, tf.size(labels))
