@@ -28,7 +28,8 @@ from tfps.cluster.placement import LoadBalancedStrategy, replica_device_setter
 from tfps.cluster.tf_config import ClusterConfigError, check_protocol
 from tfps.data.sources import make_source
 from tfps.estimator.hooks import EvalProgressHook, ProgressHook, StepStatsHook
-from tfps.estimator.runner import _metric, check_reached, checkpoint_every, final_metrics, make_estimator, table_hooks
+from tfps.estimator.runner import (check_reached, checkpoint_every, final_metrics, json_metric, make_estimator,
+                                   table_hooks)
 
 FIRST_CHECKPOINT_POLL_SECS = 0.5
 
@@ -84,7 +85,7 @@ class _PrintEvalMetrics(tf.estimator.Exporter):
 
     def export(self, estimator, export_path, checkpoint_path, eval_result, is_the_final_export):
         self.last = {"task": "evaluator", "global_step": int(eval_result["global_step"]),
-                     **{k: _metric(eval_result.get(k)) for k in ("auc", "gauc", "logloss", "loss")}}
+                     **{k: json_metric(eval_result.get(k)) for k in ("auc", "gauc", "logloss", "loss")}}
         self._print(json.dumps(self.last), flush=True)
         return None
 

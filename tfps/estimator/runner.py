@@ -102,7 +102,7 @@ def table_hooks(cfg, printer):
     return hooks, listeners
 
 
-def _metric(value, digits=5):
+def json_metric(value, digits=5):
     """A JSON-safe rounded metric: None when undefined (NaN) or absent."""
     return None if value is None or math.isnan(float(value)) else round(float(value), digits)
 
@@ -127,8 +127,8 @@ def final_metrics(cfg, source, printer, estimator=None, name=None):
     trained_bad = int(tf.train.load_variable(ckpt, BAD_ROWS_VARIABLE)) if BAD_ROWS_VARIABLE in names else None
     eval_bad = int(result["bad_rows"]) if "bad_rows" in result else None
     oracle = source.oracle_auc(cfg.eval.batch_size)
-    return {"auc": _metric(result["auc"]), "gauc": _metric(result.get("gauc")), "logloss": _metric(result["logloss"]),
-            **({"oracle_auc": _metric(oracle)} if oracle is not None else {}),
+    return {"auc": json_metric(result["auc"]), "gauc": json_metric(result.get("gauc")), "logloss": json_metric(result["logloss"]),
+            **({"oracle_auc": json_metric(oracle)} if oracle is not None else {}),
             "bad_rows": None if trained_bad is None and eval_bad is None else (trained_bad or 0) + (eval_bad or 0),
             "bad_rows_eval": eval_bad, "eval_examples": progress.examples}
 
