@@ -151,6 +151,17 @@ def _batches_of(columns, batch_size, seed=None, count_bad=True):
     return tf.data.Dataset.range((n + batch_size - 1) // batch_size).map(batch)
 
 
+def check_directory(directory):
+    """ValueError unless `directory` holds movies.csv and a ratings.csv with at least one rating."""
+    for name in ("ratings.csv", "movies.csv"):
+        if not tf.io.gfile.exists(os.path.join(directory, name)):
+            raise ValueError(f"movielens: {directory!r} has no {name} (the GroupLens layout: ratings.csv, movies.csv)")
+    with tf.io.gfile.GFile(os.path.join(directory, "ratings.csv")) as f:
+        f.readline()
+        if not f.readline().strip():
+            raise ValueError(f"movielens: {os.path.join(directory, 'ratings.csv')} holds no ratings")
+
+
 def movielens_dataset(directory, batch_size, split="train", eval_fraction=0.2, skip_bad_rows=False, repeat=False,
                       seed=0, start=0, shard_index=0, num_shards=1):
     """Batches (features, labels) of one split of a MovieLens directory (see the module docstring).
@@ -167,13 +178,7 @@ def movielens_dataset(directory, batch_size, split="train", eval_fraction=0.2, s
         raise ValueError(f"movielens_dataset: split must be train or eval, got {split!r}")
     if not 0.0 <= eval_fraction < 1.0:
         raise ValueError(f"movielens_dataset: eval_fraction must be in [0, 1), got {eval_fraction}")
-    for name in ("ratings.csv", "movies.csv"):
-        if not tf.io.gfile.exists(os.path.join(directory, name)):
-            raise ValueError(f"movielens: {directory!r} has no {name} (the GroupLens layout: ratings.csv, movies.csv)")
-    with tf.io.gfile.GFile(os.path.join(directory, "ratings.csv")) as f:
-        f.readline()
-        if not f.readline().strip():
-            raise ValueError(f"movielens: {os.path.join(directory, 'ratings.csv')} holds no ratings")
+    check_directory(directory)
     table = tf.data.Dataset.from_tensors(0).map(lambda _: load(directory, split, eval_fraction, skip_bad_rows))
     table = table.cache()
     if split == "eval":

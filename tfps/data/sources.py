@@ -100,9 +100,14 @@ def _files(path, what):
     return files
 
 
+def _open_text(path):
+    """A plain or gzip (.gz) text file, opened for reading bytes."""
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
 def _has_text(path):
     """Whether a (plain or gzip) text file has a line that is not empty, reading no more than it must."""
-    with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
+    with _open_text(path) as f:
         return any(line.strip() for line in f)
 
 
@@ -156,7 +161,7 @@ class CriteoSource(_FileSource):
             return self.cfg.eval.examples
         lines = 0
         for path in self.eval_files:   # lines that are not blank (rows, good or bad)
-            with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
+            with _open_text(path) as f:
                 lines += sum(1 for line in f if line.strip())
         return min(lines, self.cfg.eval.examples or lines)
 
@@ -167,10 +172,7 @@ class MovieLensSource(_FileSource):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        for name in ("ratings.csv", "movies.csv"):
-            if not tf.io.gfile.exists(os.path.join(cfg.data.path, name)):
-                raise ValueError(f"data.path {cfg.data.path!r} has no {name} (MovieLens layout: ratings.csv, "
-                                 f"movies.csv)")
+        movielens.check_directory(cfg.data.path)
 
     def describe(self):
         return f"MovieLens ratings in {self.cfg.data.path} (each user's last {self.cfg.data.eval_fraction:.0%} " \
