@@ -134,6 +134,13 @@ class ClusterSection:
 
 
 @dataclasses.dataclass
+class PipelineSection:
+    enabled: bool = False                # embedding lookups run `depth` batches ahead of the step (tfps.pipeline)
+    depth: int = 1                       # 1 .. 8; rows are at most this many steps stale
+    fuse_dense: bool = True              # with enabled: one dense read and one gradient message per PS and step
+
+
+@dataclasses.dataclass
 class JobConfig:
     model_dir: Optional[str] = None      # None: a fresh temporary directory
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
@@ -141,6 +148,7 @@ class JobConfig:
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
     cluster: ClusterSection = dataclasses.field(default_factory=ClusterSection)
+    pipeline: PipelineSection = dataclasses.field(default_factory=PipelineSection)
 
 
 def _coerce(value, tp, where):
@@ -280,6 +288,7 @@ def validate(cfg):
         (cfg.eval.throttle_secs >= 0, "eval.throttle_secs must be >= 0"),
         (cfg.cluster.peer_timeout_secs > 0, "cluster.peer_timeout_secs must be > 0"),
         (0 <= cfg.cluster.emulated_latency_ms <= 1000, "cluster.emulated_latency_ms must be in [0, 1000]"),
+        (1 <= cfg.pipeline.depth <= 8, f"pipeline.depth must be in [1, 8], got {cfg.pipeline.depth}"),
         (cfg.train.save_checkpoints_steps > 0, "train.save_checkpoints_steps must be > 0"),
         (cfg.train.save_checkpoints_secs is None or cfg.train.save_checkpoints_secs > 0,
          "train.save_checkpoints_secs must be > 0"),

@@ -5,6 +5,7 @@ from tfps.data.movielens import movielens_dataset
 from tfps.data.schema import Schema, share
 from tfps.data.synthetic import SyntheticConfig, SyntheticCriteo, auc
 from tfps.data.tfrecord import tfrecord_dataset, write_tfrecords
+from tfps.pipeline.dataset import PipelineDataset
 
-__all__ = ["Schema", "SyntheticConfig", "SyntheticCriteo", "auc", "criteo_dataset", "movielens_dataset", "share",
+__all__ = ["PipelineDataset", "Schema", "SyntheticConfig", "SyntheticCriteo", "auc", "criteo_dataset", "movielens_dataset", "share",
            "tfrecord_dataset", "write_tfrecords"]

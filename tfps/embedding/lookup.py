@@ -1,7 +1,7 @@
 """Lookups on EmbeddingVariables: dedup, one probe per distinct id per shard, gather back."""
 import tensorflow as tf
 
-from tfps.embedding.records import TableLookup, record
+from tfps.embedding.records import TableLookup, record, stager_of
 from tfps.ops import embedding_table as table_ops
 from tfps.ops.unique_partition_ops import unique_partition_with_counts
 
@@ -12,21 +12,20 @@ def _check(ev):
         raise TypeError(f"expected a tfps.EmbeddingVariable, got {type(ev).__name__}")
 
 
-def _lookup_flat(ev, keys, insert):
-    """keys int64 [N] -> float32 [N, dim], one probe per distinct key; records
-    (unique_ids, unique_values) for training.
+def probe(ev, keys, insert):
+    """keys int64 [N] -> (unique_keys int64 [U], inverse int32 [N], offsets, rows float32 [U, dim]),
+    one probe per distinct key.
 
-    One shard: a fused dedup + probe op. k shards: unique_partition groups the distinct keys by
-    shard (floormod(key, k)), each shard is probed on its own device, and the concatenated rows
-    line up with the grouped unique keys, so one gather serves all shards."""
+    One shard: a fused dedup + probe op, offsets None. k shards: unique_partition groups the
+    distinct keys by shard (floormod(key, k)), each shard is probed on its own device, and the
+    concatenated rows line up with the grouped unique keys; shard p owns positions
+    offsets[p]:offsets[p+1] (int64 [k + 1])."""
     if ev.num_shards == 1:
         handle = ev.handles[0]
         with tf.compat.v1.get_default_graph().colocate_with(handle.op):
             uids, inverse, uvals = table_ops.table_lookup_unique(handle, keys, insert=insert)
         uvals.set_shape([None, ev.dim])
-        if insert and ev.trainable:
-            record(TableLookup(ev, uids, uvals, shard=0))
-        return table_ops.gather_rows(uvals, inverse)
+        return uids, inverse, None, uvals
     uids, inverse, offsets, counts = unique_partition_with_counts(keys, ev.num_shards)
     sizes = offsets[1:] - offsets[:-1]
     admit = insert and ev.options.admit_min_count > 1
@@ -38,6 +37,17 @@ def _lookup_flat(ev, keys, insert):
             rows.append(table_ops.table_find(handle, part, insert=insert, counts=part_count))
     uvals = tf.concat(rows, 0)
     uvals.set_shape([None, ev.dim])
+    return uids, inverse, offsets, uvals
+
+
+def _lookup_flat(ev, keys, insert):
+    """keys int64 [N] -> float32 [N, dim]; records (unique_ids, unique_values) for training.
+
+    The probe runs here, or -- when the graph's input is a tfps pipeline -- ahead, on a later
+    batch, and its staged result is read here (tfps.pipeline)."""
+    stager = stager_of()
+    staged = stager.stage(ev, keys, insert, probe) if stager is not None else None
+    uids, inverse, offsets, uvals = staged if staged is not None else probe(ev, keys, insert)
     if insert and ev.trainable:
         record(TableLookup(ev, uids, uvals, offsets=offsets))
     return table_ops.gather_rows(uvals, inverse)

@@ -35,3 +35,26 @@ def lookups_of(variables, graph=None):
     """The TableLookups of `variables` in the graph (default: the default graph), in order."""
     wanted = {id(v) for v in variables}
     return [r for r in _LOOKUPS.get(graph or tf.compat.v1.get_default_graph(), []) if id(r.variable) in wanted]
+
+
+_STAGERS = weakref.WeakKeyDictionary()   # graph -> the stager of its lookups (tfps.pipeline)
+
+
+def set_stager(stager, graph=None):
+    """Makes `stager` handle the graph's lookups (None: lookups run where they are built).
+
+    A stager (tfps.pipeline.Pipeline) has
+      stage(ev, keys, insert, probe) -> (unique_ids, inverse, offsets, rows) or None: the probe
+        of `keys` run ahead and staged, or None to probe in place; probe(ev, keys, insert) is the
+        lookup itself;
+      carrier() -> op: what a train op must also run each step to keep the stages fed."""
+    graph = graph or tf.compat.v1.get_default_graph()
+    if stager is None:
+        _STAGERS.pop(graph, None)
+    else:
+        _STAGERS[graph] = stager
+
+
+def stager_of(graph=None):
+    """The graph's stager, or None."""
+    return _STAGERS.get(graph or tf.compat.v1.get_default_graph())

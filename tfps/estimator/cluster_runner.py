@@ -29,7 +29,7 @@ from tfps.cluster.tf_config import ClusterConfigError, check_protocol
 from tfps.data.sources import make_source
 from tfps.estimator.hooks import EvalProgressHook, ProgressHook, StepStatsHook
 from tfps.estimator.runner import (check_reached, checkpoint_every, final_metrics, json_metric, make_estimator,
-                                   table_hooks)
+                                   pipelined, table_hooks)
 
 FIRST_CHECKPOINT_POLL_SECS = 0.5
 
@@ -208,8 +208,8 @@ def run_task(cfg, cluster_config, printer=print):
         train_spec = tf.estimator.TrainSpec(lambda: None, max_steps=cfg.train.steps)
         eval_spec = tf.estimator.EvalSpec(lambda: None)
     else:
-        input_fn = source.train_input_fn(cfg.train.batch_size, start=resume_batch, shard_index=rank,
-                                         num_shards=len(trainers))
+        input_fn = pipelined(source.train_input_fn(cfg.train.batch_size, start=resume_batch, shard_index=rank,
+                                                  num_shards=len(trainers)), cfg)
         train_spec = tf.estimator.TrainSpec(input_fn, max_steps=cfg.train.steps, hooks=hooks + tables,
                                             saving_listeners=listeners)
         eval_hooks = [EvalProgressHook(None, printer=printer)] if job == "evaluator" else []

@@ -12,6 +12,8 @@ from tfps.estimator.incremental import DeltaRestoreHook, IncrementalCheckpoints
 from tfps.embedding.checkpoint_tools import Saver
 from tfps.models.common import BAD_ROWS_VARIABLE
 from tfps.models.zoo import model_fn
+from tfps.pipeline import settings as pipeline_settings
+from tfps.pipeline.dataset import PipelineDataset
 
 
 def serving_input_receiver_fn(schema):
@@ -36,6 +38,18 @@ def export(cfg, export_dir):
     if not est.latest_checkpoint():
         raise ValueError(f"export: no checkpoint in model_dir {cfg.model_dir!r}; train first")
     return est.export_saved_model(export_dir, serving_input_receiver_fn(schema_of(cfg))).decode()
+
+
+def pipelined(input_fn, cfg):
+    """input_fn, its dataset wrapped in a tfps.data.PipelineDataset when the config's
+    pipeline.enabled is on (at pipeline.depth) or tfps.pipeline.enable() was called."""
+    if cfg.pipeline.enabled:
+        depth = cfg.pipeline.depth
+    elif pipeline_settings.enabled():
+        depth = pipeline_settings.depth()
+    else:
+        return input_fn
+    return lambda: PipelineDataset(input_fn(), depth)
 
 
 def checkpoint_every(cfg):
@@ -151,7 +165,7 @@ def run(cfg, printer=print):
     hook = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer, max_steps=cfg.train.steps)
     hooks, listeners = table_hooks(cfg, printer)
     t0 = time.time()
-    est.train(source.train_input_fn(cfg.train.batch_size, start=start_step), max_steps=cfg.train.steps,
+    est.train(pipelined(source.train_input_fn(cfg.train.batch_size, start=start_step), cfg), max_steps=cfg.train.steps,
               hooks=[hook] + hooks, saving_listeners=listeners)
     train_seconds = time.time() - t0
     check_reached(cfg, est.latest_checkpoint())

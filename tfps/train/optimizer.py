@@ -6,7 +6,7 @@ one row per distinct key (duplicates summed).
 """
 import tensorflow as tf
 
-from tfps.embedding.records import lookups_of
+from tfps.embedding.records import lookups_of, stager_of
 from tfps.embedding.variable import EmbeddingVariable, TableShard, trainable_embedding_variables
 
 
@@ -99,11 +99,17 @@ class TableOptimizerMixin:
             updates.append(super().apply_gradients(dense, name=name + "_dense"))
         if not updates:
             raise ValueError(f"No gradients provided for any variable: {[v.name for _, v in grads_and_vars]}")
+        # With a pipelined input (tfps.pipeline) the step also runs the embedding graph of the
+        # batch `depth` steps ahead, concurrently with this one's.
+        stager = stager_of()
+        ahead = [stager.carrier()] if stager is not None else []
         with tf.control_dependencies(updates):
             if global_step is None:
-                return tf.group(*updates, name=name)
+                return tf.group(*updates, *ahead, name=name)
             with tf.compat.v1.get_default_graph().colocate_with(global_step.op):
                 train_op = tf.compat.v1.assign_add(global_step, 1, name=name).op
+        if ahead:
+            train_op = tf.group(train_op, *ahead, name=name + "_and_lookups_ahead")
         train_ops = tf.compat.v1.get_collection_ref(tf.compat.v1.GraphKeys.TRAIN_OP)
         if train_op not in train_ops:
             train_ops.append(train_op)

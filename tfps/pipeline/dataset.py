@@ -1,0 +1,48 @@
+"""PipelineDataset: what an input_fn returns to have its model's lookups pipelined."""
+import tensorflow as tf
+
+from tfps.pipeline import settings
+from tfps.pipeline.stage import Pipeline
+
+
+class PipelineDataset(tf.compat.v1.data.Dataset):
+    """A tf.data.Dataset of (features, labels) batches whose embedding lookups run `depth`
+    batches ahead of the step that trains on them (tfps.pipeline.stage).
+
+    Return it from a tf.estimator input_fn around the dataset you would return anyway; the
+    model_fn does not change. Example:
+
+        def input_fn():
+            ds = tf.data.TFRecordDataset(files).batch(1024).map(parse)
+            return tfps.data.PipelineDataset(ds, depth=1)
+
+    Args:
+      dataset: a tf.data.Dataset of batches.
+      depth: batches the lookups run ahead (1 .. 8); None: tfps.pipeline.enable's depth, or 1.
+
+    tf.estimator makes its iterator with make_initializable_iterator(), which here builds the
+    pipeline; as a plain dataset (iterated, or transformed further) it is `dataset` unchanged.
+    """
+
+    def __init__(self, dataset, depth=None):
+        if not isinstance(dataset, tf.data.Dataset):
+            raise TypeError(f"PipelineDataset: dataset must be a tf.data.Dataset, got {type(dataset).__name__}")
+        self._dataset = dataset
+        self.depth = settings.depth() if depth is None else depth
+        Pipeline.check_depth(self.depth)
+        super().__init__()
+
+    def _as_variant_tensor(self):
+        return self._dataset._variant_tensor   # pylint: disable=protected-access
+
+    def _inputs(self):
+        return [self._dataset]
+
+    @property
+    def element_spec(self):
+        return self._dataset.element_spec
+
+    def _make_initializable_iterator(self, shared_name=None):   # what make_initializable_iterator calls
+        if shared_name:
+            raise ValueError("PipelineDataset: a shared iterator (shared_name) cannot be pipelined")
+        return Pipeline(self._dataset, self.depth)

@@ -1,0 +1,191 @@
+"""The embedding pipeline: the lookups of batch t + depth run while batch t trains.
+
+A Pipeline is the iterator a PipelineDataset gives tf.estimator. Its get_next() returns the
+batch the main graph trains now, read from a FIFO queue (the *staged* batch); the user's
+model_fn is built once, on it. Each training lookup that model_fn makes
+(tfps.embedding_lookup, feature columns, lookup_feature_matrix) is split in two:
+
+  embedding graph: the fresh batch from the dataset -> the lookup's keys, re-derived from it
+                   (tfps.pipeline.replay) -> unique/partition -> shard probes on the PS ->
+                   (unique ids, inverse, offsets, rows) into the lookup's queue;
+  main graph:      the staged (unique ids, inverse, offsets, rows) of batch t out of that queue
+                   -> gather -> the dense model -> gradients pushed to the tables.
+
+A tfps optimizer's train op also runs the embedding graph (carrier()), so one session.run
+trains batch t and probes batch t + depth, concurrently. When a session starts (and again
+whenever it is re-created) the iterator's initializer fills the queues with batches 0 ..
+depth - 1, one after the other.
+
+Staleness: the rows batch t trains on were read during step t - depth, concurrently with that
+step's updates: they hold every update of the steps before t - depth, maybe that of t - depth,
+and none of steps t - depth + 1 .. t - 1. So a row is at most `depth` steps old. Every
+gradient is applied once, to the rows of the batch it was computed on.
+
+End of data: the embedding graph reads the dataset through get_next_as_optional; past the end
+it enqueues nothing and closes the queues, the main graph trains what is staged, then its
+dequeue raises OutOfRangeError before any update: no batch is lost or trained twice.
+
+Graphs without a tfps train op (evaluation, prediction) feed the queues from a background
+thread (a tf.compat.v1.train.QueueRunner) instead.
+"""
+import tensorflow as tf
+
+from tfps.embedding.records import set_stager, stager_of
+from tfps.pipeline.replay import replay, depends_on
+
+MAX_DEPTH = 8
+DEQUEUE_OPS = ("QueueDequeueV2", "QueueDequeueManyV2", "QueueDequeueUpToV2")
+
+
+class _Stage:
+    """One queue: the tensors `build(fresh, has_value)` makes from a fresh batch, and their
+    dequeued counterparts for the main graph."""
+
+    def __init__(self, name, build, depth, first):
+        self.name, self.build = name, build
+        self.dtypes = [t.dtype for t in first]
+        self.shapes = [t.shape for t in first]
+        # depth + 1: the carrier's enqueue never waits for the same step's dequeue.
+        self.queue = tf.queue.FIFOQueue(depth + 1, self.dtypes, name=f"tfps_pipeline_{name}")
+        self.dequeued = self.queue.dequeue(name=f"tfps_pipeline_{name}_staged")
+        if not isinstance(self.dequeued, (list, tuple)):
+            self.dequeued = [self.dequeued]
+        for t, shape in zip(self.dequeued, self.shapes):
+            t.set_shape(shape)
+        self.first = first
+
+
+class Pipeline:
+    """The iterator of a PipelineDataset: get_next() and initializer, as a tf.data iterator.
+
+    Args:
+      dataset: the tf.data.Dataset of (features, labels) batches.
+      depth: how many batches the lookups run ahead (1 .. MAX_DEPTH).
+    """
+
+    @staticmethod
+    def check_depth(depth):
+        if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= MAX_DEPTH:
+            raise ValueError(f"pipeline depth must be an int in [1, {MAX_DEPTH}], got {depth!r}")
+
+    def __init__(self, dataset, depth):
+        self.check_depth(depth)
+        graph = tf.compat.v1.get_default_graph()
+        if stager_of(graph) is not None:
+            raise ValueError("PipelineDataset: this graph already reads a PipelineDataset; a graph has one pipeline")
+        self.depth = depth
+        self._spec = dataset.element_spec
+        self._specs = tf.nest.flatten(self._spec, expand_composites=True)
+        self._iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
+        self._stages = []
+        self._carrier = None
+        self._carried = 0
+        self._initializer = None
+        self._fresh = self._next_batch()
+        self._batch = self._add_stage("batch", lambda fresh, has_value: list(fresh))
+        self._staged_names = {t.name for t in self._batch.dequeued}
+        set_stager(self, graph)
+
+    # -- the iterator protocol tf.estimator uses --------------------------------------------
+    @property
+    def element_spec(self):
+        return self._spec
+
+    def get_next(self, name=None):
+        """The staged batch (batch t of the step), structured as the dataset's elements."""
+        del name
+        return tf.nest.pack_sequence_as(self._spec, list(self._batch.dequeued), expand_composites=True)
+
+    @property
+    def initializer(self):
+        """Initializes the dataset's iterator, then stages batches 0 .. depth - 1 (runs of the
+        embedding graph, one after the other). Without a carrier (no tfps train op: evaluation,
+        prediction) a QueueRunner feeds the queues instead."""
+        if self._initializer is None:
+            self._initializer = self._build_initializer()
+        return self._initializer
+
+    # -- the stager protocol tfps.embedding_lookup uses --------------------------------------
+    def stage(self, ev, keys, insert, probe):
+        """The probe of `keys` run `depth` batches ahead: (unique ids, inverse, offsets, rows) of
+        the staged batch. None (probe in place) for serving lookups (insert=False) and for keys
+        that do not come from the batch."""
+        if not insert or not depends_on(keys, self._staged_names):
+            return None
+        staged = self._batch.dequeued
+
+        def build(fresh, has_value):
+            next_keys, = replay([keys], dict(zip(staged, fresh)), name=f"tfps_pipeline_keys_{len(self._stages)}",
+                                forbidden=DEQUEUE_OPS)
+            # Past the end of the data the fresh batch is a placeholder: probe no keys.
+            next_keys = next_keys[:tf.size(next_keys) * tf.cast(has_value, tf.int32)]
+            uids, inverse, offsets, rows = probe(ev, next_keys, insert)
+            return [uids, inverse, rows] + ([] if offsets is None else [offsets])
+        stage = self._add_stage(f"{ev.name.replace('/', '_')}_{len(self._stages)}", build)
+        uids, inverse, rows = stage.dequeued[:3]
+        return uids, inverse, (stage.dequeued[3] if len(stage.dequeued) > 3 else None), rows
+
+    def carrier(self):
+        """The embedding graph of this step's fresh batch: enqueues each stage's item (nothing
+        past the end of the data, where it closes the queues instead). A train op runs it."""
+        if self._carrier is None:
+            self._carried = len(self._stages)
+            self._carrier = self._enqueue([s.first for s in self._stages], self._fresh[1], "tfps_pipeline_carrier")
+        return self._carrier
+
+    # -- building ----------------------------------------------------------------------------
+    def _add_stage(self, name, build):
+        if self._carrier is not None:
+            raise ValueError("tfps pipeline: a training lookup was built after the optimizer's train op; with a "
+                             "PipelineDataset, build every tfps.embedding_lookup before minimize()/apply_gradients()")
+        fresh, has_value = self._fresh
+        stage = _Stage(name, build, self.depth, build(fresh, has_value))
+        self._stages.append(stage)
+        return stage
+
+    def _next_batch(self, optional=True):
+        """(flat tensors of the next batch, has_value). Past the end of the data (optional=True)
+        the tensors are a placeholder batch: zeros, 0 along each dimension the spec leaves open."""
+        if not optional:
+            return tf.nest.flatten(self._iterator.get_next(), expand_composites=True), tf.constant(True)
+        nxt = self._iterator.get_next_as_optional()
+        has_value = nxt.has_value()
+        placeholder = [tf.zeros([0 if d is None else d for d in s.shape.as_list()], s.dtype) for s in self._specs]
+        flat = tf.cond(has_value, lambda: tf.nest.flatten(nxt.get_value(), expand_composites=True),
+                       lambda: placeholder)
+        for t, s in zip(flat, self._specs):
+            t.set_shape(s.shape)
+        return flat, has_value
+
+    def _enqueue(self, items, has_value, name):
+        n = tf.cast(has_value, tf.int32)
+        enqueues = [s.queue.enqueue_many([tf.expand_dims(t, 0)[:n] for t in item])
+                    for s, item in zip(self._stages, items)]
+        closed = self._batch.queue.is_closed()
+        close = tf.cond(tf.logical_or(has_value, closed), tf.no_op,
+                        lambda: tf.group(*[s.queue.close() for s in self._stages]))
+        return tf.group(*enqueues, close, name=name)
+
+    def _build_initializer(self):
+        init = self._iterator.initializer
+        if self._carrier is None:
+            # No train op runs the embedding graph: a background thread does.
+            fresh, has_value = self._next_batch(optional=False)
+            items = [s.build(fresh, has_value) for s in self._stages]
+            enqueue = tf.group(*[s.queue.enqueue([tf.identity(t) for t in item])
+                                 for s, item in zip(self._stages, items)])
+            close = tf.group(*[s.queue.close() for s in self._stages])
+            cancel = tf.group(*[s.queue.close(cancel_pending_enqueues=True) for s in self._stages])
+            tf.compat.v1.train.add_queue_runner(tf.compat.v1.train.QueueRunner(
+                self._batch.queue, [enqueue], close_op=close, cancel_op=cancel))
+            return init
+        if self._carried != len(self._stages):
+            raise ValueError("tfps pipeline: a training lookup was built after the optimizer's train op; build "
+                             "every tfps.embedding_lookup before minimize()/apply_gradients()")
+        step = init
+        for i in range(self.depth):
+            with tf.control_dependencies([step]):
+                fresh, has_value = self._next_batch()
+                step = self._enqueue([s.build(fresh, has_value) for s in self._stages], has_value,
+                                     f"tfps_pipeline_prime_{i}")
+        return step
