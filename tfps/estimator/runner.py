@@ -49,7 +49,7 @@ def pipelined(input_fn, cfg):
         depth = pipeline_settings.depth()
     else:
         return input_fn
-    return lambda: PipelineDataset(input_fn(), depth)
+    return lambda: PipelineDataset(input_fn(), depth, fuse_dense=cfg.pipeline.fuse_dense)
 
 
 def checkpoint_every(cfg):

@@ -19,16 +19,20 @@ class PipelineDataset(tf.compat.v1.data.Dataset):
     Args:
       dataset: a tf.data.Dataset of batches.
       depth: batches the lookups run ahead (1 .. 8); None: tfps.pipeline.enable's depth, or 1.
+      fuse_dense: read the dense variables (those the model_fn makes with
+        tf.compat.v1.get_variable) of each PS as one tensor per step, and push their gradients
+        as one (tfps.train.fused); numerically the same training.
 
     tf.estimator makes its iterator with make_initializable_iterator(), which here builds the
     pipeline; as a plain dataset (iterated, or transformed further) it is `dataset` unchanged.
     """
 
-    def __init__(self, dataset, depth=None):
+    def __init__(self, dataset, depth=None, fuse_dense=True):
         if not isinstance(dataset, tf.data.Dataset):
             raise TypeError(f"PipelineDataset: dataset must be a tf.data.Dataset, got {type(dataset).__name__}")
         self._dataset = dataset
         self.depth = settings.depth() if depth is None else depth
+        self.fuse_dense = fuse_dense
         Pipeline.check_depth(self.depth)
         super().__init__()
 
@@ -45,4 +49,4 @@ class PipelineDataset(tf.compat.v1.data.Dataset):
     def _make_initializable_iterator(self, shared_name=None):   # what make_initializable_iterator calls
         if shared_name:
             raise ValueError("PipelineDataset: a shared iterator (shared_name) cannot be pipelined")
-        return Pipeline(self._dataset, self.depth)
+        return Pipeline(self._dataset, self.depth, self.fuse_dense)

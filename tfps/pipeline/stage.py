@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from tfps.embedding.records import set_stager, stager_of
 from tfps.pipeline.replay import replay, depends_on
+from tfps.train.fused import FusedDense
 
 MAX_DEPTH = 8
 DEQUEUE_OPS = ("QueueDequeueV2", "QueueDequeueManyV2", "QueueDequeueUpToV2")
@@ -61,6 +62,7 @@ class Pipeline:
     Args:
       dataset: the tf.data.Dataset of (features, labels) batches.
       depth: how many batches the lookups run ahead (1 .. MAX_DEPTH).
+      fuse_dense: read and push the dense variables of each PS as one tensor (tfps.train.fused).
     """
 
     @staticmethod
@@ -68,7 +70,7 @@ class Pipeline:
         if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= MAX_DEPTH:
             raise ValueError(f"pipeline depth must be an int in [1, {MAX_DEPTH}], got {depth!r}")
 
-    def __init__(self, dataset, depth):
+    def __init__(self, dataset, depth, fuse_dense=True):
         self.check_depth(depth)
         graph = tf.compat.v1.get_default_graph()
         if stager_of(graph) is not None:
@@ -85,6 +87,8 @@ class Pipeline:
         self._batch = self._add_stage("batch", lambda fresh, has_value: list(fresh))
         self._staged_names = {t.name for t in self._batch.dequeued}
         set_stager(self, graph)
+        if fuse_dense:
+            FusedDense(anchor=self._batch.dequeued[0].op).install(graph)
 
     # -- the iterator protocol tf.estimator uses --------------------------------------------
     @property

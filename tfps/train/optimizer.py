@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from tfps.embedding.records import lookups_of, stager_of
 from tfps.embedding.variable import EmbeddingVariable, TableShard, trainable_embedding_variables
+from tfps.train.fused import FusedDense
 
 
 def _rows_per_unique(grad, num_unique):
@@ -46,7 +47,9 @@ class TableOptimizerMixin:
         if not dense and not records:
             raise ValueError("No variables to optimize: no trainable variables and no training lookups "
                              "(tfps.embedding_lookup with insert=True) of trainable embedding variables")
-        xs = dense + [r.unique_values for _, r in records]
+        fused = FusedDense.of()
+        # With fused dense traffic the model read worker-local copies of the variables.
+        xs = [fused.source(v) if fused else v for v in dense] + [r.unique_values for _, r in records]
         grads = tf.compat.v1.gradients(loss, xs, grad_ys=grad_loss,
                                        gate_gradients=(gate_gradients == self.GATE_OP),
                                        aggregation_method=aggregation_method,
@@ -85,32 +88,79 @@ class TableOptimizerMixin:
         dense = [(g, v) for g, v in grads_and_vars if not isinstance(v, TableShard)]
         tables = [(g, v) for g, v in grads_and_vars if isinstance(v, TableShard) and g is not None]
         name = name or self.get_name()
+        graph = tf.compat.v1.get_default_graph()
+        fused = FusedDense.of()
+        if fused is not None:
+            copied = [(g, v) for g, v in dense if g is not None and v in fused.copies]
+            copied, tables = fused.push(copied, tables)
+            dense = copied + [(g, v) for g, v in dense if g is None or v not in fused.copies]
         updates = []
         if tables:
-            step = (tf.cast(tf.identity(global_step), tf.int64) if global_step is not None
-                    else tf.constant(0, tf.int64))
+            if global_step is None:
+                step = tf.constant(0, tf.int64)
+            elif fused is not None:   # the value the hooks fetch anyway: no read of its own
+                step = tf.cast(graph.as_graph_element(global_step), tf.int64)
+            else:
+                step = tf.cast(tf.identity(global_step), tf.int64)
             # tf.compat.v1.train optimizers keep it as _learning_rate, except Adam (_lr).
             lr = self._learning_rate if hasattr(self, "_learning_rate") else self._lr
             lr = tf.cast(self._call_if_callable(lr), tf.float32)
             for grad, shard in tables:
-                with tf.compat.v1.get_default_graph().colocate_with(shard.handle.op):
-                    updates.append(self._apply_table(shard, grad.indices, grad.values, lr, step))
+                keys, shard_step = grad.indices, step
+                if fused is not None:   # the step travels in the keys' message
+                    packed = tf.concat([tf.reshape(step, [1]), keys], 0)
+                with graph.colocate_with(shard.handle.op):
+                    if fused is not None:
+                        packed = tf.identity(packed)
+                        shard_step, keys = packed[0], packed[1:]
+                    updates.append(self._apply_table(shard, keys, grad.values, lr, shard_step))
         if any(g is not None for g, _ in dense):
             updates.append(super().apply_gradients(dense, name=name + "_dense"))
         if not updates:
             raise ValueError(f"No gradients provided for any variable: {[v.name for _, v in grads_and_vars]}")
+        after = []
+        if fused is not None:
+            # One group per device, so that a PS's fused read waits only for its own updates and
+            # the step needs one cross-task control message per PS, not one per group.
+            by_device = _by_device(updates)
+            updates = list(by_device.values())
+            after.append(fused.refresh(by_device))
         # With a pipelined input (tfps.pipeline) the step also runs the embedding graph of the
         # batch `depth` steps ahead, concurrently with this one's.
         stager = stager_of()
-        ahead = [stager.carrier()] if stager is not None else []
+        after += [stager.carrier()] if stager is not None else []
         with tf.control_dependencies(updates):
             if global_step is None:
-                return tf.group(*updates, *ahead, name=name)
-            with tf.compat.v1.get_default_graph().colocate_with(global_step.op):
+                return tf.group(*updates, *after, name=name)
+            with graph.colocate_with(global_step.op):
                 train_op = tf.compat.v1.assign_add(global_step, 1, name=name).op
-        if ahead:
-            train_op = tf.group(train_op, *ahead, name=name + "_and_lookups_ahead")
+        if after:
+            train_op = tf.group(train_op, *after, name=name + "_step")
         train_ops = tf.compat.v1.get_collection_ref(tf.compat.v1.GraphKeys.TRAIN_OP)
         if train_op not in train_ops:
             train_ops.append(train_op)
         return train_op
+
+
+def _by_device(ops):
+    """{device: one op colocated there that runs every op of `ops` on that device}, the groups
+    (tf.group NoOps) among `ops` opened up to the ops they wait for."""
+    leaves, stack, seen = [], list(ops), set()
+    while stack:
+        op = stack.pop()
+        op = op.op if isinstance(op, tf.Tensor) else op
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type == "NoOp" and op.control_inputs and not op.inputs:
+            stack.extend(op.control_inputs)
+        else:
+            leaves.append(op)
+    devices = {}
+    for op in leaves:
+        devices.setdefault(op.device, []).append(op)
+    out = {}
+    for device, members in devices.items():
+        with tf.compat.v1.colocate_with(members[0], ignore_existing=True):
+            out[device] = tf.group(*members, name="tfps_updates")
+    return out

@@ -1,0 +1,138 @@
+"""Fused dense traffic: per PS task and step, one message with the values of the dense variables
+it holds and one with their gradients (and the gradients of its table shards).
+
+Stock TF sends each dense variable to the worker as its own tensor when an op reads it, and each
+gradient back as its own: 2 messages per variable and step. With a FusedDense on the graph:
+
+  read:  the model_fn's tf.compat.v1.get_variable returns a worker-local copy of each trainable
+         variable (a custom getter; the real variable is created as usual, on its PS, with its
+         usual name, and stays what checkpoints and exports hold). After a step's updates each
+         PS concatenates its variables into one tensor; the worker splits it into the copies the
+         next step reads. The copies start from the variables at session start (local init,
+         after restore).
+  push:  the gradients for one PS travel concatenated (dense gradients and table-row gradients,
+         float32 flat) and are split on the PS, then applied by the optimizer as usual.
+
+A step reads exactly the values it would read unfused (the state after the previous step's
+updates), so training is numerically identical. Variables whose model code builds them
+otherwise (tf.Variable, Keras layers) are read the usual way.
+"""
+import weakref
+
+import tensorflow as tf
+
+_FUSED = weakref.WeakKeyDictionary()   # graph -> FusedDense
+
+
+class FusedDense:
+    """The worker-local copies of a graph's dense variables.
+
+    Args:
+      anchor: an op on the worker (copies are colocated with it).
+    """
+
+    def __init__(self, anchor):
+        self._anchor = anchor
+        self.copies = {}    # real variable -> its local copy
+
+    @staticmethod
+    def of(graph=None):
+        """The graph's FusedDense, or None."""
+        return _FUSED.get(graph or tf.compat.v1.get_default_graph())
+
+    def install(self, graph=None):
+        """Makes variables created through the graph's root variable scope come with copies."""
+        graph = graph or tf.compat.v1.get_default_graph()
+        if graph in _FUSED:
+            raise ValueError("fused dense variables are already set up for this graph")
+        _FUSED[graph] = self
+        with graph.as_default():
+            scope = tf.compat.v1.get_variable_scope()
+            outer = scope.custom_getter
+            scope.set_custom_getter(self._getter if outer is None else
+                                    lambda getter, *a, **k: self._getter(lambda *b, **c: outer(getter, *b, **c),
+                                                                         *a, **k))
+
+    def _getter(self, getter, name, *args, **kwargs):
+        var = getter(name, *args, **kwargs)
+        trainable = kwargs.get("trainable")
+        if (trainable is False or not isinstance(var, tf.Variable) or kwargs.get("partitioner") is not None
+                or "/job:ps" not in (var.device or "") or not var.shape.is_fully_defined()):
+            return var   # only what crosses to a PS is worth fusing
+        if var in self.copies:
+            return self.copies[var]
+        with tf.compat.v1.name_scope(None):
+            initial = var.read_value()
+        with tf.compat.v1.name_scope(None), tf.compat.v1.colocate_with(self._anchor, ignore_existing=True):
+            copy = tf.compat.v1.Variable(initial, trainable=False, name=var.op.name + "/tfps_local_copy",
+                                         collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+                                         dtype=var.dtype.base_dtype, use_resource=True)
+        self.copies[var] = copy
+        return copy
+
+    def source(self, var):
+        """What the model read for `var`: its copy, or var itself."""
+        return self.copies.get(var, var)
+
+    @staticmethod
+    def _device(var):
+        return var.device or ""
+
+    def push(self, dense, tables):
+        """Gradients moved to their PS in one message per PS and dtype.
+
+        Args:
+          dense: [(grad Tensor, variable)] of variables with copies.
+          tables: [(IndexedSlices(rows [U, dim], keys [U]), TableShard)].
+        Returns:
+          (dense, tables) with the same structure, the gradients now split on the PS."""
+        groups = {}
+        for i, (g, v) in enumerate(dense):
+            groups.setdefault((self._device(v), g.dtype), []).append(("dense", i, g, v.op))
+        for i, (g, shard) in enumerate(tables):
+            groups.setdefault((shard.handle.device or "", g.values.dtype), []).append(("table", i, g.values,
+                                                                                        shard.handle.op))
+        dense, tables = list(dense), list(tables)
+        for members in groups.values():
+            if len(members) == 1:
+                continue
+            # Static sizes and shapes are rebuilt on the PS from constants; one dynamic part (a
+            # table's rows) goes last and takes the rest; more than one sends its sizes along.
+            members.sort(key=lambda m: not m[2].shape.is_fully_defined())
+            dynamic = sum(not m[2].shape.is_fully_defined() for m in members)
+            flat = tf.concat([tf.reshape(g, [-1]) for _, _, g, _ in members], 0, name="tfps_fused_gradients")
+            sizes = ([tf.size(g) for _, _, g, _ in members] if dynamic > 1 else
+                     [g.shape.num_elements() for _, _, g, _ in members[:-1]] +
+                     [members[-1][2].shape.num_elements() if not dynamic else -1])
+            if dynamic > 1:
+                sizes = tf.stack(sizes)
+            with tf.compat.v1.colocate_with(members[0][3]):
+                parts = tf.split(tf.identity(flat), tf.identity(sizes) if dynamic > 1 else sizes, num=len(members))
+                for (kind, i, g, _), part in zip(members, parts):
+                    part = tf.reshape(part, [-1] + g.shape.as_list()[1:])
+                    part.set_shape(g.shape)
+                    if kind == "dense":
+                        dense[i] = (part, dense[i][1])
+                    else:
+                        old = tables[i][0]
+                        tables[i] = (tf.IndexedSlices(part, old.indices, old.dense_shape), tables[i][1])
+        return dense, tables
+
+    def refresh(self, updates):
+        """The op that reads each PS's variables as one tensor, once that PS's updates ran, and
+        writes the worker's copies (what the next step reads).
+
+        updates: {device: the op that runs the step's updates on that device}."""
+        groups = {}
+        for var in self.copies:
+            groups.setdefault((self._device(var), var.dtype.base_dtype), []).append(var)
+        assigns = []
+        for (device, _), members in groups.items():
+            after = [updates[device]] if device in updates else []
+            with tf.compat.v1.colocate_with(members[0].op), tf.control_dependencies(after):
+                fused = tf.concat([tf.reshape(v.read_value(), [-1]) for v in members], 0, name="tfps_fused_values")
+            with tf.compat.v1.colocate_with(self._anchor, ignore_existing=True):
+                parts = tf.split(tf.identity(fused), [v.shape.num_elements() for v in members])
+                assigns += [self.copies[v].assign(tf.reshape(p, v.shape), read_value=False)
+                            for v, p in zip(members, parts)]
+        return tf.group(*assigns, name="tfps_refresh_local_copies")
