@@ -113,6 +113,26 @@ def replica_device_setter(cluster=None, ps_tasks=None, worker_device=None, ps_st
     if ps_strategy is None and ps_tasks:
         ps_strategy = LoadBalancedStrategy(ps_tasks)
     ps_ops = list(ps_ops or VARIABLE_OPS) + [op for op in TABLE_OPS if op not in (ps_ops or [])]
-    return tf.compat.v1.train.replica_device_setter(ps_tasks=ps_tasks if cluster is None else 0, cluster=cluster,
-                                                    worker_device=worker_device, ps_ops=ps_ops,
-                                                    ps_strategy=ps_strategy, **kwargs)
+    setter = tf.compat.v1.train.replica_device_setter(ps_tasks=ps_tasks if cluster is None else 0, cluster=cluster,
+                                                      worker_device=worker_device, ps_ops=ps_ops,
+                                                      ps_strategy=ps_strategy, **kwargs)
+    if setter is None:
+        return None
+
+    def device_fn(op):
+        # The ops tf.estimator builds in the global step's scope (the checked read its hooks
+        # fetch every step: a cond over is_variable_initialized, whose branches are functions)
+        # run beside the variable, so a step fetches one value from its PS instead of a cond's
+        # worth of control messages.
+        graph, name = op.graph, op.name
+        while getattr(graph, "outer_graph", None) is not None:
+            name, graph = f"{graph.name}/{name}", graph.outer_graph
+        if name.startswith(("global_step/", "global_step_cond_")) and not op.device:
+            try:
+                home = graph.get_operation_by_name("global_step")
+            except KeyError:
+                home = None
+            if home is not None and home.device:
+                return home.device
+        return setter(op)
+    return device_fn

@@ -122,7 +122,8 @@ class FusedDense:
         """The op that reads each PS's variables as one tensor, once that PS's updates ran, and
         writes the worker's copies (what the next step reads).
 
-        updates: {device: the op that runs the step's updates on that device}."""
+        updates: {device: the op that runs the step's updates on that device}.
+        Returns (op, the devices whose updates the op waits for)."""
         groups = {}
         for var in self.copies:
             groups.setdefault((self._device(var), var.dtype.base_dtype), []).append(var)
@@ -135,4 +136,4 @@ class FusedDense:
                 parts = tf.split(tf.identity(fused), [v.shape.num_elements() for v in members])
                 assigns += [self.copies[v].assign(tf.reshape(p, v.shape), read_value=False)
                             for v, p in zip(members, parts)]
-        return tf.group(*assigns, name="tfps_refresh_local_copies")
+        return tf.group(*assigns, name="tfps_refresh_local_copies"), {d for d, _ in groups if d in updates}

@@ -120,11 +120,15 @@ class TableOptimizerMixin:
             raise ValueError(f"No gradients provided for any variable: {[v.name for _, v in grads_and_vars]}")
         after = []
         if fused is not None:
-            # One group per device, so that a PS's fused read waits only for its own updates and
-            # the step needs one cross-task control message per PS, not one per group.
+            # One group per device: a PS's fused read waits only for its own updates, and the
+            # global step only for those on its own device (the step's run ends once every
+            # device's group ran, so the next step still sees them all) -- no control message
+            # between tasks except the one that ends the step.
             by_device = _by_device(updates)
-            updates = list(by_device.values())
-            after.append(fused.refresh(by_device))
+            refresh, refreshed = fused.refresh(by_device)
+            after += [refresh] + [op for device, op in by_device.items()
+                                  if device not in refreshed and device != global_step_device(global_step)]
+            updates = [by_device[d] for d in by_device if d == global_step_device(global_step)]
         # With a pipelined input (tfps.pipeline) the step also runs the embedding graph of the
         # batch `depth` steps ahead, concurrently with this one's.
         stager = stager_of()
@@ -140,6 +144,11 @@ class TableOptimizerMixin:
         if train_op not in train_ops:
             train_ops.append(train_op)
         return train_op
+
+
+def global_step_device(global_step):
+    """The device of the global step variable ('' without one)."""
+    return global_step.op.device if global_step is not None else ""
 
 
 def _by_device(ops):
