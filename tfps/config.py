@@ -138,6 +138,7 @@ class PipelineSection:
     enabled: bool = False                # embedding lookups run `depth` batches ahead of the step (tfps.pipeline)
     depth: int = 1                       # 1 .. 8; rows are at most this many steps stale
     fuse_dense: bool = True              # with enabled: one dense read and one gradient message per PS and step
+    defer_push: bool = True              # with fuse_dense: a step's gradients are pushed during the next step
 
 
 @dataclasses.dataclass

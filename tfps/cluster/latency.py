@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-CHUNK = 1 << 16
+CHUNK = 1 << 20
 
 
 class _Direction:

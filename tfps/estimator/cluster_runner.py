@@ -146,10 +146,21 @@ def _run_config(cfg, cluster_config, spec, strategy):
                   log_step_count_steps=None, protocol=cfg.cluster.protocol,
                   experimental_max_worker_delay_secs=0)   # workers wait for readiness instead
     if cluster_config.task_type in ("ps", "evaluator"):
-        return tf.estimator.RunConfig(**common)
+        return _without_spinning(tf.estimator.RunConfig(**common))
     device_fn = replica_device_setter(cluster=spec, ps_strategy=strategy,
                                       worker_device=f"/job:{cluster_config.task_type}/task:{cluster_config.task_index}")
-    return tf.estimator.RunConfig(device_fn=device_fn, **common)
+    return _without_spinning(tf.estimator.RunConfig(device_fn=device_fn, **common))
+
+
+def _without_spinning(run_config):
+    """run_config whose TF thread pools sleep when idle instead of spinning first: the tasks of a
+    cluster share the machine's cores, and a task spinning while it waits on another takes the
+    cores that task needs (its server and sessions use this config)."""
+    config = tf.compat.v1.ConfigProto()
+    if run_config.session_config is not None:
+        config.CopyFrom(run_config.session_config)
+    config.experimental.disable_thread_spinning = True
+    return run_config.replace(session_config=config)
 
 
 def run_task(cfg, cluster_config, printer=print):

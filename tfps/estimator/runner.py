@@ -49,7 +49,8 @@ def pipelined(input_fn, cfg):
         depth = pipeline_settings.depth()
     else:
         return input_fn
-    return lambda: PipelineDataset(input_fn(), depth, fuse_dense=cfg.pipeline.fuse_dense)
+    return lambda: PipelineDataset(input_fn(), depth, fuse_dense=cfg.pipeline.fuse_dense,
+                                   defer_push=cfg.pipeline.defer_push)
 
 
 def checkpoint_every(cfg):

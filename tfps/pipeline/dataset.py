@@ -22,17 +22,19 @@ class PipelineDataset(tf.compat.v1.data.Dataset):
       fuse_dense: read the dense variables (those the model_fn makes with
         tf.compat.v1.get_variable) of each PS as one tensor per step, and push their gradients
         as one (tfps.train.fused); numerically the same training.
+      defer_push: (with fuse_dense) push a step's gradients during the next step, so that the
+        step never waits on the PS: dense values are then one step old, rows depth + 1.
 
     tf.estimator makes its iterator with make_initializable_iterator(), which here builds the
     pipeline; as a plain dataset (iterated, or transformed further) it is `dataset` unchanged.
     """
 
-    def __init__(self, dataset, depth=None, fuse_dense=True):
+    def __init__(self, dataset, depth=None, fuse_dense=True, defer_push=True):
         if not isinstance(dataset, tf.data.Dataset):
             raise TypeError(f"PipelineDataset: dataset must be a tf.data.Dataset, got {type(dataset).__name__}")
         self._dataset = dataset
         self.depth = settings.depth() if depth is None else depth
-        self.fuse_dense = fuse_dense
+        self.fuse_dense, self.defer_push = fuse_dense, defer_push
         Pipeline.check_depth(self.depth)
         super().__init__()
 
@@ -49,4 +51,4 @@ class PipelineDataset(tf.compat.v1.data.Dataset):
     def _make_initializable_iterator(self, shared_name=None):   # what make_initializable_iterator calls
         if shared_name:
             raise ValueError("PipelineDataset: a shared iterator (shared_name) cannot be pipelined")
-        return Pipeline(self._dataset, self.depth, self.fuse_dense)
+        return Pipeline(self._dataset, self.depth, self.fuse_dense, self.defer_push)

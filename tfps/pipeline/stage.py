@@ -70,8 +70,10 @@ class Pipeline:
         if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= MAX_DEPTH:
             raise ValueError(f"pipeline depth must be an int in [1, {MAX_DEPTH}], got {depth!r}")
 
-    def __init__(self, dataset, depth, fuse_dense=True):
+    def __init__(self, dataset, depth, fuse_dense=True, defer_push=True):
         self.check_depth(depth)
+        self.defer_push = defer_push and fuse_dense
+        self._first_step = None
         graph = tf.compat.v1.get_default_graph()
         if stager_of(graph) is not None:
             raise ValueError("PipelineDataset: this graph already reads a PipelineDataset; a graph has one pipeline")
@@ -129,15 +131,30 @@ class Pipeline:
         uids, inverse, rows = stage.dequeued[:3]
         return uids, inverse, (stage.dequeued[3] if len(stage.dequeued) > 3 else None), rows
 
+    def staged_batch(self):
+        """The op that dequeues the step's staged batch."""
+        return self._batch.dequeued[0].op
+
+    def first_step(self, op):
+        """With a deferred push: the op that computes a step's gradients and keeps them for the
+        next step to push; the initializer runs it once on batch 0."""
+        self._first_step = op
+
     def carrier(self):
         """The embedding graph of this step's fresh batch: enqueues each stage's item (nothing
         past the end of the data, where it closes the queues instead). A train op runs it."""
         if self._carrier is None:
             self._carried = len(self._stages)
-            self._carrier = self._enqueue([s.first for s in self._stages], self._fresh[1], "tfps_pipeline_carrier")
+            enqueue = self._enqueue([s.first for s in self._stages], self._fresh[1], "tfps_pipeline_carrier",
+                                    fallback=[s.dequeued for s in self._stages])
+            # Each step takes one item from every queue, used or not, so the queues stay aligned.
+            self._carrier = tf.group(enqueue, *self._dequeues(), name="tfps_pipeline_step")
         return self._carrier
 
     # -- building ----------------------------------------------------------------------------
+    def _dequeues(self):
+        return [s.dequeued[0].op for s in self._stages]
+
     def _add_stage(self, name, build):
         if self._carrier is not None:
             raise ValueError("tfps pipeline: a training lookup was built after the optimizer's train op; with a "
@@ -161,13 +178,30 @@ class Pipeline:
             t.set_shape(s.shape)
         return flat, has_value
 
-    def _enqueue(self, items, has_value, name):
-        n = tf.cast(has_value, tf.int32)
+    def _enqueue(self, items, has_value, name, fallback=None):
+        """Enqueues one item per stage; past the end of the data, closes the queues instead.
+
+        With a deferred push the main graph must run once more after the last batch, so that
+        its gradient is pushed: the first time the data is found exhausted, `fallback` (a real
+        batch's items, already trained) is enqueued before the close; that extra step's own
+        gradient is never pushed (the run after it stops at the empty queue before its push)."""
+        closed = self._batch.queue.is_closed()
+        if self.defer_push and fallback is not None:
+            flat = tf.cond(has_value, lambda: [t for item in items for t in item],
+                           lambda: [t for item in fallback for t in item])
+            sizes = [len(item) for item in items]
+            items = [flat[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(len(sizes))]
+            for item, like in zip(items, fallback):
+                for t, l in zip(item, like):
+                    t.set_shape(l.shape)
+            n = tf.cast(tf.logical_or(has_value, tf.logical_not(closed)), tf.int32)
+        else:
+            n = tf.cast(has_value, tf.int32)
         enqueues = [s.queue.enqueue_many([tf.expand_dims(t, 0)[:n] for t in item])
                     for s, item in zip(self._stages, items)]
-        closed = self._batch.queue.is_closed()
-        close = tf.cond(tf.logical_or(has_value, closed), tf.no_op,
-                        lambda: tf.group(*[s.queue.close() for s in self._stages]))
+        with tf.control_dependencies(enqueues):
+            close = tf.cond(tf.logical_or(has_value, closed), tf.no_op,
+                            lambda: tf.group(*[s.queue.close() for s in self._stages]))
         return tf.group(*enqueues, close, name=name)
 
     def _build_initializer(self):
@@ -186,10 +220,15 @@ class Pipeline:
         if self._carried != len(self._stages):
             raise ValueError("tfps pipeline: a training lookup was built after the optimizer's train op; build "
                              "every tfps.embedding_lookup before minimize()/apply_gradients()")
-        step = init
-        for i in range(self.depth):
+        step, previous = init, None
+        for i in range(self.depth + (self._first_step is not None)):
             with tf.control_dependencies([step]):
                 fresh, has_value = self._next_batch()
-                step = self._enqueue([s.build(fresh, has_value) for s in self._stages], has_value,
-                                     f"tfps_pipeline_prime_{i}")
+                items = [s.build(fresh, has_value) for s in self._stages]
+                step = self._enqueue(items, has_value, f"tfps_pipeline_prime_{i}", fallback=previous)
+                previous = items if previous is None else [
+                    tf.cond(has_value, lambda it=it: list(it), lambda pr=pr: list(pr)) for it, pr in zip(items, previous)]
+        if self._first_step is not None:
+            # every stage dequeues its first item, whatever the gradients depend on
+            step = tf.group(step, self._first_step, *self._dequeues())
         return step

@@ -118,7 +118,32 @@ class FusedDense:
                         tables[i] = (tf.IndexedSlices(part, old.indices, old.dense_shape), tables[i][1])
         return dense, tables
 
-    def refresh(self, updates):
+    def stage(self, dense, tables, after):
+        """Defers the push by one step: this step's gradients go into a worker-local queue, and
+        the previous step's come out of it (once the ops `after` ran) to be pushed now.
+
+        Returns (the enqueue op, dense, tables) with dense and tables as given but holding the
+        previous step's gradients."""
+        flat = [g for g, _ in dense]
+        for g, _ in tables:
+            flat += [g.indices, g.values]
+        if not flat:
+            return tf.no_op(), dense, tables
+        with tf.compat.v1.colocate_with(self._anchor, ignore_existing=True):
+            queue = tf.queue.FIFOQueue(2, [t.dtype for t in flat], name="tfps_deferred_gradients")
+            enqueue = queue.enqueue(flat)
+            with tf.control_dependencies(after):
+                prev = queue.dequeue()
+        prev = prev if isinstance(prev, (list, tuple)) else [prev]
+        for t, now in zip(prev, flat):
+            t.set_shape(now.shape)
+        out_dense = [(t, v) for t, (_, v) in zip(prev, dense)]
+        rest = prev[len(dense):]
+        out_tables = [(tf.IndexedSlices(rest[2 * i + 1], rest[2 * i], g.dense_shape), shard)
+                      for i, (g, shard) in enumerate(tables)]
+        return enqueue, out_dense, out_tables
+
+    def refresh(self, updates, reads_done=None):
         """The op that reads each PS's variables as one tensor, once that PS's updates ran, and
         writes the worker's copies (what the next step reads).
 
@@ -132,7 +157,8 @@ class FusedDense:
             after = [updates[device]] if device in updates else []
             with tf.compat.v1.colocate_with(members[0].op), tf.control_dependencies(after):
                 fused = tf.concat([tf.reshape(v.read_value(), [-1]) for v in members], 0, name="tfps_fused_values")
-            with tf.compat.v1.colocate_with(self._anchor, ignore_existing=True):
+            with tf.compat.v1.colocate_with(self._anchor, ignore_existing=True), \
+                    tf.control_dependencies([reads_done] if reads_done is not None else []):
                 parts = tf.split(tf.identity(fused), [v.shape.num_elements() for v in members])
                 assigns += [self.copies[v].assign(tf.reshape(p, v.shape), read_value=False)
                             for v, p in zip(members, parts)]

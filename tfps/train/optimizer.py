@@ -90,7 +90,15 @@ class TableOptimizerMixin:
         name = name or self.get_name()
         graph = tf.compat.v1.get_default_graph()
         fused = FusedDense.of()
+        stager = stager_of()
+        computed = None
         if fused is not None:
+            if stager is not None and stager.defer_push:
+                # This step's gradients wait on the worker; the previous step's are pushed now.
+                present = [(g, v) for g, v in dense if g is not None]
+                computed, present, tables = fused.stage(present, tables, after=[stager.staged_batch()])
+                stager.first_step(computed)
+                dense = present + [(g, v) for g, v in dense if g is None]
             copied = [(g, v) for g, v in dense if g is not None and v in fused.copies]
             copied, tables = fused.push(copied, tables)
             dense = copied + [(g, v) for g, v in dense if g is None or v not in fused.copies]
@@ -125,13 +133,12 @@ class TableOptimizerMixin:
             # device's group ran, so the next step still sees them all) -- no control message
             # between tasks except the one that ends the step.
             by_device = _by_device(updates)
-            refresh, refreshed = fused.refresh(by_device)
-            after += [refresh] + [op for device, op in by_device.items()
+            refresh, refreshed = fused.refresh(by_device, reads_done=computed)
+            after += [refresh] + ([computed] if computed is not None else []) + [op for device, op in by_device.items()
                                   if device not in refreshed and device != global_step_device(global_step)]
             updates = [by_device[d] for d in by_device if d == global_step_device(global_step)]
         # With a pipelined input (tfps.pipeline) the step also runs the embedding graph of the
         # batch `depth` steps ahead, concurrently with this one's.
-        stager = stager_of()
         after += [stager.carrier()] if stager is not None else []
         with tf.control_dependencies(updates):
             if global_step is None:

@@ -1,0 +1,120 @@
+"""tfps.pipeline: lookups run `depth` batches ahead, staged in queues, through tf.estimator.
+
+Oracle: a counting table. Each id's row gets gradient -1 per occurrence (SGD, lr 1), so a row's
+first column is the number of updates it received: it must end equal to the id's occurrences in
+the batches trained (each gradient applied exactly once), and when batch t trains, each row it
+reads must already hold the updates of every batch before t - staleness bound."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfps
+
+BATCH, IDS, DIM = 64, 40, 2
+
+
+def _batches(n, seed=0):
+    rng = np.random.default_rng(seed)
+    # distinct ids within a batch (one gradient per id and step), a few hundred ids overall
+    return [rng.choice(IDS * 8, size=BATCH, replace=False).astype(np.int64) for _ in range(n)]
+
+
+class _Seen(tf.compat.v1.train.SessionRunHook):
+    """Records (global step, ids, rows read) of every training step."""
+
+    def __init__(self, ids, rows):
+        self._ids, self._rows, self.steps = ids, rows, []
+
+    def before_run(self, run_context):
+        return tf.compat.v1.train.SessionRunArgs([tf.compat.v1.train.get_global_step(), self._ids, self._rows])
+
+    def after_run(self, run_context, run_values):
+        self.steps.append(run_values.results)
+
+
+def _model_fn(seen):
+    def model_fn(features, labels, mode):
+        ev = tfps.get_embedding_variable("counts", DIM, initializer=tf.compat.v1.zeros_initializer())
+        rows = tfps.embedding_lookup(ev, features["ids"])
+        loss = -tf.reduce_sum(rows[:, 0]) + 0.0 * tf.reduce_sum(labels)
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        train_op = tfps.train.GradientDescentOptimizer(1.0).minimize(loss, global_step=gs)
+        hook = _Seen(features["ids"], rows)
+        seen.append(hook)
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op, training_hooks=[hook])
+    return model_fn
+
+
+def _input(batches, depth, defer, start=0, repeat=False):
+    def input_fn():
+        data = np.stack(batches[start:])
+        ds = tf.data.Dataset.from_tensor_slices(({"ids": data}, np.zeros(len(data), np.float32)))
+        ds = ds.repeat() if repeat else ds
+        return tfps.data.PipelineDataset(ds, depth=depth, defer_push=defer)
+    return input_fn
+
+
+def _counts(est):
+    ckpt = est.latest_checkpoint()
+    reader = tf.train.load_checkpoint(ckpt)
+    keys = [n for n in reader.get_variable_to_shape_map() if n.startswith("counts") and n.endswith("keys")]
+    values = [n for n in reader.get_variable_to_shape_map() if n.startswith("counts") and n.endswith("values")]
+    assert len(keys) == 1 and len(values) == 1, reader.get_variable_to_shape_map()
+    return dict(zip(reader.get_tensor(keys[0]).tolist(), reader.get_tensor(values[0])[:, 0].tolist()))
+
+
+@pytest.mark.parametrize("depth,defer", [(1, False), (2, False), (1, True), (3, True)])
+def test_every_gradient_is_applied_once_and_rows_are_at_most_depth_steps_old(tmp_path, depth, defer):
+    batches = _batches(12)
+    seen = []
+    est = tf.estimator.Estimator(_model_fn(seen), model_dir=str(tmp_path))
+    est.train(_input(batches, depth, defer))          # a finite input: trains to its end
+    assert est.get_variable_value("global_step") == len(batches)
+    occurrences = {}
+    for b in batches:
+        for x in b.tolist():
+            occurrences[x] = occurrences.get(x, 0) + 1
+    assert _counts(est) == {x: float(c) for x, c in occurrences.items()}
+    bound = depth + (1 if defer else 0)
+    # With defer_push the session's first gradient (batch 0's) is computed when the session
+    # starts, and one more step runs after the last batch (a repeat, never pushed).
+    first = 1 if defer else 0
+    steps = seen[-1].steps
+    assert len(steps) == len(batches) - first + (1 if defer else 0)
+    for t, (_, ids, rows) in enumerate(steps[:len(batches) - first], start=first):
+        assert ids.tolist() == batches[t].tolist()
+        for x, row in zip(ids.tolist(), rows[:, 0].tolist()):
+            before = sum(x in b for b in batches[:t])
+            at_least = sum(x in b for b in batches[:max(t - bound, 0)])
+            assert at_least <= row <= before, (t, x, row, at_least, before)
+
+
+def test_a_checkpoint_taken_mid_pipeline_resumes_at_the_next_batch(tmp_path):
+    batches = _batches(20, seed=1)
+    seen = []
+    est = tf.estimator.Estimator(_model_fn(seen), model_dir=str(tmp_path))
+    est.train(_input(batches, 2, True, repeat=True), max_steps=7)   # batches 7..9 staged, 7's gradient computed
+    step = int(est.get_variable_value("global_step"))
+    assert step == 7
+    est.train(_input(batches, 2, True, start=step, repeat=True), max_steps=15)
+    occurrences = {}
+    for b in batches[:15]:
+        for x in b.tolist():
+            occurrences[x] = occurrences.get(x, 0) + 1
+    counts = _counts(est)
+    assert {x: c for x, c in counts.items() if c} == {x: float(c) for x, c in occurrences.items()}
+    # rows that never trained: new ids of the batches looked up ahead (15, 16 and 17)
+    ahead = set(np.concatenate(batches[15:18]).tolist())
+    assert {x for x, c in counts.items() if not c} <= ahead
+
+
+def test_eval_and_predict_read_a_pipeline_dataset_through_a_background_feeder(tmp_path):
+    batches = _batches(6, seed=2)
+    seen = []
+    est = tf.estimator.Estimator(_model_fn(seen), model_dir=str(tmp_path))
+    est.train(_input(batches, 1, False))
+    result = est.evaluate(_input(batches, 2, False))
+    # the loss of each batch is -(sum of its rows' counts): the tables do not change in eval
+    counts = _counts(est)
+    expected = np.mean([-sum(counts[x] for x in b.tolist()) for b in batches])
+    assert result["loss"] == pytest.approx(expected, rel=1e-6)
