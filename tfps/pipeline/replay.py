@@ -21,7 +21,8 @@ def depends_on(tensor, sources):
 
 def _ops_to_copy(outputs, sources, forbidden=()):
     """The ops between `sources` (tensor names) and `outputs`, in graph order: each op that has
-    a source upstream of it (the sources' own ops excluded)."""
+    a source upstream of it (the sources' own ops excluded). ReplayError when an op of a type in
+    `forbidden` is upstream of `outputs` (short of the sources)."""
     depends = {}
     stack = [t.op for t in outputs]
     while stack:
@@ -35,7 +36,7 @@ def _ops_to_copy(outputs, sources, forbidden=()):
             continue
         stack.pop()
         depends[op.name] = any(t.name in sources or depends[t.op.name] for t in op.inputs)
-        if depends[op.name] and op.type in forbidden:
+        if op.type in forbidden:
             raise ReplayError(f"the keys of a pipelined lookup are computed from {op.name!r} ({op.type}), another "
                               f"staged value; keys may only depend on the batch's features")
     graph = outputs[0].graph

@@ -63,7 +63,9 @@ class FusedDense:
             return self.copies[var]
         with tf.compat.v1.name_scope(None):
             initial = var.read_value()
-        with tf.compat.v1.name_scope(None), tf.compat.v1.colocate_with(self._anchor, ignore_existing=True):
+        # device(None): the copy is not a PS variable, so the PS placement never sees (or counts) it
+        with tf.compat.v1.name_scope(None), tf.compat.v1.device(None), \
+                tf.compat.v1.colocate_with(self._anchor, ignore_existing=True):
             copy = tf.compat.v1.Variable(initial, trainable=False, name=var.op.name + "/tfps_local_copy",
                                          collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
                                          dtype=var.dtype.base_dtype, use_resource=True)

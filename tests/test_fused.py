@@ -1,0 +1,68 @@
+"""tfps.train.fused on an in-process cluster (real gRPC on loopback): dense variables read and
+pushed as one tensor per PS train exactly as unfused, with the same checkpoint names.
+
+Oracle: the same model trained unfused, step by step, in the same cluster."""
+import numpy as np
+import tensorflow as tf
+
+import tfps
+from tfps.cluster.launch import cluster_spec
+from tfps.cluster.placement import replica_device_setter
+from tfps.estimator import rpc_stats
+from tfps.train.fused import FusedDense
+
+STEPS, BATCH = 6, 32
+
+
+def _train(spec, target, fused, optimizer):
+    tf.compat.v1.Session.reset(target)   # the tables live on the PS servers: start each run from nothing
+    rng = np.random.default_rng(0)
+    with tf.Graph().as_default() as graph:
+        with tf.compat.v1.device(replica_device_setter(cluster=spec, worker_device="/job:chief/task:0")):
+            gs = tf.compat.v1.train.get_or_create_global_step()
+            ids = tf.compat.v1.placeholder(tf.int64, [BATCH, 3])
+            x = tf.compat.v1.placeholder(tf.float32, [BATCH, 4])
+            if fused:
+                FusedDense(anchor=ids.op).install(graph)
+            ev = tfps.get_embedding_variable("e", 4, num_shards=2)
+            rows = tf.reshape(tfps.embedding_lookup(ev, ids), [BATCH, 12])
+            h = tf.compat.v1.layers.dense(tf.concat([rows, x], 1), 8, activation=tf.nn.relu, name="h",
+                                          kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=1))
+            logit = tf.compat.v1.layers.dense(h, 1, name="out",
+                                              kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=2))
+            loss = tf.reduce_mean(tf.square(logit))
+            train_op = optimizer().minimize(loss, global_step=gs)
+            names = sorted(v.op.name for v in tf.compat.v1.global_variables())
+        dense = [v for v in tf.compat.v1.trainable_variables()]
+        with tf.compat.v1.Session(target, graph=graph) as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            from tensorflow.python.ops import resources
+            s.run(resources.initialize_resources(resources.shared_resources()))
+            s.run(tf.compat.v1.local_variables_initializer())
+            for _ in range(STEPS):
+                s.run(train_op, {ids: rng.integers(0, 50, [BATCH, 3]), x: rng.normal(size=[BATCH, 4])})
+            meta = tf.compat.v1.RunMetadata()
+            s.run(train_op, {ids: rng.integers(0, 50, [BATCH, 3]), x: rng.normal(size=[BATCH, 4])},
+                  options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE), run_metadata=meta)
+            values = {v.op.name: s.run(v) for v in dense}
+            table = s.run(ev.export())
+        copies = FusedDense.of(graph).copies if fused else {}
+    order = np.argsort(table["keys"])
+    return names, values, table["values"][order], rpc_stats(meta), len(copies)
+
+
+def test_fused_dense_traffic_trains_exactly_as_unfused_with_the_same_names():
+    spec = tf.train.ClusterSpec(cluster_spec(2, 1))
+    servers = [tf.distribute.Server(spec, job_name="ps", task_index=i) for i in range(2)]
+    chief = tf.distribute.Server(spec, job_name="chief", task_index=0)
+    for optimizer in (lambda: tfps.train.AdagradOptimizer(0.1), lambda: tfps.train.AdamOptimizer(0.01)):
+        names, values, table, plain_stats, _ = _train(spec, chief.target, False, optimizer)
+        f_names, f_values, f_table, fused_stats, copies = _train(spec, chief.target, True, optimizer)
+        assert copies == 4                       # h/kernel, h/bias, out/kernel, out/bias
+        assert f_names == names                   # checkpoints hold the same variables
+        assert f_values.keys() == values.keys()
+        for name in values:
+            np.testing.assert_array_equal(f_values[name], values[name], err_msg=name)
+        np.testing.assert_array_equal(f_table, table)
+        assert fused_stats["recv_tensor_rpcs"] < plain_stats["recv_tensor_rpcs"]
+    del servers
