@@ -60,6 +60,7 @@ bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_
 	$(CC_BIN)/bench_index
 	$(CC_BIN)/bench_unique_paths
 	$(CC_BIN)/bench_op_mix
+	$(PY) -m pip install -q -r benchmarks/requirements.txt
 	$(PY) benchmarks/bench_table.py
 	$(PY) benchmarks/bench_unique_partition.py
 	$(PY) benchmarks/bench_step.py
@@ -69,6 +70,7 @@ bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_
 	$(PY) benchmarks/bench_checkpoint.py
 	$(PY) benchmarks/bench_placement.py
 	$(PY) benchmarks/bench_cluster.py
+	$(PY) benchmarks/bench_pipeline.py
 	$(PY) benchmarks/bench_readers.py
 	$(PY) benchmarks/bench_quality.py --repeats 5
 

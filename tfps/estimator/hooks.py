@@ -143,9 +143,47 @@ def rpc_stats(run_metadata):
             "tasks": len(tasks)}
 
 
+_ROW_SOURCES = ("TfpsTableFind", "TfpsTableLookupUnique")
+
+
+def step_phases(run_metadata):
+    """Where the time of one traced training step went, on the trainer (the task that ran the
+    gradient ops), in milliseconds from the first op it ran:
+
+      embedding_wait_ms: until the embedding rows the dense model needs were there (the last
+        table probe, or the pipeline's dequeue of staged rows);
+      dense_ms:          from then until the last gradient op ended (forward and backward);
+      push_ms:           from then until the step's last op on any task ended (gradients sent
+        and applied, variables read back);
+      embedding_graph_ms: until the last table probe result reached the trainer, whatever
+        waited on it (with the pipeline: the lookups of a later batch, run concurrently);
+      step_ms:           the whole traced step.
+    Returns None when the trace holds no gradient ops."""
+    nodes = [(d.device, n) for d in run_metadata.step_stats.dev_stats for n in d.node_stats]
+    trainer = {dev for dev, n in nodes if n.node_name.startswith("gradients/")}
+    if not trainer:
+        return None
+    mine = [n for dev, n in nodes if dev in trainer]
+    start = min(n.all_start_micros for n in mine)
+    end = max(n.all_start_micros + n.all_end_rel_micros for _, n in nodes)
+
+    def finish(ns):
+        return max((n.all_start_micros + n.all_end_rel_micros for n in ns), default=start)
+    staged = [n for n in mine if n.node_name.startswith("tfps_pipeline_") and n.node_name.endswith("_staged")]
+    probes = [n for n in mine if any(f"_{src}" in n.timeline_label.split(" from ")[0] or n.node_name.startswith(src)
+                                     for src in _ROW_SOURCES)]
+    rows = finish(staged) if staged else finish(probes)
+    grads = finish([n for n in mine if n.node_name.startswith("gradients/")])
+    ms = 1e-3
+    return {"embedding_wait_ms": round((rows - start) * ms, 2), "dense_ms": round(max(grads - rows, 0) * ms, 2),
+            "push_ms": round(max(end - grads, 0) * ms, 2), "embedding_graph_ms": round((finish(probes) - start) * ms, 2),
+            "step_ms": round((end - start) * ms, 2)}
+
+
 class StepStatsHook(tf.compat.v1.train.SessionRunHook):
     """Traces `num_steps` training steps after `after_local_steps` of this task and averages
-    their cross-task traffic (rpc_stats): RecvTensor RPCs and bytes per step.
+    their cross-task traffic (rpc_stats: RecvTensor RPCs and bytes per step) and where the
+    step's time went (step_phases).
 
     `stats` is None until the traces are done."""
 
@@ -166,13 +204,15 @@ class StepStatsHook(tf.compat.v1.train.SessionRunHook):
         if self.stats is not None or self._local <= self._after or run_values.run_metadata is None:
             return
         try:
-            self._traces.append(rpc_stats(run_values.run_metadata))
+            self._traces.append({**rpc_stats(run_values.run_metadata), **(step_phases(run_values.run_metadata) or {})})
         except Exception as e:   # a monitoring hook never stops training
             self.stats = {}
             self._print(f"StepStatsHook: could not read the step stats ({e!r}); not tracing further", flush=True)
             return
         if len(self._traces) == self._n:
-            self.stats = {k: round(sum(t[k] for t in self._traces) / self._n, 1) for k in self._traces[0]}
+            keys = [k for k in self._traces[0] if all(k in t for t in self._traces)]
+            self.stats = {k: round(sum(t[k] for t in self._traces) / self._n, 2 if k.endswith("_ms") else 1)
+                          for k in keys}
             self._print(f"traffic per step (mean of {self._n} traced steps): {self.stats['recv_tensor_rpcs']:.0f} "
                         f"RecvTensor RPCs, {self.stats['bytes'] / 2**20:.2f} MiB "
                         f"({self.stats['bytes_to_ps'] / 2**20:.2f} to PS, "
