@@ -206,17 +206,27 @@ class Pipeline:
 
     def _build_initializer(self):
         init = self._iterator.initializer
-        if self._carrier is None:
-            # No train op runs the embedding graph: a background thread does.
-            fresh, has_value = self._next_batch(optional=False)
+        evaluating = bool(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.EVAL_STEP))
+        if self._carrier is None or evaluating:
+            # No train op runs the embedding graph (none was built, or this is an evaluation,
+            # which never runs it): a background thread does. Its threads start
+            # before the iterator is initialized, so each of its runs first takes a token that
+            # the initializer puts in a gate queue (and puts it back).
+            gate = tf.queue.FIFOQueue(1, [tf.int32], name="tfps_pipeline_gate")
+            token = gate.dequeue()
+            with tf.control_dependencies([token]):
+                fresh, has_value = self._next_batch(optional=False)
             items = [s.build(fresh, has_value) for s in self._stages]
-            enqueue = tf.group(*[s.queue.enqueue([tf.identity(t) for t in item])
-                                 for s, item in zip(self._stages, items)])
-            close = tf.group(*[s.queue.close() for s in self._stages])
-            cancel = tf.group(*[s.queue.close(cancel_pending_enqueues=True) for s in self._stages])
+            enqueues = [s.queue.enqueue([tf.identity(t) for t in item]) for s, item in zip(self._stages, items)]
+            with tf.control_dependencies(enqueues):
+                enqueue = gate.enqueue(token)
+            close = tf.group(*[s.queue.close() for s in self._stages], gate.close(cancel_pending_enqueues=True))
+            cancel = tf.group(*[s.queue.close(cancel_pending_enqueues=True) for s in self._stages],
+                              gate.close(cancel_pending_enqueues=True))
             tf.compat.v1.train.add_queue_runner(tf.compat.v1.train.QueueRunner(
                 self._batch.queue, [enqueue], close_op=close, cancel_op=cancel))
-            return init
+            with tf.control_dependencies([init]):
+                return gate.enqueue(tf.constant(0, tf.int32))
         if self._carried != len(self._stages):
             raise ValueError("tfps pipeline: a training lookup was built after the optimizer's train op; build "
                              "every tfps.embedding_lookup before minimize()/apply_gradients()")
