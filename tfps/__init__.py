@@ -7,5 +7,5 @@ from tfps.embedding.options import EmbeddingOptions
 __version__ = "0.1.0"
 
 __all__ = ["EmbeddingOptions", "EmbeddingVariable", "embedding_lookup", "embedding_lookup_sparse",
-           "cluster", "data", "embedding_variables", "estimator", "feature_column", "get_embedding_variable", "ops", "pipeline", "train",
-           "trainable_embedding_variables"]
+           "cluster", "data", "embedding_variables", "estimator", "feature_column", "get_embedding_variable", "ops",
+           "pipeline", "train", "trainable_embedding_variables"]

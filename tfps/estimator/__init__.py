@@ -2,4 +2,5 @@
 from tfps.estimator.hooks import EvictionHook, ProgressHook, StepStatsHook, rpc_stats, step_phases
 from tfps.estimator.incremental import DeltaRestoreHook, IncrementalCheckpoints
 
-__all__ = ["DeltaRestoreHook", "EvictionHook", "IncrementalCheckpoints", "ProgressHook", "StepStatsHook", "rpc_stats", "step_phases"]
+__all__ = ["DeltaRestoreHook", "EvictionHook", "IncrementalCheckpoints", "ProgressHook", "StepStatsHook", "rpc_stats",
+           "step_phases"]

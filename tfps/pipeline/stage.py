@@ -21,9 +21,15 @@ step's updates: they hold every update of the steps before t - depth, maybe that
 and none of steps t - depth + 1 .. t - 1. So a row is at most `depth` steps old. Every
 gradient is applied once, to the rows of the batch it was computed on.
 
+With defer_push (and fused dense traffic, tfps.train.fused) a step's gradients are pushed
+during the next step, so no step waits on the PS: rows are then at most depth + 1 steps old,
+dense values 1. The initializer also computes batch 0's gradients, and the global step counts
+pushed gradients, so a checkpoint at step s holds batches 0 .. s - 1 exactly.
+
 End of data: the embedding graph reads the dataset through get_next_as_optional; past the end
 it enqueues nothing and closes the queues, the main graph trains what is staged, then its
-dequeue raises OutOfRangeError before any update: no batch is lost or trained twice.
+dequeue raises OutOfRangeError before any update: no batch is lost or trained twice. (With
+defer_push one more step runs, on a copy of a trained batch, to push the last gradient.)
 
 Graphs without a tfps train op (evaluation, prediction) feed the queues from a background
 thread (a tf.compat.v1.train.QueueRunner) instead.
@@ -236,8 +242,10 @@ class Pipeline:
                 fresh, has_value = self._next_batch()
                 items = [s.build(fresh, has_value) for s in self._stages]
                 step = self._enqueue(items, has_value, f"tfps_pipeline_prime_{i}", fallback=previous)
+                # the fallback of the next priming step: the last batch that was there
                 previous = items if previous is None else [
-                    tf.cond(has_value, lambda it=it: list(it), lambda pr=pr: list(pr)) for it, pr in zip(items, previous)]
+                    tf.cond(has_value, lambda it=it: list(it), lambda pr=pr: list(pr))
+                    for it, pr in zip(items, previous)]
         if self._first_step is not None:
             # every stage dequeues its first item, whatever the gradients depend on
             step = tf.group(step, self._first_step, *self._dequeues())
