@@ -14,8 +14,10 @@ gradient back as its own: 2 messages per variable and step. With a FusedDense on
          float32 flat) and are split on the PS, then applied by the optimizer as usual.
 
 A step reads exactly the values it would read unfused (the state after the previous step's
-updates), so training is numerically identical. Variables whose model code builds them
-otherwise (tf.Variable, Keras layers) are read the usual way.
+updates), so training is numerically identical. Only variables placed on a PS task get copies;
+those the model code builds otherwise (tf.Variable, Keras layers) are read the usual way.
+stage() (the pipeline's defer_push) trades that identity for a step that never waits on the
+PS: gradients pushed one step later, dense values one step old.
 """
 import weakref
 
