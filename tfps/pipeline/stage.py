@@ -69,6 +69,7 @@ class Pipeline:
       dataset: the tf.data.Dataset of (features, labels) batches.
       depth: how many batches the lookups run ahead (1 .. MAX_DEPTH).
       fuse_dense: read and push the dense variables of each PS as one tensor (tfps.train.fused).
+      defer_push: (with fuse_dense) push a step's gradients during the next step.
     """
 
     @staticmethod
@@ -111,8 +112,9 @@ class Pipeline:
     @property
     def initializer(self):
         """Initializes the dataset's iterator, then stages batches 0 .. depth - 1 (runs of the
-        embedding graph, one after the other). Without a carrier (no tfps train op: evaluation,
-        prediction) a QueueRunner feeds the queues instead."""
+        embedding graph, one after the other); with a deferred push, batches 0 .. depth, and
+        computes batch 0's gradients. Without a carrier (no tfps train op) or in an evaluation,
+        a QueueRunner feeds the queues instead."""
         if self._initializer is None:
             self._initializer = self._build_initializer()
         return self._initializer
