@@ -63,7 +63,7 @@ def _counts(est):
     return dict(zip(reader.get_tensor(keys[0]).tolist(), reader.get_tensor(values[0])[:, 0].tolist()))
 
 
-@pytest.mark.parametrize("depth,defer", [(1, False), (2, False), (1, True), (3, True)])
+@pytest.mark.parametrize("depth,defer", [(1, False), (2, False), (1, True), (3, True), (5, True), (8, True)])
 def test_every_gradient_is_applied_once_and_rows_are_at_most_depth_steps_old(tmp_path, depth, defer):
     batches = _batches(12)
     seen = []

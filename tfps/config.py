@@ -138,7 +138,8 @@ class PipelineSection:
     enabled: bool = False                # embedding lookups run `depth` batches ahead of the step (tfps.pipeline)
     depth: int = 1                       # 1 .. 8; rows are at most this many steps stale
     fuse_dense: bool = True              # with enabled: one dense read and one gradient message per PS and step
-    defer_push: bool = True              # with fuse_dense: a step's gradients are pushed during the next step
+    defer_push: Optional[bool] = None    # with fuse_dense: a step's gradients are pushed during the next step
+                                         # (null: on at depth 1 only; deeper, it trains worse, see README)
 
 
 @dataclasses.dataclass
@@ -290,6 +291,8 @@ def validate(cfg):
         (cfg.cluster.peer_timeout_secs > 0, "cluster.peer_timeout_secs must be > 0"),
         (0 <= cfg.cluster.emulated_latency_ms <= 1000, "cluster.emulated_latency_ms must be in [0, 1000]"),
         (1 <= cfg.pipeline.depth <= 8, f"pipeline.depth must be in [1, 8], got {cfg.pipeline.depth}"),
+        (cfg.pipeline.fuse_dense or not cfg.pipeline.defer_push,
+         "pipeline.defer_push needs pipeline.fuse_dense: true (the deferred push is part of the fused one)"),
         (cfg.train.save_checkpoints_steps > 0, "train.save_checkpoints_steps must be > 0"),
         (cfg.train.save_checkpoints_secs is None or cfg.train.save_checkpoints_secs > 0,
          "train.save_checkpoints_secs must be > 0"),

@@ -23,18 +23,23 @@ class PipelineDataset(tf.compat.v1.data.Dataset):
         tf.compat.v1.get_variable) of each PS as one tensor per step, and push their gradients
         as one (tfps.train.fused); numerically the same training.
       defer_push: (with fuse_dense) push a step's gradients during the next step, so that the
-        step never waits on the PS: dense values are then one step old, rows depth + 1.
+        step never waits on the PS: dense values are then one step old, rows depth + 1. None:
+        on at depth 1 only (deeper, the demo model trains worse with it: see the README).
 
     tf.estimator makes its iterator with make_initializable_iterator(), which here builds the
     pipeline; as a plain dataset (iterated, or transformed further) it is `dataset` unchanged.
     """
 
-    def __init__(self, dataset, depth=None, fuse_dense=True, defer_push=True):
+    def __init__(self, dataset, depth=None, fuse_dense=True, defer_push=None):
         if not isinstance(dataset, tf.data.Dataset):
             raise TypeError(f"PipelineDataset: dataset must be a tf.data.Dataset, got {type(dataset).__name__}")
         self._dataset = dataset
         self.depth = settings.depth() if depth is None else depth
-        self.fuse_dense, self.defer_push = fuse_dense, defer_push
+        if defer_push and not fuse_dense:
+            raise ValueError("PipelineDataset: defer_push=True needs fuse_dense=True (the deferred push is part of "
+                             "the fused one)")
+        self.fuse_dense = fuse_dense
+        self.defer_push = (self.depth == 1) if defer_push is None else defer_push
         Pipeline.check_depth(self.depth)
         super().__init__()
 
