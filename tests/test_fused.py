@@ -27,10 +27,11 @@ def _train(spec, target, fused, optimizer):
             ev = tfps.get_embedding_variable("e", 4, num_shards=2)
             rows = tf.reshape(tfps.embedding_lookup(ev, ids), [BATCH, 12])
             h = tf.compat.v1.layers.dense(tf.concat([rows, x], 1), 8, activation=tf.nn.relu, name="h",
-                                          kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=1))
+                                          kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=1),
+                                          kernel_regularizer=lambda w: 0.01 * tf.reduce_sum(tf.square(w)))
             logit = tf.compat.v1.layers.dense(h, 1, name="out",
                                               kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=2))
-            loss = tf.reduce_mean(tf.square(logit))
+            loss = tf.reduce_mean(tf.square(logit)) + tf.add_n(tf.compat.v1.losses.get_regularization_losses())
             train_op = optimizer().minimize(loss, global_step=gs)
             names = sorted(v.op.name for v in tf.compat.v1.global_variables())
         dense = [v for v in tf.compat.v1.trainable_variables()]

@@ -108,7 +108,7 @@ def test_a_checkpoint_taken_mid_pipeline_resumes_at_the_next_batch(tmp_path):
     assert {x for x, c in counts.items() if not c} <= ahead
 
 
-def test_eval_and_predict_read_a_pipeline_dataset_through_a_background_feeder(tmp_path):
+def test_evaluation_reads_a_pipeline_dataset_through_a_background_feeder(tmp_path):
     batches = _batches(6, seed=2)
     seen = []
     est = tf.estimator.Estimator(_model_fn(seen), model_dir=str(tmp_path))

@@ -17,8 +17,10 @@ def test_replayed_keys_equal_the_originals_computed_on_the_other_batch():
         keys = tf.reshape(feature_tag(staged + offset, [1, 2, 3]), [-1])
         sparse_keys = tf.sparse.from_dense(staged).values * 2
         hashed = tf.strings.to_hash_bucket_fast(tf.strings.as_string(staged[:, 0]), 1000)
-        out = replay([keys, sparse_keys, hashed, offset], {staged: fresh})
+        out = replay([keys, sparse_keys, hashed, offset, staged], {staged: fresh})
         assert out[3] is offset                       # not computed from the batch: the same tensor
+        assert out[4] is fresh                        # a mapped input itself: its mapping
+        assert depends_on(staged, {staged.name})
         assert out[0].shape.as_list() == [None]
         a = np.array([[1, 0, 3], [4, 5, 6]])
         b = np.array([[7, 8, 0]])

@@ -15,8 +15,8 @@ class ReplayError(ValueError):
 
 
 def depends_on(tensor, sources):
-    """Whether `tensor` is computed from any tensor in `sources` (a set of tensor names)."""
-    return bool(_ops_to_copy([tensor], sources))
+    """Whether `tensor` is, or is computed from, any tensor in `sources` (a set of tensor names)."""
+    return tensor.name in sources or bool(_ops_to_copy([tensor], sources))
 
 
 def _ops_to_copy(outputs, sources, forbidden=()):
@@ -53,13 +53,14 @@ def replay(outputs, mapping, name="tfps_replay", forbidden=()):
         (ReplayError naming the op).
 
     Returns:
-      list of Tensors, one per output (an output that does not depend on the mapped tensors is
-      returned itself). Control inputs from outside the copied ops are dropped; devices are kept.
+      list of Tensors, one per output (a mapped input gives its mapping; an output that does not
+      depend on the mapped tensors is returned itself). Control inputs from outside the copied ops are dropped; devices are kept.
     """
     sources = {t.name: v for t, v in mapping.items()}
-    ops = _ops_to_copy(outputs, sources, forbidden)
+    ops = _ops_to_copy([t for t in outputs if t.name not in sources], sources, forbidden) if any(
+        t.name not in sources for t in outputs) else []
     if not ops:
-        return list(outputs)
+        return [sources.get(t.name, t) for t in outputs]
     copied = {op.name for op in ops}
     graph_def = tf.compat.v1.GraphDef()
     graph_def.versions.CopyFrom(outputs[0].graph.graph_def_versions)
@@ -80,7 +81,9 @@ def replay(outputs, mapping, name="tfps_replay", forbidden=()):
     by_name = dict(zip((t.name for t in wanted), results))
     out = []
     for t in outputs:
-        if t.name in by_name:
+        if t.name in sources:            # an output that is a mapped input itself
+            out.append(sources[t.name])
+        elif t.name in by_name:
             by_name[t.name].set_shape(t.shape)
             out.append(by_name[t.name])
         else:

@@ -26,6 +26,13 @@ import tensorflow as tf
 _FUSED = weakref.WeakKeyDictionary()   # graph -> FusedDense
 
 
+def _add_regularization(regularizer, var):
+    with tf.compat.v1.name_scope(var.op.name + "/Regularizer/"):
+        loss = regularizer(var)
+    if loss is not None:
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.REGULARIZATION_LOSSES, loss)
+
+
 class FusedDense:
     """The worker-local copies of a graph's dense variables.
 
@@ -36,6 +43,7 @@ class FusedDense:
     def __init__(self, anchor):
         self._anchor = anchor
         self.copies = {}    # real variable -> its local copy
+        self._seen = set()  # names of the variables the getter returned uncopied
 
     @staticmethod
     def of(graph=None):
@@ -56,10 +64,15 @@ class FusedDense:
                                                                          *a, **k))
 
     def _getter(self, getter, name, *args, **kwargs):
+        # The regularizer's loss must read what the model reads (the copy), or its gradient is lost.
+        regularizer = kwargs.pop("regularizer", None)
         var = getter(name, *args, **kwargs)
         trainable = kwargs.get("trainable")
         if (trainable is False or not isinstance(var, tf.Variable) or kwargs.get("partitioner") is not None
                 or "/job:ps" not in (var.device or "") or not var.shape.is_fully_defined()):
+            if regularizer is not None and var.name not in self._seen:   # as get_variable does, on creation
+                _add_regularization(regularizer, var)
+            self._seen.add(var.name)
             return var   # only what crosses to a PS is worth fusing
         if var in self.copies:
             return self.copies[var]
@@ -72,6 +85,8 @@ class FusedDense:
                                          collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
                                          dtype=var.dtype.base_dtype, use_resource=True)
         self.copies[var] = copy
+        if regularizer is not None:
+            _add_regularization(regularizer, copy)
         return copy
 
     def source(self, var):
