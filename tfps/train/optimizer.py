@@ -134,9 +134,10 @@ class TableOptimizerMixin:
             # between tasks except the one that ends the step.
             by_device = _by_device(updates)
             refresh, refreshed = fused.refresh(by_device, reads_done=computed)
-            after += [refresh] + ([computed] if computed is not None else []) + [op for device, op in by_device.items()
-                                  if device not in refreshed and device != global_step_device(global_step)]
-            updates = [by_device[d] for d in by_device if d == global_step_device(global_step)]
+            home = global_step.op.device if global_step is not None else ""
+            after += [refresh] + ([computed] if computed is not None else [])
+            after += [op for device, op in by_device.items() if device not in refreshed and device != home]
+            updates = [op for device, op in by_device.items() if device == home]
         # With a pipelined input (tfps.pipeline) the step also runs the embedding graph of the
         # batch `depth` steps ahead, concurrently with this one's.
         after += [stager.carrier()] if stager is not None else []
@@ -151,11 +152,6 @@ class TableOptimizerMixin:
         if train_op not in train_ops:
             train_ops.append(train_op)
         return train_op
-
-
-def global_step_device(global_step):
-    """The device of the global step variable ('' without one)."""
-    return global_step.op.device if global_step is not None else ""
 
 
 def _by_device(ops):
