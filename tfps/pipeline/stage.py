@@ -90,7 +90,6 @@ class Pipeline:
         self._iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
         self._stages = []
         self._carrier = None
-        self._carried = 0
         self._initializer = None
         self._fresh = self._next_batch()
         self._batch = self._add_stage("batch", lambda fresh, has_value: list(fresh))
@@ -152,7 +151,6 @@ class Pipeline:
         """The embedding graph of this step's fresh batch: enqueues each stage's item (nothing
         past the end of the data, where it closes the queues instead). A train op runs it."""
         if self._carrier is None:
-            self._carried = len(self._stages)
             enqueue = self._enqueue([s.first for s in self._stages], self._fresh[1], "tfps_pipeline_carrier",
                                     fallback=[s.dequeued for s in self._stages])
             # Each step takes one item from every queue, used or not, so the queues stay aligned.
@@ -235,9 +233,6 @@ class Pipeline:
                 self._batch.queue, [enqueue], close_op=close, cancel_op=cancel))
             with tf.control_dependencies([init]):
                 return gate.enqueue(tf.constant(0, tf.int32))
-        if self._carried != len(self._stages):
-            raise ValueError("tfps pipeline: a training lookup was built after the optimizer's train op; build "
-                             "every tfps.embedding_lookup before minimize()/apply_gradients()")
         step, previous = init, None
         for i in range(self.depth + (self._first_step is not None)):
             with tf.control_dependencies([step]):
