@@ -47,7 +47,7 @@ def main():
                      f"process)"))
         t = m["traffic_per_step"]
         rows.append((f"{name}: traffic per step (chief)",
-                     f"{t['recv_tensor_rpcs']:.0f} RecvTensor RPCs, {t['bytes'] / 2**20:.2f} MiB "
+                     f"{t['messages']:.0f} messages ({t['recv_tensor_rpcs']:.0f} RecvTensor traced), {t['bytes'] / 2**20:.2f} MiB "
                      f"({t['bytes_to_ps'] / 2**20:.2f} to PS, {t['bytes_from_ps'] / 2**20:.2f} from PS), "
                      f"{t['tasks']:.0f} tasks run a partition"))
     rows.append(("2 workers vs 1 worker", f"{two['examples_per_sec'] / one['examples_per_sec']:.2f}x"))

@@ -80,7 +80,7 @@ def main():
             t = m["traffic_per_step"]
             rows.append((f"{lat:g} ms, pipeline {'on' if p else 'off'}",
                          f"{m['examples_per_sec']:.0f} examples/s, AUC {m['auc']:.4f}, "
-                         f"{t['recv_tensor_rpcs']:.0f} RecvTensor/step, {t['bytes'] / 2**20:.2f} MiB/step; traced "
+                         f"{t['messages']:.0f} messages/step, {t['bytes'] / 2**20:.2f} MiB/step; traced "
                          f"step {t['step_ms']:.1f} ms = embedding wait {t['embedding_wait_ms']:.1f} + dense "
                          f"{t['dense_ms']:.1f} + push {t['push_ms']:.1f} (embedding graph {t['embedding_graph_ms']:.1f} "
                          f"ms, {100 * t['embedding_graph_ms'] / t['step_ms']:.0f}% of the step)"))

@@ -44,7 +44,8 @@ def _train(spec, target, fused, optimizer):
                 s.run(train_op, {ids: rng.integers(0, 50, [BATCH, 3]), x: rng.normal(size=[BATCH, 4])})
             meta = tf.compat.v1.RunMetadata()
             s.run(train_op, {ids: rng.integers(0, 50, [BATCH, 3]), x: rng.normal(size=[BATCH, 4])},
-                  options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE), run_metadata=meta)
+                  options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
+                                                  output_partition_graphs=True), run_metadata=meta)
             values = {v.op.name: s.run(v) for v in dense}
             table = s.run(ev.export())
         copies = FusedDense.of(graph).copies if fused else {}
@@ -65,5 +66,6 @@ def test_fused_dense_traffic_trains_exactly_as_unfused_with_the_same_names():
         for name in values:
             np.testing.assert_array_equal(f_values[name], values[name], err_msg=name)
         np.testing.assert_array_equal(f_table, table)
-        assert fused_stats["recv_tensor_rpcs"] < plain_stats["recv_tensor_rpcs"]
+        # counted from the partition graphs: the trace of a remote task can miss a RecvTensor
+        assert fused_stats["messages"] < plain_stats["messages"]
     del servers

@@ -45,7 +45,7 @@ def test_a_pipelined_cluster_survives_a_killed_ps_and_serves_what_it_trained(tmp
     metrics = json.loads(out.strip().splitlines()[-1])
     assert metrics["restarts"] == {"ps1": 1} and metrics["sessions"] >= 2
     assert metrics["tasks"]["worker0"]["local_steps"] > 0
-    assert metrics["traffic_per_step"]["recv_tensor_rpcs"] <= 14   # the bound for 2 PS (was 27-40)
+    assert metrics["traffic_per_step"]["messages"] <= 14   # the bound for 2 PS (was 27-40)
     args = [a for s in SMALL + sets + [f"model_dir={tmp_path}"] for a in ("--set", s)]
     out = subprocess.run([sys.executable, "-m", "tfps.cli", "export", "--config", "configs/demo.yaml", *args,
                           "--export-dir", str(tmp_path / "export")], capture_output=True, text=True, timeout=300)

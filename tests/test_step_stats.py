@@ -32,7 +32,8 @@ def test_traffic_of_a_traced_step_matches_the_tensors_that_cross_tasks():
             traces = []
             for _ in range(3):
                 meta = tf.compat.v1.RunMetadata()
-                s.run(train_op, options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+                s.run(train_op, options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
+                                                                output_partition_graphs=True),
                       run_metadata=meta)
                 traces.append((rpc_stats(meta), meta))
     stats, meta = max(traces, key=lambda t: t[0]["bytes"])
@@ -45,4 +46,8 @@ def test_traffic_of_a_traced_step_matches_the_tensors_that_cross_tasks():
     # Nothing much else crosses: the transfers above plus small bookkeeping tensors.
     assert stats["bytes"] < 1.2 * (N * 8 + 2 * N * DIM * 4 + 2 * DIM * 4) + 8 * N
     assert stats["recv_tensor_rpcs"] >= 5
+    # The partitions' count of cross-task tensors is the same on every step, and the trace
+    # never holds more RecvTensor entries than it.
+    assert len({t["messages"] for t, _ in traces}) == 1
+    assert all(t["recv_tensor_rpcs"] <= t["messages"] for t, _ in traces)
     del servers

@@ -124,7 +124,29 @@ def rpc_stats(run_metadata):
     Returns {"recv_tensor_rpcs", "bytes", "bytes_to_ps", "bytes_from_ps", "tasks"}: each
     RecvTensor entry is one tensor fetched over gRPC from another task (its timeline label
     reads `[size] ... edge_... from /job:a/... to /job:b/...`, its output the tensor's bytes);
-    "tasks" is how many tasks ran a partition of the step (each one RunGraph call)."""
+    "tasks" is how many tasks ran a partition of the step (each one RunGraph call).
+
+    The trace of remote tasks is best effort (a few RecvTensor entries can be missing from one
+    step), so when the step also returned its partition graphs (RunOptions
+    output_partition_graphs) the result holds "messages": the cross-task tensors the step's
+    graph sends, counted from the partitions themselves, the same on every step."""
+    stats = _traced_traffic(run_metadata)
+    if run_metadata.partition_graphs:
+        stats["messages"] = cross_task_messages(run_metadata.partition_graphs)
+    return stats
+
+
+def cross_task_messages(partition_graphs):
+    """How many tensors one run of these partition graphs sends from one task to another: the
+    `_Recv` ops whose sender is on another task (each is one RecvTensor RPC when it runs)."""
+    def task(device):
+        return device.split("/device:")[0]
+    return sum(1 for graph in partition_graphs for node in graph.node
+               if node.op in ("_Recv", "_HostRecv")
+               and task(node.attr["send_device"].s.decode()) != task(node.attr["recv_device"].s.decode()))
+
+
+def _traced_traffic(run_metadata):
     rpcs = nbytes = to_ps = from_ps = 0
     tasks = set()
     for dev in run_metadata.step_stats.dev_stats:
@@ -197,7 +219,8 @@ class StepStatsHook(tf.compat.v1.train.SessionRunHook):
         self._local += 1
         if self.stats is None and self._local > self._after:
             return tf.compat.v1.train.SessionRunArgs(
-                None, options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
+                None, options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
+                                                      output_partition_graphs=True))
         return None
 
     def after_run(self, run_context, run_values):
@@ -213,8 +236,9 @@ class StepStatsHook(tf.compat.v1.train.SessionRunHook):
             keys = [k for k in self._traces[0] if all(k in t for t in self._traces)]
             self.stats = {k: round(sum(t[k] for t in self._traces) / self._n, 2 if k.endswith("_ms") else 1)
                           for k in keys}
+            sent = f" ({self.stats['messages']:.0f} in the graph)" if "messages" in self.stats else ""
             self._print(f"traffic per step (mean of {self._n} traced steps): {self.stats['recv_tensor_rpcs']:.0f} "
-                        f"RecvTensor RPCs, {self.stats['bytes'] / 2**20:.2f} MiB "
+                        f"RecvTensor RPCs{sent}, {self.stats['bytes'] / 2**20:.2f} MiB "
                         f"({self.stats['bytes_to_ps'] / 2**20:.2f} to PS, "
                         f"{self.stats['bytes_from_ps'] / 2**20:.2f} from PS), {self.stats['tasks']:.0f} tasks",
                         flush=True)
