@@ -60,3 +60,12 @@ def test_a_damaged_or_mismatched_checkpoint_is_one_line(tmp_path):
     inspect = subprocess.run([sys.executable, "-m", "tfps.cli", "inspect", str(tmp_path)], capture_output=True,
                              text=True, timeout=120)
     assert inspect.returncode == 2 and len(inspect.stderr.strip().splitlines()) == 1, inspect.stderr[-2000:]
+
+
+def test_the_cli_runs_numpy_blas_on_one_thread():
+    # Oracle: threadpoolctl's own report of the loaded BLAS libraries.
+    from threadpoolctl import threadpool_info
+    from tfps.cli import single_threaded_blas
+    single_threaded_blas()
+    blas = [lib for lib in threadpool_info() if lib["user_api"] == "blas"]
+    assert blas and all(lib["num_threads"] == 1 for lib in blas)

@@ -162,6 +162,27 @@ class FusedDense:
                       for i, (g, shard) in enumerate(tables)]
         return enqueue, out_dense, out_tables
 
+    def step_stamp(self, global_step_value):
+        """The step that table updates are stamped with, kept on the worker: (stamp, advance).
+
+        The stamp is this worker's last read of the global step plus one (the step its run made),
+        set from the global step when the session starts (a local variable, initialized after a
+        restore). With one trainer it is exactly the global step at the start of the run; with
+        several it lags by the other trainers' steps since, as the read at run start does by
+        the time the rows are applied. Sending it in the keys' message makes the keys wait on
+        nothing the PS has: no round trip to the global step's PS before the tables update.
+        `advance` (run after the stamp is read) moves it on from `global_step_value`, the read
+        the step's hooks fetch anyway."""
+        with tf.compat.v1.name_scope(None), tf.compat.v1.device(None), \
+                tf.compat.v1.colocate_with(self._anchor, ignore_existing=True):
+            mirror = tf.compat.v1.Variable(tf.cast(global_step_value, tf.int64), trainable=False,
+                                           name="tfps_step_stamp", dtype=tf.int64, use_resource=True,
+                                           collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+            stamp = mirror.read_value()
+            with tf.control_dependencies([stamp]):
+                advance = mirror.assign(tf.cast(global_step_value, tf.int64) + 1, read_value=False)
+        return stamp, advance
+
     def refresh(self, updates, reads_done=None):
         """The op that reads each PS's variables as one tensor, once that PS's updates ran, and
         writes the worker's copies (what the next step reads).

@@ -102,12 +102,13 @@ class TableOptimizerMixin:
             copied = [(g, v) for g, v in dense if g is not None and v in fused.copies]
             copied, tables = fused.push(copied, tables)
             dense = copied + [(g, v) for g, v in dense if g is None or v not in fused.copies]
-        updates = []
+        updates, after_stamp = [], []
         if tables:
             if global_step is None:
                 step = tf.constant(0, tf.int64)
-            elif fused is not None:   # the value the hooks fetch anyway: no read of its own
-                step = tf.cast(graph.as_graph_element(global_step), tf.int64)
+            elif fused is not None:   # kept on the worker: the keys' message waits on no PS
+                step, advance = fused.step_stamp(graph.as_graph_element(global_step))
+                after_stamp.append(advance)
             else:
                 step = tf.cast(tf.identity(global_step), tf.int64)
             # tf.compat.v1.train optimizers keep it as _learning_rate, except Adam (_lr).
@@ -135,7 +136,7 @@ class TableOptimizerMixin:
             by_device = _by_device(updates)
             refresh, refreshed = fused.refresh(by_device, reads_done=computed)
             home = global_step.op.device if global_step is not None else ""
-            after += [refresh] + ([computed] if computed is not None else [])
+            after += [refresh] + ([computed] if computed is not None else []) + after_stamp
             after += [op for device, op in by_device.items() if device not in refreshed and device != home]
             updates = [op for device, op in by_device.items() if device == home]
         # With a pipelined input (tfps.pipeline) the step also runs the embedding graph of the
