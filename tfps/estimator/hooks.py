@@ -261,10 +261,14 @@ class EvictionHook(tf.compat.v1.train.SessionRunHook):
         self._evict = tf.add_n([ev.evict(self._gs) for ev in evs]) if evs else None
         self._last = None
 
+    def before_run(self, run_context):
+        # the step's own read of the global step: no run of its own (a round trip to its PS)
+        return tf.compat.v1.train.SessionRunArgs(self._gs) if self._evict is not None else None
+
     def after_run(self, run_context, run_values):
         if self._evict is None:
             return
-        step = run_context.session.run(self._gs)
+        step = int(run_values.results) + 1   # read as the run began; the run made one more
         if step % self._every == 0 and step != self._last:
             self._last = step
             n = run_context.session.run(self._evict)

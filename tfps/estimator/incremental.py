@@ -166,8 +166,10 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         if not self._tables:
             return
+        if self._secs and time.time() - self._last_time < self._secs:
+            return   # not due: no read of the global step (a round trip to its PS in a cluster)
         step = run_context.session.run(self._gs)
-        due = (time.time() - self._last_time >= self._secs) if self._secs else (step - self._last_step >= self._steps)
+        due = bool(self._secs) or step - self._last_step >= self._steps
         if due and step > self._last_step:
             self.write_delta(run_context.session, step)
 
