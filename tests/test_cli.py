@@ -66,6 +66,9 @@ def test_the_cli_runs_numpy_blas_on_one_thread():
     # Oracle: threadpoolctl's own report of the loaded BLAS libraries.
     from threadpoolctl import threadpool_info
     from tfps.cli import single_threaded_blas
-    single_threaded_blas()
-    blas = [lib for lib in threadpool_info() if lib["user_api"] == "blas"]
-    assert blas and all(lib["num_threads"] == 1 for lib in blas)
+    limits = single_threaded_blas()
+    try:
+        blas = [lib for lib in threadpool_info() if lib["user_api"] == "blas"]
+        assert blas and all(lib["num_threads"] == 1 for lib in blas)
+    finally:
+        limits.restore_original_limits()

@@ -187,3 +187,19 @@ def test_memory_stays_flat_while_keys_churn(graph):
         st = s.run(stats)
     assert st["rows"] == 0 and st["removed_logged"] == 0
     assert rss[1] - rss[0] < 4 * 2**20, (rss[1] - rss[0]) / 2**20
+
+
+def test_hook_runs_the_rules_at_multiples_of_its_period_also_with_runs_that_do_not_train(graph):
+    # Oracle: the global step read in the same session after each run.
+    ev = tfps.get_embedding_variable("period", 4, options=tfps.EmbeddingOptions(evict_after_steps=100))
+    gs = tf.compat.v1.train.get_or_create_global_step()
+    loss = tf.reduce_sum(tfps.embedding_lookup(ev, tf.constant([1, 2], tf.int64)))
+    train = tfps.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+    hook = tfps.estimator.EvictionHook(every_n_steps=5, printer=lambda *a, **k: None)
+    with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as s:
+        seen = []
+        for _ in range(12):
+            s.run(train)
+            seen.append(s.run(gs))   # a run that does not train, through the hooks too
+    assert seen == list(range(1, 13))
+    assert hook.evicted_at == [5, 10]

@@ -113,7 +113,7 @@ def single_threaded_blas():
     trainer, where numpy only makes the input's small products, those threads took a quarter of
     the chief's CPU samples from TF's threads (perf, 2 cores). TF itself does not use OpenBLAS."""
     from threadpoolctl import threadpool_limits
-    threadpool_limits(limits=1, user_api="blas")
+    return threadpool_limits(limits=1, user_api="blas")   # restore_original_limits() undoes it
 
 
 def main(argv=None):

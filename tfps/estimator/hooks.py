@@ -253,6 +253,7 @@ class EvictionHook(tf.compat.v1.train.SessionRunHook):
             raise ValueError(f"EvictionHook: every_n_steps must be a positive int, got {every_n_steps!r}")
         self._every, self._print = every_n_steps, printer
         self.evicted = 0
+        self.evicted_at = []   # the global steps the rules ran at
 
     def begin(self):
         from tfps.embedding.variable import embedding_variables
@@ -262,14 +263,18 @@ class EvictionHook(tf.compat.v1.train.SessionRunHook):
         self._last = None
 
     def before_run(self, run_context):
-        # the step's own read of the global step: no run of its own (a round trip to its PS)
+        # the global step as the run begins, read by the run itself
         return tf.compat.v1.train.SessionRunArgs(self._gs) if self._evict is not None else None
 
     def after_run(self, run_context, run_values):
         if self._evict is None:
             return
-        step = int(run_values.results) + 1   # read as the run began; the run made one more
+        began = int(run_values.results)
+        if began % self._every and (began + 1) % self._every:
+            return   # (one trainer) it cannot have ended on a multiple: no run of its own, a round trip in a cluster
+        step = run_context.session.run(self._gs)   # as the run ended, like a delta written after it
         if step % self._every == 0 and step != self._last:
+            self.evicted_at.append(step)
             self._last = step
             n = run_context.session.run(self._evict)
             self.evicted += int(n)

@@ -168,8 +168,8 @@ class FusedDense:
         The stamp is this worker's last read of the global step plus one (the step its run made),
         set from the global step when the session starts (a local variable, initialized after a
         restore). With one trainer it is exactly the global step at the start of the run; with
-        several it lags by the other trainers' steps since, as the read at run start does by
-        the time the rows are applied. Sending it in the keys' message makes the keys wait on
+        several it lags by the other trainers' steps since this trainer's previous run began
+        (the read at run start lagged by those since this run began). Sending it in the keys' message makes the keys wait on
         nothing the PS has: no round trip to the global step's PS before the tables update.
         `advance` (run after the stamp is read) moves it on from `global_step_value`, the read
         the step's hooks fetch anyway."""

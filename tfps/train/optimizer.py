@@ -142,6 +142,8 @@ class TableOptimizerMixin:
         # With a pipelined input (tfps.pipeline) the step also runs the embedding graph of the
         # batch `depth` steps ahead, concurrently with this one's.
         after += [stager.carrier()] if stager is not None else []
+        if global_step is not None:   # the read the hooks fetch (and the step stamp) comes first
+            updates = updates + [graph.as_graph_element(global_step).op]
         with tf.control_dependencies(updates):
             if global_step is None:
                 return tf.group(*updates, *after, name=name)
