@@ -1,0 +1,78 @@
+"""tfps.data.sequences: MTGR user samples from MovieLens, with no look at the future.
+
+Oracle: the raw ratings, recounted by brute force for every candidate of a sample of users."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfps.data.sequences import NUM_GENRES, movielens_user_samples, read_movielens, sample_dataset, tokens
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "movielens-small")
+
+
+@pytest.fixture(scope="module")
+def raw():
+    return read_movielens(DATA)
+
+
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_cross_features_and_context_use_only_the_past(raw, split):
+    user, movie, rating, ts, genres = raw
+    samples = movielens_user_samples(DATA, split=split, window=8, history_len=32, realtime_len=8)
+    rng = np.random.default_rng(0)
+    for s in [samples[i] for i in rng.choice(len(samples), 60, replace=False)]:
+        mine = user == s["user"]
+        for k, (m, t) in enumerate(zip(s["candidate_movie"], s["candidate_time"])):
+            past = mine & (ts < t)
+            g = genres.get(int(m), [NUM_GENRES - 1])
+            # the user's ratings in the candidate's genres: summed over its genres, as the feature
+            hot = np.array([len(set(genres.get(int(x), [NUM_GENRES - 1])) & set(g)) for x in movie[past]])
+            n_genre = hot.sum()
+            mean_genre = (hot * rating[past]).sum() / n_genre if n_genre else 0.0
+            seen = (movie == m) & (ts < t)
+            want = [np.log1p(past.sum()), np.log1p(n_genre), mean_genre, np.log1p(seen.sum()),
+                    rating[seen].mean() if seen.any() else 0.0]
+            np.testing.assert_allclose(s["cross"][k], want, rtol=1e-5, atol=1e-5)
+            assert s["label"][k] == float(rating[mine & (movie == m) & (ts == t)].max() >= 4.0)
+        first = s["candidate_time"].min()
+        assert (s["history_time"] < first).all()
+        n_window = len(s["candidate_movie"]) - 1
+        before = s["realtime_time"][:len(s["realtime_time"]) - n_window]
+        assert (before < first).all()
+        # the rest of the real-time tokens are the window's earlier candidates
+        np.testing.assert_array_equal(s["realtime_movie"][len(before):], s["candidate_movie"][:-1])
+        np.testing.assert_array_equal(s["realtime_time"][len(before):], s["candidate_time"][:-1])
+        assert s["profile"][0] == s["user"]
+
+
+def test_each_rating_is_a_candidate_once_across_the_splits(raw):
+    user = raw[0]
+    counts = {}
+    for split in ("train", "eval"):
+        for s in movielens_user_samples(DATA, split=split, window=5):
+            counts[int(s["user"])] = counts.get(int(s["user"]), 0) + len(s["candidate_movie"])
+    users, n = np.unique(user, return_counts=True)
+    assert counts == dict(zip(users.tolist(), n.tolist()))
+
+
+def test_the_dataset_and_token_count(graph):
+    samples = movielens_user_samples(DATA, split="eval", window=4, history_len=8, realtime_len=4)[:5]
+    it = tf.compat.v1.data.make_one_shot_iterator(sample_dataset(samples)).get_next()
+    n = tokens(it)
+    with tf.compat.v1.Session() as s:
+        for want in samples:
+            got, count = s.run([it, n])
+            np.testing.assert_array_equal(got["cross"], want["cross"])
+            assert count == 3 + len(want["history_movie"]) + len(want["realtime_movie"]) + len(want["candidate_movie"])
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="split must be"):
+        movielens_user_samples(DATA, split="test")
+    with pytest.raises(ValueError, match="window must be an int >= 1"):
+        movielens_user_samples(DATA, window=0)
+    (tmp_path / "ratings.csv").write_text("user,movie\n1,2\n")
+    with pytest.raises(ValueError, match="expected the header"):
+        read_movielens(str(tmp_path))

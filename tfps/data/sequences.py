@@ -1,0 +1,139 @@
+"""User-level sequence samples for generative rankers (MTGR), from MovieLens ratings.
+
+One sample is one user at one request: a window of `window` consecutive ratings (by time) are
+the candidates, each with its own request time (the rating's timestamp) and label (rating >= 4);
+before them come
+  realtime: the `realtime_len` ratings just before the window, then the window's own ratings
+            but its last (an earlier candidate is a past interaction for a later one; the mask
+            of tfps.models.hstu shows each candidate only the ones strictly before its time);
+  history:  up to `history_len` ratings before those;
+  profile:  the user, and the bucketed count and mean of their ratings before the window.
+Each candidate also carries cross features from ratings strictly before its own time:
+  CROSS = (log1p user's ratings, log1p user's ratings in the candidate's genres (a rating counts
+           once per genre it shares), the user's mean rating there (0 if none), log1p the movie's
+           ratings by anyone, the movie's mean rating (0 if none)).
+Nothing in a sample looks at a rating at or after the time it is used at (tested against a
+brute-force recount). The split is by time per user, as movielens_dataset's: each user's last
+floor(eval_fraction * count) ratings are the evaluation candidates.
+
+    samples = movielens_user_samples("movielens-small", split="train")   # list of dicts (numpy)
+    ds = sample_dataset(samples)                                           # unbatched tf.data
+"""
+import csv
+import os
+
+import numpy as np
+import tensorflow as tf
+
+CROSS = ("user_count", "user_genre_count", "user_genre_mean", "movie_count", "movie_mean")
+NUM_GENRES = 20           # MovieLens genres plus "(no genres listed)"; more are hashed into it
+
+
+def read_movielens(path):
+    """(user, movie, rating, timestamp) int64/float32 arrays and {movie: genre index list}."""
+    with open(os.path.join(path, "ratings.csv"), newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows or rows[0] != ["userId", "movieId", "rating", "timestamp"]:
+        raise ValueError(f"{path}/ratings.csv: expected the header userId,movieId,rating,timestamp")
+    try:
+        data = np.array(rows[1:], dtype=np.float64)
+    except ValueError as e:
+        raise ValueError(f"{path}/ratings.csv: a malformed line ({e})") from None
+    if data.ndim != 2 or data.shape[1] != 4:
+        raise ValueError(f"{path}/ratings.csv: every line needs 4 fields")
+    genres, names = {}, {}
+    with open(os.path.join(path, "movies.csv"), newline="") as f:
+        reader = csv.reader(f)
+        if next(reader, None) != ["movieId", "title", "genres"]:
+            raise ValueError(f"{path}/movies.csv: expected the header movieId,title,genres")
+        for row in reader:
+            ids = [names.setdefault(g, len(names)) % NUM_GENRES for g in row[2].split("|")]
+            genres[int(row[0])] = sorted(set(ids))
+    return (data[:, 0].astype(np.int64), data[:, 1].astype(np.int64), data[:, 2].astype(np.float32),
+            data[:, 3].astype(np.int64), genres)
+
+
+def _movie_before(movie, rating, ts):
+    """Per rating: (count, rating sum) of the same movie's ratings strictly before its time."""
+    count, total = np.zeros(len(movie), np.int64), np.zeros(len(movie), np.float64)
+    order = np.lexsort((ts, movie))
+    m, t, r = movie[order], ts[order], rating[order]
+    starts = np.flatnonzero(np.r_[True, m[1:] != m[:-1]])
+    for a, b in zip(starts, np.r_[starts[1:], len(m)]):
+        first = a + np.searchsorted(t[a:b], t[a:b], side="left")       # first of its time: ties are not before
+        sums = np.r_[0.0, np.cumsum(r[a:b])]
+        count[order[a:b]] = first - a
+        total[order[a:b]] = sums[first - a]
+    return count, total
+
+
+def movielens_user_samples(path, split="train", window=8, history_len=64, realtime_len=16, eval_fraction=0.2):
+    """The samples of one split, as dicts of numpy arrays (see the module docstring):
+      user int64 [], profile int64 [3], history_movie / history_rating / history_time [H],
+      realtime_movie / realtime_rating / realtime_time [R], candidate_movie / candidate_time /
+      label [K], candidate_genres int64 [K, NUM_GENRES] (multi-hot), cross float32 [K, len(CROSS)].
+    """
+    if split not in ("train", "eval"):
+        raise ValueError(f"movielens_user_samples: split must be 'train' or 'eval', got {split!r}")
+    for name, v in (("window", window), ("history_len", history_len), ("realtime_len", realtime_len)):
+        if not isinstance(v, int) or v < (1 if name == "window" else 0):
+            raise ValueError(f"movielens_user_samples: {name} must be an int >= {1 if name == 'window' else 0}, got {v!r}")
+    user, movie, rating, ts, genres = read_movielens(path)
+    movie_count, movie_total = _movie_before(movie, rating, ts)
+    hot = np.zeros([len(movie), NUM_GENRES], np.float32)
+    for i, m in enumerate(movie):
+        hot[i, genres.get(int(m), [NUM_GENRES - 1])] = 1.0
+    samples = []
+    order = np.lexsort((ts, user))
+    starts = np.flatnonzero(np.r_[True, user[order][1:] != user[order][:-1]])
+    for a, b in zip(starts, np.r_[starts[1:], len(order)]):
+        rows = order[a:b]                                  # this user's ratings by time
+        t, r, g = ts[rows], rating[rows].astype(np.float64), hot[rows]
+        n_eval = int(np.floor(eval_fraction * len(rows)))
+        first, last = (0, len(rows) - n_eval) if split == "train" else (len(rows) - n_eval, len(rows))
+        counts = np.vstack([np.zeros(NUM_GENRES), np.cumsum(g, 0)])           # genre counts before index i
+        sums = np.vstack([np.zeros(NUM_GENRES), np.cumsum(g * r[:, None], 0)])
+        for w in range(first, last, window):
+            cand = np.arange(w, min(w + window, last))
+            before = np.searchsorted(t, t[cand], side="left")                  # ratings strictly before
+            genre_n = (counts[before] * g[cand]).sum(1)
+            genre_sum = (sums[before] * g[cand]).sum(1)
+            mc, mt = movie_count[rows[cand]], movie_total[rows[cand]]
+            cross = np.stack([np.log1p(before), np.log1p(genre_n), np.where(genre_n > 0, genre_sum / np.maximum(genre_n, 1), 0.0),
+                              np.log1p(mc), np.where(mc > 0, mt / np.maximum(mc, 1), 0.0)], 1).astype(np.float32)
+            # context: ratings strictly before the window's first request
+            start = np.searchsorted(t, t[cand[0]], side="left")
+            rt = np.r_[np.arange(max(0, start - realtime_len), start), cand[:-1]]
+            hist = np.arange(max(0, start - realtime_len - history_len), max(0, start - realtime_len))
+            seen = r[:start]
+            profile = np.array([int(user[rows[0]]), int(np.log2(1 + start)), int(2 * seen.mean()) if start else 0],
+                               np.int64)
+            samples.append({
+                "user": np.int64(user[rows[0]]), "profile": profile,
+                "history_movie": movie[rows[hist]], "history_rating": rating[rows[hist]], "history_time": t[hist],
+                "realtime_movie": movie[rows[rt]], "realtime_rating": rating[rows[rt]], "realtime_time": t[rt],
+                "candidate_movie": movie[rows[cand]], "candidate_time": t[cand],
+                "candidate_genres": g[cand].astype(np.int64),
+                "label": (rating[rows[cand]] >= 4.0).astype(np.float32), "cross": cross})
+    return samples
+
+
+SPEC = {"user": tf.TensorSpec([], tf.int64), "profile": tf.TensorSpec([3], tf.int64),
+        "history_movie": tf.TensorSpec([None], tf.int64), "history_rating": tf.TensorSpec([None], tf.float32),
+        "history_time": tf.TensorSpec([None], tf.int64),
+        "realtime_movie": tf.TensorSpec([None], tf.int64), "realtime_rating": tf.TensorSpec([None], tf.float32),
+        "realtime_time": tf.TensorSpec([None], tf.int64),
+        "candidate_movie": tf.TensorSpec([None], tf.int64), "candidate_time": tf.TensorSpec([None], tf.int64),
+        "candidate_genres": tf.TensorSpec([None, NUM_GENRES], tf.int64),
+        "label": tf.TensorSpec([None], tf.float32), "cross": tf.TensorSpec([None, len(CROSS)], tf.float32)}
+
+
+def tokens(sample):
+    """A sample's token count (int32 scalar tensor): profile + history + real-time + candidates."""
+    return (tf.size(sample["profile"]) + tf.size(sample["history_movie"]) + tf.size(sample["realtime_movie"])
+            + tf.size(sample["candidate_movie"]))
+
+
+def sample_dataset(samples):
+    """An unbatched tf.data.Dataset of the samples (SPEC)."""
+    return tf.data.Dataset.from_generator(lambda: iter(samples), output_signature=SPEC)
