@@ -55,6 +55,13 @@ GROUP = [PROFILE, HISTORY, HISTORY, REALTIME, REALTIME, REALTIME, CANDIDATE, CAN
 TIME = [0, 1, 2, 10, 20, 30, 15, 25, 40]
 
 
+def _randomize(s):
+    """Every variable to random values (the relative bias starts at zero)."""
+    rng = np.random.default_rng(7)
+    for v in tf.compat.v1.global_variables():
+        s.run(v.assign(0.3 * rng.normal(size=v.shape.as_list()).astype(np.float32)))
+
+
 def _run(s, inputs, y, x, group=GROUP, time=TIME):
     return s.run(y, dict(zip(inputs, ([x], [group], [time]))))[0]
 
@@ -64,6 +71,7 @@ def test_a_candidate_sees_only_what_the_mask_allows(graph):
     x = np.random.default_rng(1).normal(size=[len(GROUP), D]).astype(np.float32)
     with tf.compat.v1.Session() as s:
         s.run(tf.compat.v1.global_variables_initializer())
+        _randomize(s)
         base = _run(s, inputs, y, x)
         # candidate 6 (request at 15) cannot see real-time tokens at 20 and 30, nor candidates 7, 8
         bump = 3.0 * np.random.default_rng(5).normal(size=D).astype(np.float32)   # not a shift LayerNorm removes
@@ -89,6 +97,7 @@ def test_scoring_all_candidates_in_one_pass_equals_scoring_each_alone(graph):
     x = np.random.default_rng(2).normal(size=[len(GROUP), D]).astype(np.float32)
     with tf.compat.v1.Session() as s:
         s.run(tf.compat.v1.global_variables_initializer())
+        _randomize(s)
         together = _run(s, inputs, y, x)
         for c in (6, 7, 8):
             keep = list(range(6)) + [c]

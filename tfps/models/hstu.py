@@ -17,7 +17,8 @@ HSTU block (hstu_block), per head, with x [B, N, d]:
   U, V, Q, K = SiLU(GLN(x) W1)                      (GLN: LayerNorm with parameters per group)
   A = SiLU(Q K^T / sqrt(dh) + rab) * mask / n        (no softmax; n = keys the query sees;
                                                      rab: a learned bias per position distance
-                                                     bucket and per log time-gap bucket)
+                                                     bucket and per log time-gap bucket; all
+                                                     candidates share one position)
   x = x + W_o (GLN(A V) * U);  x = x + MLP(GLN(x))
 """
 import math
@@ -86,17 +87,23 @@ def _buckets(values, count):
     return tf.cast(tf.minimum(b, count - 1.0), tf.int32)
 
 
-def relative_bias(time, heads, name, buckets=16):
+def token_positions(group):
+    """int64 [B, N]: a token's position for the relative bias -- how many non-candidate tokens
+    come before it. Candidates after the context all get the same one, so a candidate's bias
+    does not depend on how many others share its pass."""
+    return tf.cumsum(tf.cast(tf.not_equal(group, CANDIDATE), tf.int64), axis=1, exclusive=True)
+
+
+def relative_bias(time, position, heads, name, buckets=16):
     """rab: float32 [B, heads, N, N], a learned bias per head for the log-bucketed position
-    distance and the log-bucketed time gap between each query and key token."""
-    n = tf.shape(time)[1]
-    pos = tf.range(n, dtype=tf.int64)
-    distance = tf.abs(pos[:, None] - pos[None, :])                       # [N, N]
+    distance (position: token_positions) and the log-bucketed time gap between each query and
+    key token."""
+    distance = tf.abs(position[:, :, None] - position[:, None, :])       # [B, N, N]
     gap = tf.abs(time[:, :, None] - time[:, None, :])                    # [B, N, N]
     with tf.compat.v1.variable_scope(name):
         by_pos = tf.compat.v1.get_variable("position", [buckets, heads], initializer=tf.compat.v1.zeros_initializer())
         by_time = tf.compat.v1.get_variable("time_gap", [buckets, heads], initializer=tf.compat.v1.zeros_initializer())
-    bias = tf.gather(by_pos, _buckets(distance, buckets))[None] + tf.gather(by_time, _buckets(gap, buckets))
+    bias = tf.gather(by_pos, _buckets(distance, buckets)) + tf.gather(by_time, _buckets(gap, buckets))
     return tf.transpose(bias, [0, 3, 1, 2])
 
 
@@ -119,7 +126,7 @@ def hstu_block(x, group, time, mask, heads, name, gln=True):
         scores = tf.einsum("bhqe,bhke->bhqk", split_heads(q), split_heads(k)) / math.sqrt(dh)
         seen = tf.cast(mask, tf.float32)[:, None]                        # [B, 1, N, N]
         keys = tf.maximum(tf.reduce_sum(seen, -1, keepdims=True), 1.0)   # n: the keys each query sees
-        attention = tf.nn.silu(scores + relative_bias(time, heads, "rab")) * seen / keys
+        attention = tf.nn.silu(scores + relative_bias(time, token_positions(group), heads, "rab")) * seen / keys
         mixed = tf.einsum("bhqk,bhke->bhqe", attention, split_heads(v))
         mixed = tf.reshape(tf.transpose(mixed, [0, 2, 1, 3]), tf.shape(x))
         mixed.set_shape(x.shape)

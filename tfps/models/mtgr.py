@@ -1,0 +1,110 @@
+"""MTGR: a generative ranker on tfps tables -- one pass over a user's tokens scores all of its
+candidates (user-level aggregation), with HSTU blocks, Group-Layer Norm and the dynamic mask of
+tfps.models.hstu, and the DLRM cross features kept on the candidate tokens.
+
+Input: padded batches of tfps.data.sequences samples (0 pads every movie field; MovieLens ids
+start at 1). Tokens, each projected to d_model:
+  profile    each profile feature one token (its own table rows);
+  history,   the item's row and the rating, concatenated, through one MLP (time enters through
+  realtime   the blocks' relative bias);
+  candidate  the item's row, its genres and (model.cross_features) the cross features, through
+             another MLP.
+Then model.blocks HSTU blocks (model.heads, model.gln), and per candidate token a LayerNorm and
+a linear logit. model.dynamic_mask off (the ablation): a candidate sees the static tokens and
+only the real-time tokens before the window's first request, as if real-time were frozen there.
+
+    logits, valid = mtgr_logits(features, model, insert=True)   # [B, K], bool [B, K]
+"""
+import tensorflow as tf
+
+import tfps
+from tfps.data.schema import Schema
+from tfps.models.common import estimator_spec
+from tfps.models.hstu import CANDIDATE, HISTORY, PAD, PROFILE, REALTIME, group_layer_norm, hstu_block, mtgr_mask
+
+PROFILE_BITS = 40   # profile feature f's value v has key (f << PROFILE_BITS) + v
+
+
+def _table(name, dim, model):
+    return tfps.get_embedding_variable(
+        name, dim, initializer=tf.compat.v1.truncated_normal_initializer(stddev=model["initializer_stddev"]))
+
+
+def _mlp(x, units, name):
+    """x [..., k] -> [..., units[-1]]: SiLU layers, the last one linear."""
+    for i, u in enumerate(units):
+        with tf.compat.v1.variable_scope(f"{name}_{i}"):
+            w = tf.compat.v1.get_variable("kernel", [x.shape[-1], u], initializer=tf.compat.v1.glorot_uniform_initializer())
+            b = tf.compat.v1.get_variable("bias", [u], initializer=tf.compat.v1.zeros_initializer())
+        x = tf.tensordot(x, w, 1) + b
+        x = tf.nn.silu(x) if i + 1 < len(units) else x
+    return x
+
+
+def _item_tokens(movie_rows, rating, d):
+    """An interaction's token: its item's row and its rating. (Time enters through the blocks'
+    relative bias, per query: a token's own feature cannot depend on which candidate asks.)"""
+    return _mlp(tf.concat([movie_rows, tf.expand_dims(rating / 5.0, -1)], -1), [2 * d, d], "item_mlp")
+
+
+def mtgr_logits(features, model, insert):
+    """(logits float32 [B, K], valid bool [B, K]) for a padded batch of samples."""
+    d, e = model["d_model"], model["embedding_dim"]
+    movies = _table("mtgr_movie", e, model)
+    profile = features["profile"]                                                   # [B, P]
+    p = profile.shape[1]
+    keys = profile + (tf.range(p, dtype=tf.int64) * (1 << PROFILE_BITS))[None]
+    profile_tokens = _mlp(tfps.embedding_lookup(_table("mtgr_profile", e, model), keys, insert=insert), [d], "profile")
+    request = tf.reduce_min(tf.where(features["candidate_movie"] > 0, features["candidate_time"],
+                                     tf.int64.max), 1, keepdims=True)               # the window's first request
+    # history and real-time share the item MLP
+    history = _item_tokens(tfps.embedding_lookup(movies, features["history_movie"], insert=insert),
+                           features["history_rating"], d)
+    with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True):
+        realtime = _item_tokens(tfps.embedding_lookup(movies, features["realtime_movie"], insert=insert),
+                                features["realtime_rating"], d)
+    parts = [tfps.embedding_lookup(movies, features["candidate_movie"], insert=insert),
+             tf.cast(features["candidate_genres"], tf.float32)]
+    if model["cross_features"]:
+        parts.append(features["cross"])
+    candidates = _mlp(tf.concat(parts, -1), [2 * d, d], "candidate")
+    x = tf.concat([profile_tokens, history, realtime, candidates], 1)               # [B, N, d]
+
+    def groups(ids, group):
+        return tf.where(ids > 0, tf.fill(tf.shape(ids), group), tf.fill(tf.shape(ids), PAD))
+    b = tf.shape(profile)[0]
+    group = tf.concat([tf.fill([b, p], PROFILE), groups(features["history_movie"], HISTORY),
+                       groups(features["realtime_movie"], REALTIME), groups(features["candidate_movie"], CANDIDATE)], 1)
+    realtime_time = features["realtime_time"]
+    if not model["dynamic_mask"]:
+        # frozen real-time: tokens at or after the first request are hidden (as padding)
+        frozen = tf.logical_and(features["realtime_movie"] > 0, realtime_time < request)
+        group = tf.concat([group[:, :p + tf.shape(history)[1]],
+                           tf.where(frozen, tf.fill(tf.shape(frozen), REALTIME), tf.fill(tf.shape(frozen), PAD)),
+                           group[:, p + tf.shape(history)[1] + tf.shape(realtime)[1]:]], 1)
+    time = tf.concat([tf.zeros([b, p], tf.int64), features["history_time"], realtime_time, features["candidate_time"]], 1)
+    mask = mtgr_mask(group, time)
+    for i in range(model["blocks"]):
+        x = hstu_block(x, group, time, mask, model["heads"], f"hstu_{i}", gln=model["gln"])
+    k = tf.shape(candidates)[1]
+    out = group_layer_norm(x[:, -k:], group[:, -k:], "final_ln", enabled=model["gln"])
+    logits = tf.squeeze(_mlp(out, [1], "logit"), -1)
+    return logits, features["candidate_movie"] > 0
+
+
+def mtgr_model_fn(features, labels, mode, params):
+    """tf.estimator model_fn. params: the JobConfig's `model` (d_model, heads, blocks, gln,
+    dynamic_mask, cross_features, embedding_dim, initializer_stddev) and `train` sections as
+    dicts. labels are unused (each candidate's label is features["label"]). PREDICT gives
+    probabilities and logits [B, K] (padding candidates included, at any value); EVAL and TRAIN
+    see the real candidates only, as one binary classifier (AUC, GAUC by user, logloss)."""
+    del labels
+    logits, valid = mtgr_logits(features, params["model"], insert=mode == tf.estimator.ModeKeys.TRAIN)
+    if mode == tf.estimator.ModeKeys.PREDICT:
+        predictions = {"probabilities": tf.sigmoid(logits), "logits": logits, "valid": valid}
+        return tf.estimator.EstimatorSpec(mode, predictions=predictions, export_outputs={
+            "serving_default": tf.estimator.export.PredictOutput(predictions)})
+    users = tf.broadcast_to(features["user"][:, None], tf.shape(valid))
+    return estimator_spec(mode, tf.boolean_mask(logits, valid), tf.boolean_mask(features["label"], valid),
+                          {"user": tf.boolean_mask(users, valid)}, Schema(num_dense=0, id_features=(), has_users=True),
+                          params["train"])
