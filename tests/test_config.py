@@ -25,6 +25,10 @@ def test_demo_config_and_overrides(tmp_path):
     ("train.save_checkpoints_secs=0", "train.save_checkpoints_secs must be > 0"),
     ("cluster.protocol=carrier-pigeon", "cluster.protocol must be grpc"),
     ("cluster.port=1", "unknown config key 'cluster.port'"),
+    ("model.name=mtgr", "model.name mtgr reads data.format movielens_sequences"),
+    ("data.format=movielens_sequences", "model.name mtgr reads data.format movielens_sequences"),
+    ("model.heads=3", "must divide model.d_model"),
+    ("data.max_tokens=0", "data.max_tokens must be null or >= 1"),
 ])
 def test_bad_config_is_named(override, match):
     with pytest.raises(ConfigError, match=match):

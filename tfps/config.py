@@ -33,7 +33,7 @@ class EvictionConfig:
         return any(v is not None for v in (self.after_steps, self.min_freq, self.l2_below, self.max_rows))
 
 
-FORMATS = ("synthetic", "criteo", "movielens", "tfrecord")
+FORMATS = ("synthetic", "criteo", "movielens", "tfrecord", "movielens_sequences")
 FEATURE_TYPES = ("int", "float", "string", "int_list")
 
 
@@ -50,7 +50,7 @@ class FeatureSpec:
 class DataConfig(SyntheticConfig):
     """Where the examples come from: data.format and its files; the synthetic generator's shape
     (the fields of SyntheticConfig) when data.format is synthetic."""
-    format: str = "synthetic"            # synthetic | criteo | movielens | tfrecord
+    format: str = "synthetic"            # synthetic | criteo | movielens | tfrecord | movielens_sequences (mtgr)
     path: Optional[str] = None           # criteo: file, glob or directory; movielens: directory; tfrecord: dir or glob
     eval_path: Optional[str] = None      # criteo, tfrecord: the eval files (movielens splits by time itself)
     skip_bad_rows: bool = False          # text formats: drop malformed rows (counted in the JSON's bad_rows)
@@ -58,11 +58,16 @@ class DataConfig(SyntheticConfig):
     features: List[FeatureSpec] = dataclasses.field(default_factory=list)   # tfrecord (or DIR/tfps_features.yaml)
     label: str = "label"                 # tfrecord: the float label feature
     user: Optional[str] = None           # tfrecord: the int user-id feature (GAUC); not a model input
+    window: int = 8                      # movielens_sequences: candidates per sample (one user, one request)
+    history_len: int = 64                # movielens_sequences: history tokens before the real-time ones
+    realtime_len: int = 16               # movielens_sequences: real-time tokens before the window
+    max_tokens: Optional[int] = None     # movielens_sequences: token-budget batches (balance_by_tokens) of at
+                                         # most this many tokens instead of train.batch_size samples
 
 
 @dataclasses.dataclass
 class ModelConfig:
-    name: str = "deepfm"                 # deepfm | wdl | dcn_v2
+    name: str = "deepfm"                 # deepfm | wdl | dcn_v2 | mtgr (data.format movielens_sequences)
     embedding_dim: int = 8
     hidden_units: List[int] = dataclasses.field(default_factory=lambda: [400, 400, 400])
     num_shards: int = 1                  # tables per feature (a placement choice: checkpoints restore into any)
@@ -73,6 +78,12 @@ class ModelConfig:
     eviction: EvictionConfig = dataclasses.field(default_factory=EvictionConfig)
     cross_layers: int = 3                # dcn_v2: cross layers
     dcn_structure: str = "stacked"       # dcn_v2: stacked (cross, then MLP) | parallel (side by side)
+    d_model: int = 32                    # mtgr: token width
+    heads: int = 2                       # mtgr: attention heads (divide d_model)
+    blocks: int = 2                      # mtgr: HSTU blocks
+    gln: bool = True                     # mtgr: Group-Layer Norm (false: one LayerNorm for every token group)
+    dynamic_mask: bool = True            # mtgr: candidates see real-time tokens up to their own request time
+    cross_features: bool = True          # mtgr: candidate tokens carry the DLRM cross features
 
 
 @dataclasses.dataclass
@@ -235,8 +246,16 @@ def load_config(path=None, overrides=()):
 def validate(cfg):
     """Range checks that types cannot express."""
     checks = [
-        (cfg.model.name in ("deepfm", "wdl", "dcn_v2"), f"model.name must be deepfm, wdl or dcn_v2, got "
-                                                        f"{cfg.model.name!r}"),
+        (cfg.model.name in ("deepfm", "wdl", "dcn_v2", "mtgr"), f"model.name must be deepfm, wdl, dcn_v2 or mtgr, "
+                                                                f"got {cfg.model.name!r}"),
+        ((cfg.model.name == "mtgr") == (cfg.data.format == "movielens_sequences"),
+         "model.name mtgr reads data.format movielens_sequences, and only it does"),
+        (cfg.model.d_model > 0 and cfg.model.heads > 0 and cfg.model.d_model % cfg.model.heads == 0,
+         f"model.heads ({cfg.model.heads}) must divide model.d_model ({cfg.model.d_model})"),
+        (cfg.model.blocks >= 0, "model.blocks must be >= 0"),
+        (cfg.data.window >= 1 and cfg.data.history_len >= 0 and cfg.data.realtime_len >= 0,
+         "data.window must be >= 1, data.history_len and data.realtime_len >= 0"),
+        (cfg.data.max_tokens is None or cfg.data.max_tokens >= 1, "data.max_tokens must be null or >= 1"),
         (cfg.model.cross_layers >= 0, "model.cross_layers must be >= 0"),
         (cfg.model.dcn_structure in ("stacked", "parallel"), "model.dcn_structure must be stacked or parallel"),
         (cfg.data.format in FORMATS, f"data.format must be one of {', '.join(FORMATS)}, got {cfg.data.format!r}"),

@@ -25,6 +25,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from tfps.data.schema import Schema
+
+SCHEMA = Schema(num_dense=0, id_features=(), has_users=True)   # what the runners see (GAUC by user)
 CROSS = ("user_count", "user_genre_count", "user_genre_mean", "movie_count", "movie_mean")
 NUM_GENRES = 20           # MovieLens genres plus "(no genres listed)"; more are hashed into it
 

@@ -17,8 +17,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from tfps.data import criteo, movielens, tfrecord
-from tfps.data.schema import Schema
+from tfps.data import criteo, movielens, sequences, tfrecord
+from tfps.data.balance import balance_by_tokens
+from tfps.data.schema import Schema, share
 from tfps.data.synthetic import SyntheticCriteo, auc
 
 EVAL_INDEX_BASE = 1 << 40  # synthetic eval batches never share a seed with training batches
@@ -241,8 +242,53 @@ def _tfrecord_spec(cfg):
     return specs, (d.user if d.features else written.get("user", d.user)), d.eval_path or written.get("eval_path")
 
 
+class SequenceSource(_FileSource):
+    """MovieLens as user-level samples for MTGR (tfps.data.sequences): one sample per user and
+    window of candidates; batches of train.batch_size samples, or of at most data.max_tokens
+    tokens (tfps.data.balance_by_tokens)."""
+    schema = sequences.SCHEMA
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        movielens.check_directory(cfg.data.path)
+
+    def describe(self):
+        d = self.cfg.data
+        return (f"MovieLens user samples in {d.path} (windows of {d.window} candidates; each user's last "
+                f"{d.eval_fraction:.0%} by time for eval)")
+
+    @functools.lru_cache(None)
+    def samples(self, split):
+        d = self.cfg.data
+        return sequences.movielens_user_samples(d.path, split, d.window, d.history_len, d.realtime_len,
+                                                d.eval_fraction)
+
+    def _batched(self, ds, batch_size):
+        if self.cfg.data.max_tokens:
+            ds = balance_by_tokens(ds, self.cfg.data.max_tokens, sequences.tokens)
+        else:
+            ds = ds.padded_batch(batch_size)
+        return ds.map(lambda x: (x, x["label"]))
+
+    def train_input_fn(self, batch_size, start=0, shard_index=0, num_shards=1):
+        samples = self.samples("train")
+        seed = self.cfg.data.seed
+
+        def input_fn():
+            ds = sequences.sample_dataset(samples).shuffle(len(samples), seed=seed, reshuffle_each_iteration=True)
+            return share(self._batched(ds.repeat(), batch_size), start, shard_index, num_shards)
+        return input_fn
+
+    def eval_input_fn(self, batch_size):
+        samples = self.samples("eval")
+        return lambda: self._batched(sequences.sample_dataset(samples), batch_size)
+
+    def eval_size(self):
+        return sum(len(s["label"]) for s in self.samples("eval"))   # candidates
+
+
 SOURCES = {"synthetic": SyntheticSource, "criteo": CriteoSource, "movielens": MovieLensSource,
-           "tfrecord": TFRecordSource}
+           "tfrecord": TFRecordSource, "movielens_sequences": SequenceSource}
 
 
 def make_source(cfg):
@@ -261,4 +307,6 @@ def schema_of(cfg):
         return criteo.SCHEMA
     if cfg.data.format == "movielens":
         return movielens.SCHEMA
+    if cfg.data.format == "movielens_sequences":
+        return sequences.SCHEMA
     return tfrecord.schema_of(*_tfrecord_spec(cfg)[:2])

@@ -18,7 +18,7 @@ only the real-time tokens before the window's first request, as if real-time wer
 import tensorflow as tf
 
 import tfps
-from tfps.data.schema import Schema
+from tfps.data.sequences import SCHEMA
 from tfps.models.common import estimator_spec
 from tfps.models.hstu import CANDIDATE, HISTORY, PAD, PROFILE, REALTIME, group_layer_norm, hstu_block, mtgr_mask
 
@@ -106,5 +106,4 @@ def mtgr_model_fn(features, labels, mode, params):
             "serving_default": tf.estimator.export.PredictOutput(predictions)})
     users = tf.broadcast_to(features["user"][:, None], tf.shape(valid))
     return estimator_spec(mode, tf.boolean_mask(logits, valid), tf.boolean_mask(features["label"], valid),
-                          {"user": tf.boolean_mask(users, valid)}, Schema(num_dense=0, id_features=(), has_users=True),
-                          params["train"])
+                          {"user": tf.boolean_mask(users, valid)}, SCHEMA, params["train"])

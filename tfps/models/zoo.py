@@ -9,6 +9,7 @@ from tfps.data.schema import Schema
 from tfps.models.common import dense_input, embed_inputs, embedding_options, estimator_spec
 from tfps.models.dcn import dcn_v2
 from tfps.models.deepfm import deepfm
+from tfps.models.mtgr import mtgr_model_fn
 from tfps.models.wdl import wdl
 
 MODELS = {"deepfm": (deepfm, 1), "wdl": (wdl, 1), "dcn_v2": (dcn_v2, 0)}
@@ -18,6 +19,8 @@ def model_fn(features, labels, mode, params):
     """tf.estimator model_fn. params: the JobConfig's `model` and `train` sections as dicts and
     'schema' (tfps.data.schema.Schema.to_params() of the data source)."""
     m, schema = params["model"], Schema.from_params(params["schema"])
+    if m["name"] == "mtgr":
+        return mtgr_model_fn(features, labels, mode, params)
     logits_of, extra = MODELS[m["name"]]
     training = mode == tf.estimator.ModeKeys.TRAIN
     rows = embed_inputs(features, schema, m["embedding_dim"] + extra, embedding_options(m),
