@@ -56,3 +56,33 @@ def test_one_pass_scores_each_candidate_as_alone(tmp_path, samples):
             alone[name] = sample[name][k:k + 1]
         got = next(est.predict(_input([alone], False)))
         np.testing.assert_allclose(got["logits"][0], together["logits"][k], rtol=1e-4, atol=1e-5)
+
+
+def _constant_logloss():
+    """The eval logloss of always predicting the training labels' mean (what a model that
+    learned nothing reaches)."""
+    train = movielens_user_samples(DATA, split="train")
+    evaluation = movielens_user_samples(DATA, split="eval")
+    p = np.concatenate([s["label"] for s in train]).mean()
+    y = np.concatenate([s["label"] for s in evaluation])
+    return float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["train", "launch"])
+def test_mtgr_learns_in_one_process_and_on_the_local_cluster(tmp_path, mode):
+    import json
+    import subprocess
+    import sys
+    args = [sys.executable, "-m", "tfps.cli", mode, "--config", "configs/movielens_mtgr.yaml",
+            "--set", "train.steps=150", "--set", "model.blocks=1", "--set", "data.max_tokens=4096",
+            "--set", f"model_dir={tmp_path}"]
+    if mode == "launch":
+        args += ["--ps", "2", "--workers", "2"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=900,
+                         cwd=os.path.join(os.path.dirname(__file__), ".."))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    metrics = json.loads(out.stdout.strip().splitlines()[-1])
+    assert metrics["model"] == "mtgr" and metrics["eval_examples"] == 19940
+    assert metrics["logloss"] < _constant_logloss() - 0.01, metrics
+    assert metrics["auc"] > 0.65 and metrics["gauc"] is not None

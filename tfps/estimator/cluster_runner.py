@@ -232,6 +232,8 @@ def run_task(cfg, cluster_config, printer=print):
         printer(f"{job} {index}: training to global step {cfg.train.steps} from step {start}, "
                 f"batches {rank}, {rank + len(trainers)}, ... of the stream, resuming at the latest checkpoint",
                 flush=True)
+        if cluster_config.is_chief and hasattr(source, "describe_cost"):
+            printer(source.describe_cost(), flush=True)
     if job == "worker" and not cluster_config.is_chief:
         _wait_for_first_checkpoint(cfg.model_dir, printer)
     stop_watch = _watch_ps(cfg, cluster_config, printer) if job in ("chief", "master", "worker") else None

@@ -157,6 +157,8 @@ def run(cfg, printer=print):
     printer(f"model_dir {cfg.model_dir}; training {cfg.model.name} for {cfg.train.steps} steps of "
             f"{cfg.train.batch_size} on {source.describe()} (dim {cfg.model.embedding_dim}, "
             f"{'one merged table' if cfg.model.merge_tables else 'a table each'})", flush=True)
+    if hasattr(source, "describe_cost"):
+        printer(source.describe_cost(), flush=True)
     start_step = checkpoint_global_step(est.latest_checkpoint())
     if start_step >= cfg.train.steps:
         printer(f"the checkpoint in model_dir is at step {start_step}, train.steps is {cfg.train.steps}: nothing to "

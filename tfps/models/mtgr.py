@@ -107,3 +107,28 @@ def mtgr_model_fn(features, labels, mode, params):
     users = tf.broadcast_to(features["user"][:, None], tf.shape(valid))
     return estimator_spec(mode, tf.boolean_mask(logits, valid), tf.boolean_mask(features["label"], valid),
                           {"user": tf.boolean_mask(users, valid)}, SCHEMA, params["train"])
+
+
+def flops_per_sample(model, samples):
+    """Forward floating-point operations per sample of the MTGR model `model` (a dict, as
+    mtgr_logits takes) on these samples padded into one batch, counted by the TF profiler
+    (table lookups are not floating-point work and count 0)."""
+    import numpy as np
+    from tfps.data.sequences import SPEC
+
+    def padded(arrays):   # zeros after each, to the longest
+        arrays = [np.asarray(a) for a in arrays]
+        if arrays[0].ndim == 0:
+            return np.stack(arrays)
+        out = np.zeros((len(arrays), max(len(a) for a in arrays)) + arrays[0].shape[1:], arrays[0].dtype)
+        for i, a in enumerate(arrays):
+            out[i, :len(a)] = a
+        return out
+    batch = {k: padded([s[k] for s in samples]) for k in SPEC}
+    with tf.Graph().as_default() as graph:
+        features = {k: tf.constant(v, dtype=SPEC[k].dtype) for k, v in batch.items()}
+        mtgr_logits(features, model, insert=False)
+        opts = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+        opts["output"] = "none"
+        stats = tf.compat.v1.profiler.profile(graph, options=opts)
+    return stats.total_float_ops / len(samples)
