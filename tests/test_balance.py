@@ -87,4 +87,5 @@ def test_bad_arguments():
             balance_by_tokens(_dataset(_examples(2)), 0)
         with pytest.raises(ValueError, match="max_batch_size"):
             balance_by_tokens(_dataset(_examples(2)), 8, max_batch_size=0)
-    assert token_bounds(8) == [2, 4, 8, 9]
+    assert token_bounds(8) == [2, 3, 4, 5, 6, 7, 8, 9]
+    assert token_bounds(100, growth=2.0) == [2, 4, 8, 16, 32, 64, 101]

@@ -4,8 +4,8 @@ every step costs about the same however long the examples' sequences are.
     ds = tfps.data.balance_by_tokens(examples, max_tokens=8192,
                                      length_fn=lambda x: tf.size(x["history"]) + tf.size(x["candidates"]))
 
-Examples go to buckets by their length (the bounds double: 1, 2, 4, ... up to max_tokens); a
-bucket whose longest example has L tokens batches max_tokens // L of them, so a batch never holds
+Examples go to buckets by their length (bounds 1.25x apart up to max_tokens); a bucket whose
+longest example has L tokens batches max_tokens // L of them, so a batch never holds
 more than max_tokens tokens. Examples of about the same length share a batch, so padding them to
 the batch's longest wastes little. At the end of the input each bucket's partial batch comes out:
 no example is dropped, and each comes once per pass. An example longer than max_tokens is an
@@ -14,13 +14,14 @@ error naming its length.
 import tensorflow as tf
 
 
-def token_bounds(max_tokens):
-    """The bucket bounds for max_tokens: [2, 4, 8, ..., max_tokens + 1] (bucket i holds lengths
-    in [bounds[i-1], bounds[i]), bucket 0 lengths 0 and 1)."""
+def token_bounds(max_tokens, growth=1.25):
+    """The bucket bounds for max_tokens: 2, then each about `growth` times the one before, up to
+    max_tokens + 1 (bucket i holds lengths in [bounds[i-1], bounds[i]), bucket 0 lengths 0 and
+    1). A bucket's lengths differ by at most that factor, and so do its batches' token counts."""
     bounds, b = [], 2
     while b <= max_tokens:
         bounds.append(b)
-        b *= 2
+        b = max(b + 1, int(b * growth))
     return bounds + [max_tokens + 1]
 
 
