@@ -56,3 +56,26 @@ def write_criteo(directory, train_name, train_rows, eval_name, eval_rows):
     gen = SyntheticCriteo(SyntheticConfig())
     write_criteo_text(gen, str(directory / train_name), train_rows)
     write_criteo_text(gen, str(directory / eval_name), eval_rows, first_batch=1 << 40)
+
+
+def planted(users=150, movies=120, per_user=40, seed=0):
+    """(ratings, movies) with a learnable taste: user u likes genre u % 6, and rates a movie 5
+    when it has that genre, 2 otherwise (10% of ratings flipped); timestamps are distinct and a
+    few tie within a user. About users * per_user ratings."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    names = ["Action", "Comedy", "Drama", "Horror", "Romance", "Sci-Fi"]
+    genres = {m: sorted({m % 6, (m * 7 + 3) % 6}) for m in range(1, movies + 1)}
+    titles = [(m, f"Movie {m}", "|".join(names[g] for g in genres[m])) for m in range(1, movies + 1)]
+    rows = []
+    for u in range(1, users + 1):
+        for k, m in enumerate(rng.choice(np.arange(1, movies + 1), per_user, replace=False).tolist()):
+            liked = (u % 6) in genres[m]
+            if rng.random() < 0.1:
+                liked = not liked
+            rows.append((u, m, 5.0 if liked else 2.0, 100_000 + 1000 * (k - k % 7 // 6) + u))
+    return rows, titles
+
+
+def write_planted(directory, **kwargs):
+    return write(directory, *planted(**kwargs))

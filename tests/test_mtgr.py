@@ -11,15 +11,21 @@ import tensorflow as tf
 from tfps.data.sequences import SPEC, movielens_user_samples, sample_dataset
 from tfps.models.mtgr import mtgr_model_fn
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "movielens-small")
 MODEL = {"d_model": 16, "heads": 2, "blocks": 2, "gln": True, "dynamic_mask": True, "cross_features": True,
          "embedding_dim": 8, "initializer_stddev": 0.05}
 TRAIN = {"optimizer": "adam", "learning_rate": 0.01, "adam": {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8}}
 
 
 @pytest.fixture(scope="module")
-def samples():
-    return movielens_user_samples(DATA, split="train", window=8, history_len=16, realtime_len=4)[:400]
+def data(tmp_path_factory):
+    """A MovieLens directory with a planted taste (tests/ml_tiny.py)."""
+    import ml_tiny
+    return ml_tiny.write_planted(tmp_path_factory.mktemp("ml"))
+
+
+@pytest.fixture(scope="module")
+def samples(data):
+    return movielens_user_samples(data, split="train", window=8, history_len=16, realtime_len=4)
 
 
 def _input(samples, repeat):
@@ -58,11 +64,11 @@ def test_one_pass_scores_each_candidate_as_alone(tmp_path, samples):
         np.testing.assert_allclose(got["logits"][0], together["logits"][k], rtol=1e-4, atol=1e-5)
 
 
-def _constant_logloss():
+def _constant_logloss(data):
     """The eval logloss of always predicting the training labels' mean (what a model that
     learned nothing reaches)."""
-    train = movielens_user_samples(DATA, split="train")
-    evaluation = movielens_user_samples(DATA, split="eval")
+    train = movielens_user_samples(data, split="train")
+    evaluation = movielens_user_samples(data, split="eval")
     p = np.concatenate([s["label"] for s in train]).mean()
     y = np.concatenate([s["label"] for s in evaluation])
     return float(-(y * np.log(p) + (1 - y) * np.log(1 - p)).mean())
@@ -70,19 +76,20 @@ def _constant_logloss():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["train", "launch"])
-def test_mtgr_learns_in_one_process_and_on_the_local_cluster(tmp_path, mode):
+def test_mtgr_learns_in_one_process_and_on_the_local_cluster(data, tmp_path, mode):
     import json
     import subprocess
     import sys
     args = [sys.executable, "-m", "tfps.cli", mode, "--config", "configs/movielens_mtgr.yaml",
             "--set", "train.steps=150", "--set", "model.blocks=1", "--set", "data.max_tokens=4096",
-            "--set", f"model_dir={tmp_path}"]
+            "--set", f"model_dir={tmp_path}", "--set", f"data.path={data}"]
     if mode == "launch":
         args += ["--ps", "2", "--workers", "2"]
     out = subprocess.run(args, capture_output=True, text=True, timeout=900,
                          cwd=os.path.join(os.path.dirname(__file__), ".."))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     metrics = json.loads(out.stdout.strip().splitlines()[-1])
-    assert metrics["model"] == "mtgr" and metrics["eval_examples"] == 19940
-    assert metrics["logloss"] < _constant_logloss() - 0.01, metrics
+    evaluation = movielens_user_samples(data, split="eval")
+    assert metrics["model"] == "mtgr" and metrics["eval_examples"] == sum(len(s["label"]) for s in evaluation)
+    assert metrics["logloss"] < _constant_logloss(data) - 0.01, metrics
     assert metrics["auc"] > 0.65 and metrics["gauc"] is not None

@@ -9,18 +9,24 @@ import tensorflow as tf
 
 from tfps.data.sequences import NUM_GENRES, movielens_user_samples, read_movielens, sample_dataset, tokens
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "movielens-small")
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A MovieLens directory with a planted taste (tests/ml_tiny.py), ties in time included."""
+    import ml_tiny
+    return ml_tiny.write_planted(tmp_path_factory.mktemp("ml"))
+
 
 
 @pytest.fixture(scope="module")
-def raw():
-    return read_movielens(DATA)
+def raw(data):
+    return read_movielens(data)
 
 
 @pytest.mark.parametrize("split", ["train", "eval"])
-def test_cross_features_and_context_use_only_the_past(raw, split):
+def test_cross_features_and_context_use_only_the_past(data, raw, split):
     user, movie, rating, ts, genres = raw
-    samples = movielens_user_samples(DATA, split=split, window=8, history_len=32, realtime_len=8)
+    samples = movielens_user_samples(data, split=split, window=8, history_len=32, realtime_len=8)
     rng = np.random.default_rng(0)
     for s in [samples[i] for i in rng.choice(len(samples), 60, replace=False)]:
         mine = user == s["user"]
@@ -47,18 +53,18 @@ def test_cross_features_and_context_use_only_the_past(raw, split):
         assert s["profile"][0] == s["user"]
 
 
-def test_each_rating_is_a_candidate_once_across_the_splits(raw):
+def test_each_rating_is_a_candidate_once_across_the_splits(data, raw):
     user = raw[0]
     counts = {}
     for split in ("train", "eval"):
-        for s in movielens_user_samples(DATA, split=split, window=5):
+        for s in movielens_user_samples(data, split=split, window=5):
             counts[int(s["user"])] = counts.get(int(s["user"]), 0) + len(s["candidate_movie"])
     users, n = np.unique(user, return_counts=True)
     assert counts == dict(zip(users.tolist(), n.tolist()))
 
 
-def test_the_dataset_and_token_count(graph):
-    samples = movielens_user_samples(DATA, split="eval", window=4, history_len=8, realtime_len=4)[:5]
+def test_the_dataset_and_token_count(data, graph):
+    samples = movielens_user_samples(data, split="eval", window=4, history_len=8, realtime_len=4)[:5]
     it = tf.compat.v1.data.make_one_shot_iterator(sample_dataset(samples)).get_next()
     n = tokens(it)
     with tf.compat.v1.Session() as s:
@@ -68,11 +74,11 @@ def test_the_dataset_and_token_count(graph):
             assert count == 3 + len(want["history_movie"]) + len(want["realtime_movie"]) + len(want["candidate_movie"])
 
 
-def test_bad_arguments(tmp_path):
+def test_bad_arguments(data, tmp_path):
     with pytest.raises(ValueError, match="split must be"):
-        movielens_user_samples(DATA, split="test")
+        movielens_user_samples(data, split="test")
     with pytest.raises(ValueError, match="window must be an int >= 1"):
-        movielens_user_samples(DATA, window=0)
+        movielens_user_samples(data, window=0)
     (tmp_path / "ratings.csv").write_text("user,movie\n1,2\n")
     with pytest.raises(ValueError, match="expected the header"):
         read_movielens(str(tmp_path))

@@ -44,7 +44,7 @@ def test_shares_partition_the_stream_and_resume_from_a_function(graph):
     (["data.features=[{name: x, type: list}]"], "each type must be one of"),
     (["data.features=[{name: x}]"], "config section 'data.features[0]' needs type"),
     (["data.features=[{name: x, type: int, length: 2, names: [a]}]"], "names, if given, one per value"),
-    (["model.name=fm"], "model.name must be deepfm, wdl or dcn_v2"),
+    (["model.name=fm"], "model.name must be deepfm, wdl, dcn_v2 or mtgr"),
     (["model.dcn_structure=mixed"], "model.dcn_structure must be stacked or parallel"),
     (["eval.examples=null"], "eval.examples must be set for synthetic data"),
 ])
