@@ -60,8 +60,8 @@ def write_criteo(directory, train_name, train_rows, eval_name, eval_rows):
 
 def planted(users=150, movies=120, per_user=40, seed=0):
     """(ratings, movies) with a learnable taste: user u likes genre u % 6, and rates a movie 5
-    when it has that genre, 2 otherwise (10% of ratings flipped); timestamps are distinct and a
-    few tie within a user. About users * per_user ratings."""
+    when it has that genre, 2 otherwise (10% of ratings flipped); a few ratings of a user tie in
+    time, some across the windows of 8 and the 80/20 split. About users * per_user ratings."""
     import numpy as np
     rng = np.random.default_rng(seed)
     names = ["Action", "Comedy", "Drama", "Horror", "Romance", "Sci-Fi"]
@@ -73,7 +73,10 @@ def planted(users=150, movies=120, per_user=40, seed=0):
             liked = (u % 6) in genres[m]
             if rng.random() < 0.1:
                 liked = not liked
-            rows.append((u, m, 5.0 if liked else 2.0, 100_000 + 1000 * (k - k % 7 // 6) + u))
+            # ties in time: k = 5/6, and k = 7/8, 15/16, ... across each window start of 8 and
+            # (with 40 ratings a user) across the train/eval split at 32
+            tie = k - 1 if (k % 7 == 6 or (k % 8 == 0 and k)) else k
+            rows.append((u, m, 5.0 if liked else 2.0, 100_000 + 1000 * tie + u))
     return rows, titles
 
 

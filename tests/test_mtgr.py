@@ -62,6 +62,15 @@ def test_one_pass_scores_each_candidate_as_alone(tmp_path, samples):
             alone[name] = sample[name][k:k + 1]
         got = next(est.predict(_input([alone], False)))
         np.testing.assert_allclose(got["logits"][0], together["logits"][k], rtol=1e-4, atol=1e-5)
+    # nor do the other samples of its batch (their longer history pads this one's)
+    def context(s):
+        return len(s["history_movie"]) + len(s["realtime_movie"])
+    short, longest = min(samples, key=context), max(samples, key=context)
+    assert context(longest) > context(short)
+    alone = next(est.predict(_input([short], False)))
+    batched = next(est.predict(_input([short, longest], False)))
+    n = len(short["label"])
+    np.testing.assert_allclose(batched["logits"][:n], alone["logits"][:n], rtol=1e-4, atol=1e-5)
 
 
 def _constant_logloss(data):

@@ -54,13 +54,12 @@ def test_cross_features_and_context_use_only_the_past(data, raw, split):
 
 
 def test_each_rating_is_a_candidate_once_across_the_splits(data, raw):
-    user = raw[0]
-    counts = {}
+    user, movie, _, ts, _ = raw
+    got = []
     for split in ("train", "eval"):
-        for s in movielens_user_samples(data, split=split, window=5):
-            counts[int(s["user"])] = counts.get(int(s["user"]), 0) + len(s["candidate_movie"])
-    users, n = np.unique(user, return_counts=True)
-    assert counts == dict(zip(users.tolist(), n.tolist()))
+        for s in movielens_user_samples(data, split=split, window=8):
+            got += [(int(s["user"]), int(m), int(t)) for m, t in zip(s["candidate_movie"], s["candidate_time"])]
+    assert sorted(got) == sorted(zip(user.tolist(), movie.tolist(), ts.tolist()))
 
 
 def test_the_dataset_and_token_count(data, graph):

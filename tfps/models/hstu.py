@@ -88,10 +88,12 @@ def _buckets(values, count):
 
 
 def token_positions(group):
-    """int64 [B, N]: a token's position for the relative bias -- how many non-candidate tokens
-    come before it. Candidates after the context all get the same one, so a candidate's bias
-    does not depend on how many others share its pass."""
-    return tf.cumsum(tf.cast(tf.not_equal(group, CANDIDATE), tf.int64), axis=1, exclusive=True)
+    """int64 [B, N]: a token's position for the relative bias -- how many real context tokens
+    (profile, history, real-time; not padding, not candidates) come before it. Candidates after
+    the context all get the same one, and padding counts nowhere, so a candidate's bias depends
+    neither on how many others share its pass nor on the other samples of its batch."""
+    context = tf.logical_and(tf.not_equal(group, PAD), tf.not_equal(group, CANDIDATE))
+    return tf.cumsum(tf.cast(context, tf.int64), axis=1, exclusive=True)
 
 
 def relative_bias(time, position, heads, name, buckets=16):
