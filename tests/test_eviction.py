@@ -182,11 +182,14 @@ def test_memory_stays_flat_while_keys_churn(graph):
             batch = np.arange(200_000, dtype=np.int64) + r * 1_000_003
             assert s.run(insert, {keys: batch}) == 200_000
             assert s.run(remove, {keys: batch}) == 200_000
-            if r in (4, 39):
+            if r in (9, 39):
                 rss.append(_rss_bytes())
         st = s.run(stats)
     assert st["rows"] == 0 and st["removed_logged"] == 0
-    assert rss[1] - rss[0] < 4 * 2**20, (rss[1] - rss[0]) / 2**20
+    # A kept removed-keys log would add 200k keys (3.2 MB) a round, ~96 MB over these 30; the
+    # whole test process's RSS also moves by a few MB for reasons of its own (7 MB seen in a
+    # full suite run), so the bound sits well between the two.
+    assert rss[1] - rss[0] < 24 * 2**20, (rss[1] - rss[0]) / 2**20
 
 
 def test_hook_runs_the_rules_at_multiples_of_its_period_also_with_runs_that_do_not_train(graph):
