@@ -56,7 +56,9 @@ TIME = [0, 1, 2, 10, 20, 30, 15, 25, 40]
 
 
 def _randomize(s):
-    """Every variable to random values (the relative bias starts at zero)."""
+    """Initializes every variable, then sets it to random values (the relative bias starts at
+    zero, which would hide what it does)."""
+    s.run(tf.compat.v1.global_variables_initializer())
     rng = np.random.default_rng(7)
     for v in tf.compat.v1.global_variables():
         s.run(v.assign(0.3 * rng.normal(size=v.shape.as_list()).astype(np.float32)))
@@ -70,7 +72,6 @@ def test_a_candidate_sees_only_what_the_mask_allows(graph):
     inputs, y = _model()
     x = np.random.default_rng(1).normal(size=[len(GROUP), D]).astype(np.float32)
     with tf.compat.v1.Session() as s:
-        s.run(tf.compat.v1.global_variables_initializer())
         _randomize(s)
         base = _run(s, inputs, y, x)
         # candidate 6 (request at 15) cannot see real-time tokens at 20 and 30, nor candidates 7, 8
@@ -96,7 +97,6 @@ def test_scoring_all_candidates_in_one_pass_equals_scoring_each_alone(graph):
     inputs, y = _model()
     x = np.random.default_rng(2).normal(size=[len(GROUP), D]).astype(np.float32)
     with tf.compat.v1.Session() as s:
-        s.run(tf.compat.v1.global_variables_initializer())
         _randomize(s)
         together = _run(s, inputs, y, x)
         for c in (6, 7, 8):

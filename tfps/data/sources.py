@@ -10,6 +10,7 @@
 Every source deals a trainer the same share of its stream of batches (tfps.data.schema.share):
 batches start + k, start + k + W, ... for trainer k of W.
 """
+import dataclasses
 import functools
 import gzip
 import os
@@ -288,8 +289,7 @@ class SequenceSource(_FileSource):
 
     def describe_cost(self):
         """The model's forward FLOPs per sample (TF profiler, 64 training samples padded into one batch)."""
-        from tfps.models.mtgr import flops_per_sample
-        import dataclasses
+        from tfps.models.mtgr import flops_per_sample   # here: the models import the data package
         flops = flops_per_sample(dataclasses.asdict(self.cfg.model), self.samples("train")[:64])
         return f"MTGR forward: {flops / 1e6:.2f} MFLOPs per sample ({self.cfg.model.blocks} blocks, d_model " \
                f"{self.cfg.model.d_model}; TF profiler, 64 samples padded into one batch)"

@@ -15,10 +15,11 @@ only the real-time tokens before the window's first request, as if real-time wer
 
     logits, valid = mtgr_logits(features, model, insert=True)   # [B, K], bool [B, K]
 """
+import numpy as np
 import tensorflow as tf
 
 import tfps
-from tfps.data.sequences import SCHEMA
+from tfps.data.sequences import SCHEMA, SPEC
 from tfps.models.common import estimator_spec
 from tfps.models.hstu import CANDIDATE, HISTORY, PAD, PROFILE, REALTIME, group_layer_norm, hstu_block, mtgr_mask
 
@@ -55,8 +56,6 @@ def mtgr_logits(features, model, insert):
     p = profile.shape[1]
     keys = profile + (tf.range(p, dtype=tf.int64) * (1 << PROFILE_BITS))[None]
     profile_tokens = _mlp(tfps.embedding_lookup(_table("mtgr_profile", e, model), keys, insert=insert), [d], "profile")
-    request = tf.reduce_min(tf.where(features["candidate_movie"] > 0, features["candidate_time"],
-                                     tf.int64.max), 1, keepdims=True)               # the window's first request
     # history and real-time share the item MLP
     history = _item_tokens(tfps.embedding_lookup(movies, features["history_movie"], insert=insert),
                            features["history_rating"], d)
@@ -73,15 +72,14 @@ def mtgr_logits(features, model, insert):
     def groups(ids, group):
         return tf.where(ids > 0, tf.fill(tf.shape(ids), group), tf.fill(tf.shape(ids), PAD))
     b = tf.shape(profile)[0]
-    group = tf.concat([tf.fill([b, p], PROFILE), groups(features["history_movie"], HISTORY),
-                       groups(features["realtime_movie"], REALTIME), groups(features["candidate_movie"], CANDIDATE)], 1)
-    realtime_time = features["realtime_time"]
+    realtime_ids, realtime_time = features["realtime_movie"], features["realtime_time"]
     if not model["dynamic_mask"]:
-        # frozen real-time: tokens at or after the first request are hidden (as padding)
-        frozen = tf.logical_and(features["realtime_movie"] > 0, realtime_time < request)
-        group = tf.concat([group[:, :p + tf.shape(history)[1]],
-                           tf.where(frozen, tf.fill(tf.shape(frozen), REALTIME), tf.fill(tf.shape(frozen), PAD)),
-                           group[:, p + tf.shape(history)[1] + tf.shape(realtime)[1]:]], 1)
+        # frozen real-time: tokens at or after the window's first request are hidden (as padding)
+        request = tf.reduce_min(tf.where(features["candidate_movie"] > 0, features["candidate_time"],
+                                         tf.int64.max), 1, keepdims=True)
+        realtime_ids = tf.where(realtime_time < request, realtime_ids, tf.zeros_like(realtime_ids))
+    group = tf.concat([tf.fill([b, p], PROFILE), groups(features["history_movie"], HISTORY),
+                       groups(realtime_ids, REALTIME), groups(features["candidate_movie"], CANDIDATE)], 1)
     time = tf.concat([tf.zeros([b, p], tf.int64), features["history_time"], realtime_time, features["candidate_time"]], 1)
     mask = mtgr_mask(group, time)
     for i in range(model["blocks"]):
@@ -113,9 +111,6 @@ def flops_per_sample(model, samples):
     """Forward floating-point operations per sample of the MTGR model `model` (a dict, as
     mtgr_logits takes) on these samples padded into one batch, counted by the TF profiler
     (table lookups are not floating-point work and count 0)."""
-    import numpy as np
-    from tfps.data.sequences import SPEC
-
     def padded(arrays):   # zeros after each, to the longest
         arrays = [np.asarray(a) for a in arrays]
         if arrays[0].ndim == 0:
