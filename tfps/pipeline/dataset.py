@@ -23,8 +23,8 @@ class PipelineDataset(tf.compat.v1.data.Dataset):
         tf.compat.v1.get_variable) of each PS as one tensor per step, and push their gradients
         as one (tfps.train.fused); numerically the same training.
       defer_push: (with fuse_dense) push a step's gradients during the next step, so that the
-        step never waits on the PS: dense values are then one step old, rows depth + 1. None:
-        on at depth 1 only (deeper, the demo model trains worse with it: see the README).
+        step never waits on the PS: dense values are then one step old, rows exactly depth. None:
+        on at depth 1 only (at depth 5 and deeper the demo model trains worse with it: see the README).
 
     tf.estimator makes its iterator with make_initializable_iterator(), which here builds the
     pipeline; as a plain dataset (iterated, or transformed further) it is `dataset` unchanged.

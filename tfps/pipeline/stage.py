@@ -22,8 +22,9 @@ and none of steps t - depth + 1 .. t - 1. So a row is at most `depth` steps old.
 gradient is applied once, to the rows of the batch it was computed on.
 
 With defer_push (and fused dense traffic, tfps.train.fused) a step's gradients are pushed
-during the next step, so no step waits on the PS: rows are then at most depth + 1 steps old,
-dense values 1. The initializer also computes batch 0's gradients, and the global step counts
+during the next step, so no step waits on the PS; the step's probes run after its push
+(probe_after), so rows hold exactly the updates of the batches before t - depth; dense values
+are 1 step old. The initializer also computes batch 0's gradients, and the global step counts
 pushed gradients, so a checkpoint at step s holds batches 0 .. s - 1 exactly.
 
 End of data: the embedding graph reads the dataset through get_next_as_optional; past the end
@@ -89,6 +90,7 @@ class Pipeline:
         self._specs = tf.nest.flatten(self._spec, expand_composites=True)
         self._iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
         self._stages = []
+        self._probes = []   # the carrier's ops that read a table (its shard probes)
         self._carrier = None
         self._initializer = None
         self._fresh = self._next_batch()
@@ -134,7 +136,11 @@ class Pipeline:
             next_keys = next_keys[:tf.size(next_keys) * tf.cast(has_value, tf.int32)]
             uids, inverse, offsets, rows = probe(ev, next_keys, insert)
             return [uids, inverse, rows] + ([] if offsets is None else [offsets])
+        graph = tf.compat.v1.get_default_graph()
+        known = len(graph.get_operations())
         stage = self._add_stage(f"{ev.name.replace('/', '_')}_{len(self._stages)}", build)
+        handles = {h.name for h in ev.handles}
+        self._probes += [op for op in graph.get_operations()[known:] if any(t.name in handles for t in op.inputs)]
         uids, inverse, rows = stage.dequeued[:3]
         return uids, inverse, (stage.dequeued[3] if len(stage.dequeued) > 3 else None), rows
 
@@ -146,6 +152,19 @@ class Pipeline:
         """With a deferred push: the op that computes a step's gradients and keeps them for the
         next step to push; the initializer runs it once on batch 0."""
         self._first_step = op
+
+    def probe_after(self, updates):
+        """Orders the carrier's probes of each table shard after that shard's update op of the
+        same step: [(handle tensor, update op)]. With a deferred push the update (the previous
+        step's gradients) waits on nothing the step computes, so the probe of the batch
+        `depth` ahead then reads every update before it, on the shard's own device (no message)."""
+        after = {}
+        for handle, op in updates:
+            after.setdefault(handle.name, []).append(op.op if isinstance(op, tf.Tensor) else op)
+        for op in self._probes:
+            for t in op.inputs:
+                for update in after.get(t.name, ()):
+                    op._add_control_input(update)   # pylint: disable=protected-access
 
     def carrier(self):
         """The embedding graph of this step's fresh batch: enqueues each stage's item (nothing

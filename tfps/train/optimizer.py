@@ -102,7 +102,7 @@ class TableOptimizerMixin:
             copied = [(g, v) for g, v in dense if g is not None and v in fused.copies]
             copied, tables = fused.push(copied, tables)
             dense = copied + [(g, v) for g, v in dense if g is None or v not in fused.copies]
-        updates, after_stamp = [], []
+        updates, after_stamp, pushed = [], [], []
         if tables:
             if global_step is None:
                 step = tf.constant(0, tf.int64)
@@ -123,6 +123,7 @@ class TableOptimizerMixin:
                         packed = tf.identity(packed)
                         shard_step, keys = packed[0], packed[1:]
                     updates.append(self._apply_table(shard, keys, grad.values, lr, shard_step))
+                pushed.append((shard.handle, updates[-1]))
         if any(g is not None for g, _ in dense):
             updates.append(super().apply_gradients(dense, name=name + "_dense"))
         if not updates:
@@ -141,6 +142,9 @@ class TableOptimizerMixin:
             updates = [op for device, op in by_device.items() if device == home]
         # With a pipelined input (tfps.pipeline) the step also runs the embedding graph of the
         # batch `depth` steps ahead, concurrently with this one's.
+        if stager is not None and stager.defer_push:
+            # The push carries the previous step's gradients: the probes ahead read after it.
+            stager.probe_after(pushed)
         after += [stager.carrier()] if stager is not None else []
         if global_step is not None:   # the read the hooks fetch (and the step stamp) comes first
             updates = updates + [graph.as_graph_element(global_step).op]
