@@ -22,10 +22,11 @@ deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libtbb-dev; \
 	fi
 
-.venv/.installed: requirements.txt | deps
+.venv/.installed: requirements.txt requirements-nodeps.txt | deps
 	python3.11 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 

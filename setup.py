@@ -114,7 +114,8 @@ if __name__ == "__main__":
         package_data={"tfps": ["_tfps_ops.so", "_core*.so", "_build_info.json"]},
         entry_points={"console_scripts": ["tfps = tfps.cli:main"]},
         python_requires=">=3.11",
-        install_requires=["tensorflow-cpu==2.15.1", "tensorflow-estimator==2.15.0", "numpy<2", "pyyaml", "threadpoolctl>=3,<4"],
+        install_requires=["tensorflow-cpu==2.15.1", "tensorflow-estimator==2.15.0", "numpy<2", "pyyaml", "threadpoolctl>=3,<4",
+                          "grpcio>=1.59,<2", "Werkzeug>=3,<4"],
         cmdclass={"build_ops": BuildOps, "build_py": BuildPyWithOps},
         distclass=BinaryDistribution,
     )

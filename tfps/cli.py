@@ -1,6 +1,7 @@
 """The `tfps` command: `tfps train --config FILE [--set key.sub=value ...]`,
 `tfps export --config FILE --set model_dir=DIR --export-dir OUT`, `tfps inspect CHECKPOINT`,
-`tfps convert --from criteo|movielens PATH --to DIR`, `tfps launch --config FILE --ps N --workers M`.
+`tfps convert --from criteo|movielens PATH --to DIR`, `tfps launch --config FILE --ps N --workers M`,
+`tfps serve --model_base_path DIR --model_name NAME [--port 8500] [--rest_api_port 8501]`.
 
 The last line `tfps train` prints is one JSON object with the final metrics.
 """
@@ -95,6 +96,37 @@ def _launch(args):
                   max_restarts=args.max_restarts, host=cfg.cluster.host, latency_ms=cfg.cluster.emulated_latency_ms)
 
 
+def _serve(args):
+    import signal
+    import threading
+    import tensorflow as tf
+    tf.get_logger().setLevel("ERROR")
+    tf.compat.v1.disable_eager_execution()
+    from tfps.serving.server import ModelServer
+    if not os.path.isdir(args.model_base_path):
+        raise OSError(f"--model_base_path {args.model_base_path!r} is not a directory")
+    if args.follow is not None and not os.path.isdir(args.follow):
+        raise OSError(f"--follow {args.follow!r} is not a directory (the trainer's model_dir)")
+    batching = args.enable_batching or args.max_batch_size is not None or args.batch_timeout_micros is not None
+    server = ModelServer(args.model_base_path, args.model_name, port=args.port,
+                         rest_api_port=args.rest_api_port or None, enable_batching=batching,
+                         max_batch_size=args.max_batch_size or 32, batch_timeout_micros=(
+                             1000 if args.batch_timeout_micros is None else args.batch_timeout_micros),
+                         num_batch_threads=args.num_batch_threads, poll_secs=args.file_system_poll_wait_seconds,
+                         follow=args.follow, num_versions=args.num_versions,
+                         max_request_bytes=args.max_request_bytes, printer=lambda *a, **k: print(*a, file=sys.stderr,
+                                                                                                  **k))
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    server.start()
+    print(json.dumps({"model_name": args.model_name, "grpc_port": server.port,
+                      "rest_api_port": server.rest_api_port, "versions": sorted(server.store.loaded())}), flush=True)
+    done.wait()
+    server.stop()
+    return 0
+
+
 def _op_error_line(message):
     """The line of a TF error message that says what went wrong, without the graph's stack:
     after a 'Detected at node' trace, the line following its 'Node:' line; else the first line
@@ -156,6 +188,24 @@ def main(argv=None):
     ins.add_argument("checkpoint", help="checkpoint prefix or model directory")
     ins.add_argument("--top", type=int, default=5, help="how many top ids to list per table")
     ins.set_defaults(fn=_inspect)
+    srv = sub.add_parser("serve", help="serve SavedModel versions over TF Serving's gRPC and REST APIs")
+    srv.add_argument("--model_base_path", required=True, help="directory of SavedModel versions DIR/<int>/ "
+                     "(what tfps export --export-dir writes)")
+    srv.add_argument("--model_name", required=True, help="the name clients ask for")
+    srv.add_argument("--port", type=int, default=8500, help="gRPC port (0: any free one, printed)")
+    srv.add_argument("--rest_api_port", type=int, default=8501, help="REST port (0: no REST API)")
+    srv.add_argument("--enable_batching", action="store_true",
+                     help="merge concurrent requests into one run (also on when a batching flag is given)")
+    srv.add_argument("--max_batch_size", type=int, help="rows per merged run (default 32)")
+    srv.add_argument("--batch_timeout_micros", type=int, help="longest wait for a batch to fill (default 1000)")
+    srv.add_argument("--num_batch_threads", type=int, default=2, help="merged runs at once")
+    srv.add_argument("--file_system_poll_wait_seconds", type=float, default=1.0,
+                     help="how often new versions (and --follow's checkpoints) are looked for")
+    srv.add_argument("--follow", metavar="MODEL_DIR", help="apply this trainer model_dir's new checkpoints and "
+                     "table deltas to the served tables in place")
+    srv.add_argument("--num_versions", type=int, default=1, help="newest versions kept loaded")
+    srv.add_argument("--max_request_bytes", type=int, default=64 << 20, help="largest request accepted")
+    srv.set_defaults(fn=_serve)
     args = parser.parse_args(argv)
     from tfps.cluster.tf_config import ClusterConfigError
     from tfps.config import ConfigError

@@ -306,3 +306,37 @@ def embedding_variables(graph=None):
 def trainable_embedding_variables(graph=None):
     """The trainable EmbeddingVariables of the graph."""
     return [ev for ev in embedding_variables(graph) if ev.trainable]
+
+
+class AttachedTable(EmbeddingVariable):
+    """An EmbeddingVariable over the shard handles a graph already holds, found by their op
+    (a graph imported from a SavedModel has the tables' ops but no Python objects): for the
+    maintenance ops only -- load, apply_delta, export, size (what `tfps serve --follow` runs)."""
+
+    def __init__(self, handles):   # pylint: disable=super-init-not-called
+        first = handles[0].op
+        self.name = first.get_attr("shared_name").decode().rsplit("/shard_", 1)[0]
+        self.dim = first.get_attr("dim")
+        self.key_dtype = tf.int64
+        self.num_shards = first.get_attr("num_shards")
+        self.trainable = False
+        self.options = EmbeddingOptions(num_shards=self.num_shards, admit_min_count=first.get_attr("admit_min_count"),
+                                        admit_sketch_width=first.get_attr("admit_sketch_width"))
+        self.handles = list(handles)
+
+
+def attached_tables(graph):
+    """[AttachedTable] of every table whose shard handles `graph` holds (by name), each with its
+    handles in shard order; a table whose shards are not all there is an error naming it."""
+    shards = {}
+    for op in graph.get_operations():
+        if op.type == "TfpsTableHandle":
+            name, _, shard = op.get_attr("shared_name").decode().rpartition("/shard_")
+            shards.setdefault(name, {}).setdefault(int(shard), op.outputs[0])
+    tables = []
+    for name, handles in sorted(shards.items()):
+        count = next(iter(handles.values())).op.get_attr("num_shards")
+        if sorted(handles) != list(range(count)):
+            raise ValueError(f"table {name!r}: the graph holds shards {sorted(handles)} of {count}")
+        tables.append(AttachedTable([handles[i] for i in range(count)]))
+    return tables

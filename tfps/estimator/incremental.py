@@ -95,6 +95,28 @@ def delta_chain(model_dir, step, variables):
     return out, skipped
 
 
+def chain_of(prefix):
+    """(chain started, chain id) of a delta: deltas with the same pair are one chain."""
+    reader = tf.train.load_checkpoint(prefix)
+    return float(reader.get_tensor(STARTED)), reader.get_tensor(CHAIN)
+
+
+def apply_delta_op(variables, prefix):
+    """The op that applies the delta at `prefix` (a string tensor) to `variables`: removals and
+    rows, or -- for a delta marked complete -- every row, replacing the table."""
+    graph = tf.compat.v1.get_default_graph()
+    ops = []
+    for ev in variables:
+        parts = ROW_PARTS + ("removed", "complete")
+        dtypes = [DELTA_DTYPES[p] for p in parts]
+        with graph.colocate_with(ev.handles[0].op):
+            t = dict(zip(parts, tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[_name(ev, p) for p in parts],
+                                                     shape_and_slices=[""] * len(parts), dtypes=dtypes)))
+        ops.append(tf.cond(t["complete"], lambda ev=ev, t=t: _with_output(ev.load(t)),
+                           lambda ev=ev, t=t: _with_output(ev.apply_delta(t))))
+    return tf.group(*ops)
+
+
 class _FullSaveListener(tf.estimator.CheckpointSaverListener):
     def __init__(self, owner):
         self._owner = owner
@@ -218,17 +240,7 @@ class DeltaRestoreHook(tf.compat.v1.train.SessionRunHook):
         self._gs = tf.compat.v1.train.get_or_create_global_step()
         self._prefix = tf.compat.v1.placeholder(tf.string, [], name="tfps_delta_restore_prefix")
         self._variables = embedding_variables()
-        graph = tf.compat.v1.get_default_graph()
-        ops = []
-        for ev in self._variables:
-            parts = ROW_PARTS + ("removed", "complete")
-            dtypes = [DELTA_DTYPES[p] for p in parts]
-            with graph.colocate_with(ev.handles[0].op):
-                t = dict(zip(parts, tf.raw_ops.RestoreV2(prefix=self._prefix, tensor_names=[_name(ev, p) for p in parts],
-                                                         shape_and_slices=[""] * len(parts), dtypes=dtypes)))
-            ops.append(tf.cond(t["complete"], lambda ev=ev, t=t: _with_output(ev.load(t)),
-                               lambda ev=ev, t=t: _with_output(ev.apply_delta(t))))
-        self._apply = tf.group(*ops)
+        self._apply = apply_delta_op(self._variables, self._prefix)
         self._track = tf.group(*[table_ops.table_track_removed(h, self._gs) for ev in self._variables
                                  for h in ev.handles])
 

@@ -1,0 +1,142 @@
+"""TF Serving's REST API as a WSGI app (Werkzeug parses HTTP; nothing here does).
+
+  POST /v1/models/NAME[/versions/V]:predict   {"instances": [...]} (rows) or {"inputs": ...} (columns)
+  GET  /v1/models/NAME[/versions/V]           version status
+  GET  /v1/models/NAME[/versions/V]/metadata  signatures
+
+Answers and errors ({"error": "..."}, HTTP 400 / 404 / 413 / 503) in TF Serving's formats."""
+import base64
+import json
+import re
+
+import numpy as np
+from google.protobuf import json_format
+from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Request, Response
+
+from tfps.serving.errors import ServingError
+
+_PATH = re.compile(r"^/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?"
+                   r"(?:(?P<verb>:[a-z]+)|(?P<meta>/metadata))?$")
+_STATE_CODE = {"AVAILABLE": "OK", "END": "UNKNOWN"}
+
+
+def _json(body, status=200):
+    return Response(json.dumps(body), status=status, mimetype="application/json")
+
+
+def _decode(value, what):
+    """JSON values -> something np.asarray takes: {"b64": s} becomes bytes."""
+    if isinstance(value, dict):
+        if set(value) != {"b64"}:
+            raise ServingError("INVALID_ARGUMENT", f"{what}: an object value must be {{\"b64\": ...}}, got keys "
+                               f"{sorted(value)}")
+        try:
+            return base64.b64decode(value["b64"], validate=True)
+        except (ValueError, TypeError):
+            raise ServingError("INVALID_ARGUMENT", f"{what}: b64 value is not base64") from None
+    if isinstance(value, list):
+        return [_decode(v, what) for v in value]
+    return value
+
+
+def _encode(array):
+    if array.dtype == object:
+        return np.vectorize(lambda b: {"b64": base64.b64encode(b).decode()}, otypes=[object])(array).tolist() \
+            if array.size else array.tolist()
+    return array.tolist()
+
+
+def _inputs(body, signature):
+    """The request's inputs {alias: value} and whether it is row format ("instances")."""
+    if not isinstance(body, dict) or ("instances" in body) == ("inputs" in body):
+        raise ServingError("INVALID_ARGUMENT", 'the request body must be a JSON object with exactly one of '
+                           '"instances" (row format) or "inputs" (columnar format)')
+    names = sorted(signature.inputs)
+    if "inputs" in body:
+        data = body["inputs"]
+        if isinstance(data, dict):
+            return {k: _decode(v, f"input {k!r}") for k, v in data.items()}, False
+        if len(names) != 1:
+            raise ServingError("INVALID_ARGUMENT", f'"inputs" must name the signature\'s inputs {names}')
+        return {names[0]: _decode(data, f"input {names[0]!r}")}, False
+    rows = body["instances"]
+    if not isinstance(rows, list) or not rows:
+        raise ServingError("INVALID_ARGUMENT", '"instances" must be a non-empty list')
+    if all(isinstance(r, dict) and set(r) != {"b64"} for r in rows):
+        keys = set(rows[0])
+        if any(set(r) != keys for r in rows):
+            raise ServingError("INVALID_ARGUMENT", "every instance must name the same inputs; instance 0 has "
+                               f"{sorted(keys)}")
+        return {k: [_decode(r[k], f"input {k!r}") for r in rows] for k in keys}, True
+    if len(names) != 1:
+        raise ServingError("INVALID_ARGUMENT", f"each instance must be an object naming the signature's inputs "
+                           f"{names}")
+    return {names[0]: _decode(rows, f"input {names[0]!r}")}, True
+
+
+class RestApp:
+    """The WSGI application; `server` gives store, execute() and max_request_bytes."""
+
+    def __init__(self, server):
+        self._server = server
+
+    def __call__(self, environ, start_response):
+        request = Request(environ)
+        request.max_content_length = self._server.max_request_bytes
+        try:
+            response = self._route(request)
+        except ServingError as e:
+            response = _json({"error": e.message}, e.http_status)
+        except HTTPException as e:   # Werkzeug's own: 413 too large, ...
+            response = _json({"error": e.description}, e.code)
+        return response(environ, start_response)
+
+    def _route(self, request):
+        match = _PATH.match(request.path)
+        if not match:
+            raise ServingError("NOT_FOUND", f"no such path {request.path!r}; the API is /v1/models/NAME"
+                               f"[/versions/V][:predict | /metadata]")
+        name, version, verb, meta = match.group("name", "version", "verb", "meta")
+        store = self._server.store
+        if verb:
+            if verb != ":predict":
+                raise ServingError("UNIMPLEMENTED" if verb in (":classify", ":regress") else "NOT_FOUND",
+                                   f"{verb[1:]} is not supported; use :predict")
+            if request.method != "POST":
+                raise ServingError("INVALID_ARGUMENT", f"{request.path} takes POST, got {request.method}")
+            return self._predict(request, name, version)
+        if request.method != "GET":
+            raise ServingError("INVALID_ARGUMENT", f"{request.path} takes GET, got {request.method}")
+        if meta:
+            with store.use(name, version) as servable:
+                signatures = {k: json_format.MessageToDict(s.proto) for k, s in servable.signatures.items()}
+                return _json({"model_spec": {"name": name, "signature_name": "", "version": str(servable.version)},
+                              "metadata": {"signature_def": {"signature_def": signatures}}})
+        if name != store.name:
+            raise ServingError("NOT_FOUND", f"model {name!r} not found; this server serves {store.name!r}")
+        rows = store.status(version)
+        return _json({"model_version_status": [
+            {"version": str(v), "state": state, "status": {"error_code": _STATE_CODE[state], "error_message": error}}
+            for v, state, error in rows]})
+
+    def _predict(self, request, name, version):
+        data = request.get_data(cache=False)   # raises 413 beyond max_content_length
+        try:
+            body = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ServingError("INVALID_ARGUMENT", f"the request body is not valid JSON: {e}") from None
+        with self._server.store.use(name, version) as servable:
+            signature = servable.signature(body.get("signature_name") if isinstance(body, dict) else None)
+            raw, rows = _inputs(body, signature)
+            inputs = signature.check(raw)
+            outputs = self._server.execute(servable, signature, inputs, None)
+        if not rows:
+            if len(outputs) == 1:
+                return _json({"outputs": _encode(next(iter(outputs.values())))})
+            return _json({"outputs": {k: _encode(v) for k, v in outputs.items()}})
+        if len(outputs) == 1:
+            return _json({"predictions": _encode(next(iter(outputs.values())))})
+        columns = {k: _encode(v) for k, v in outputs.items()}
+        count = len(next(iter(columns.values())))
+        return _json({"predictions": [{k: c[i] for k, c in columns.items()} for i in range(count)]})

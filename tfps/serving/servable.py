@@ -1,0 +1,165 @@
+"""One loaded SavedModel version: its session, signatures, checked inputs and in-flight count."""
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+import tfps  # noqa: F401  (registers the ops the SavedModel's graph holds)
+from tfps.serving.errors import ServingError
+
+DEFAULT_SIGNATURE = "serving_default"
+
+
+class Signature:
+    """A signature's inputs and outputs: {alias: (tensor name, dtype, shape as a list, None unknown)}."""
+
+    def __init__(self, name, signature_def):
+        self.name, self.proto = name, signature_def
+        self.inputs = {k: _tensor_info(v) for k, v in signature_def.inputs.items()}
+        self.outputs = {k: _tensor_info(v) for k, v in signature_def.outputs.items()}
+
+    def check(self, inputs):
+        """inputs {alias: array-like} -> {alias: np.ndarray of the signature's dtype}, or
+        ServingError(INVALID_ARGUMENT) naming the input that is missing, unknown, of another
+        dtype or shape."""
+        missing = sorted(set(self.inputs) - set(inputs))
+        unknown = sorted(set(inputs) - set(self.inputs))
+        if missing or unknown:
+            raise ServingError("INVALID_ARGUMENT", f"signature {self.name!r} takes inputs {sorted(self.inputs)}; "
+                               + (f"missing {missing}" if missing else "") + ("; " if missing and unknown else "")
+                               + (f"unknown {unknown}" if unknown else ""))
+        out = {}
+        for alias, value in inputs.items():
+            _, dtype, shape = self.inputs[alias]
+            array = _as_array(alias, value, dtype)
+            if shape is not None and (array.ndim != len(shape) or
+                                      any(d is not None and d != n for d, n in zip(shape, array.shape))):
+                raise ServingError("INVALID_ARGUMENT", f"input {alias!r} has shape {list(array.shape)}; the "
+                                   f"signature expects {[-1 if d is None else d for d in shape]} (-1: any)")
+            out[alias] = array
+        rows = {a.shape[0] if a.ndim else None for a in out.values()}
+        if len(rows) > 1:
+            raise ServingError("INVALID_ARGUMENT", f"inputs disagree on the batch size (dimension 0): "
+                               f"{ {k: (v.shape[0] if v.ndim else None) for k, v in out.items()} }")
+        return out
+
+    def batchable(self):
+        """Whether every input and output has an unknown dimension 0 (merging requests is exact)."""
+        infos = list(self.inputs.values()) + list(self.outputs.values())
+        return all(shape is not None and shape and shape[0] is None for _, _, shape in infos)
+
+
+def _tensor_info(info):
+    shape = None if info.tensor_shape.unknown_rank else [d.size if d.size >= 0 else None
+                                                         for d in info.tensor_shape.dim]
+    return info.name, tf.dtypes.as_dtype(info.dtype), shape
+
+
+def _as_array(alias, value, dtype):
+    if dtype == tf.string:
+        array = np.asarray(value, dtype=object)
+        flat = array.reshape(-1)
+        if not all(isinstance(v, (bytes, str)) for v in flat):
+            raise ServingError("INVALID_ARGUMENT", f"input {alias!r} must be strings")
+        return np.vectorize(lambda v: v.encode() if isinstance(v, str) else v, otypes=[object])(array) \
+            if array.size else array
+    array = np.asarray(value)
+    if array.dtype == object:
+        raise ServingError("INVALID_ARGUMENT", f"input {alias!r} is ragged or not numeric; the signature expects "
+                           f"a {dtype.name} tensor")
+    want = np.dtype(dtype.as_numpy_dtype)
+    if array.dtype != want:
+        same_kind = (np.issubdtype(array.dtype, np.integer) and np.issubdtype(want, np.integer)) or \
+            (np.issubdtype(want, np.floating) and (np.issubdtype(array.dtype, np.integer) or
+                                                   np.issubdtype(array.dtype, np.floating))) or \
+            (array.dtype == np.bool_ and want == np.bool_)
+        if not same_kind or (array.size and np.issubdtype(want, np.integer) and
+                             (array.min() < np.iinfo(want).min or array.max() > np.iinfo(want).max)):
+            raise ServingError("INVALID_ARGUMENT", f"input {alias!r} is {array.dtype}; the signature expects "
+                               f"{dtype.name}")
+        array = array.astype(want)
+    return array
+
+
+class Servable:
+    """A SavedModel version loaded in its own graph and session.
+
+    run() is thread-safe. acquire()/release() count the requests in flight: retire() closes the
+    session once the last of them is done, so a request that found this version finishes on it."""
+
+    def __init__(self, path, version, threads=0):
+        self.path, self.version = path, int(version)
+        self.graph = tf.Graph()
+        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads,
+                                          inter_op_parallelism_threads=threads)
+        self.session = tf.compat.v1.Session(graph=self.graph, config=config)
+        try:
+            meta = tf.compat.v1.saved_model.loader.load(self.session, ["serve"], path)
+        except Exception:
+            self.session.close()
+            raise
+        self.signatures = {k: Signature(k, v) for k, v in meta.signature_def.items()
+                           if k != "__saved_model_init_op"}
+        self.meta = meta
+        self._lock = threading.Lock()
+        self._in_flight, self._retired, self._closed = 0, False, False
+
+    def signature(self, name):
+        name = name or DEFAULT_SIGNATURE
+        if name not in self.signatures:
+            raise ServingError("INVALID_ARGUMENT", f"serving signature {name!r} not found; version {self.version} "
+                               f"has {sorted(self.signatures)}")
+        return self.signatures[name]
+
+    def run(self, signature, inputs, output_filter=None):
+        """{alias: checked array} -> {alias: np.ndarray} of the outputs (all, or output_filter's)."""
+        names = list(output_filter or signature.outputs)
+        unknown = [n for n in names if n not in signature.outputs]
+        if unknown:
+            raise ServingError("INVALID_ARGUMENT", f"output_filter names {unknown}; signature {signature.name!r} "
+                               f"has outputs {sorted(signature.outputs)}")
+        feed = {signature.inputs[k][0]: v for k, v in inputs.items()}
+        try:
+            values = self.session.run([signature.outputs[n][0] for n in names], feed)
+        except tf.errors.InvalidArgumentError as e:
+            raise ServingError("INVALID_ARGUMENT", e.message.split("\n")[0]) from None
+        except tf.errors.ResourceExhaustedError as e:
+            raise ServingError("RESOURCE_EXHAUSTED", e.message.split("\n")[0]) from None
+        return dict(zip(names, values))
+
+    def warm_up(self):
+        """Runs every signature once on one row of zeros (the first run of a graph builds its
+        kernels), so the first real request after a swap is not the slow one."""
+        for signature in self.signatures.values():
+            feed = {}
+            for alias, (_, dtype, shape) in signature.inputs.items():
+                dims = [1 if d is None else d for d in (shape or [1])]
+                feed[alias] = np.zeros(dims, dtype=object if dtype == tf.string else dtype.as_numpy_dtype)
+                if dtype == tf.string:
+                    feed[alias][...] = b""
+            self.run(signature, feed)
+
+    # -- lifetime --------------------------------------------------------------------------------
+    def acquire(self):
+        with self._lock:
+            if self._closed:
+                return False
+            self._in_flight += 1
+            return True
+
+    def release(self):
+        with self._lock:
+            self._in_flight -= 1
+            close = self._retired and self._in_flight == 0 and not self._closed
+            self._closed = self._closed or close
+        if close:
+            self.session.close()
+
+    def retire(self):
+        """No new request will find this version: close it once those in flight are done."""
+        with self._lock:
+            self._retired = True
+            close = self._in_flight == 0 and not self._closed
+            self._closed = self._closed or close
+        if close:
+            self.session.close()

@@ -1,0 +1,260 @@
+"""The versions of one served model: found under the base path, loaded and warmed off to the side,
+swapped in; and, with a followed model_dir, the trainer's table deltas applied in place."""
+import contextlib
+import glob
+import os
+import threading
+import time
+
+import tensorflow as tf
+
+from tfps.embedding.checkpoint_tools import check_tables
+from tfps.embedding.saveable import DTYPES, PARTS
+from tfps.embedding.variable import attached_tables
+from tfps.estimator.incremental import apply_delta_op, chain_of, delta_chain, delta_files
+from tfps.serving.errors import ServingError
+from tfps.serving.servable import Servable
+
+
+def version_dirs(base_path):
+    """{version: path} of the SavedModels under base_path (directories named by an integer)."""
+    out = {}
+    for path in glob.glob(os.path.join(base_path, "*")):
+        name = os.path.basename(path)
+        if name.isdigit() and os.path.isfile(os.path.join(path, "saved_model.pb")):
+            out[int(name)] = path
+    return out
+
+
+class ModelStore:
+    """The loaded versions of model `name` (the newest `keep` of base_path).
+
+    poll() loads a version newer than those served: loaded, brought up to date with the
+    followed model_dir, warmed, and only then swapped in; the version it replaces is retired and
+    closes once its requests in flight are done. A version that fails to load is reported
+    once and skipped; the served ones stay."""
+
+    def __init__(self, name, base_path, keep=1, follow=None, threads=0, printer=print):
+        if keep < 1:
+            raise ValueError(f"num_versions must be >= 1, got {keep}")
+        self.name, self.base_path, self.keep, self._threads = name, base_path, keep, threads
+        self._print = printer
+        self._lock = threading.Lock()
+        self._versions = {}          # version -> Servable
+        self._failed = {}            # version -> the error that kept it from loading
+        self.follower = TableFollower(follow, printer) if follow else None
+        self.swaps = 0
+
+    # -- requests ---------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def use(self, name, version=None):
+        """The Servable for a request (the newest, or `version`), held while the request runs."""
+        if name != self.name:
+            raise ServingError("NOT_FOUND", f"model {name!r} not found; this server serves {self.name!r}")
+        for _ in range(3):   # a version retired between the look-up and acquire: look again
+            with self._lock:
+                if not self._versions:
+                    raise ServingError("UNAVAILABLE" if not self._failed else "NOT_FOUND",
+                                       f"model {name!r} has no loaded version yet (base path {self.base_path})")
+                if version is None:
+                    servable = self._versions[max(self._versions)]
+                elif int(version) in self._versions:
+                    servable = self._versions[int(version)]
+                else:
+                    raise ServingError("NOT_FOUND", f"model {name!r} version {version} is not loaded; loaded: "
+                                       f"{sorted(self._versions)}")
+            if servable.acquire():
+                break
+        else:
+            raise ServingError("UNAVAILABLE", f"model {name!r}: its versions kept changing; retry")
+        try:
+            yield servable
+        finally:
+            servable.release()
+
+    def status(self, version=None):
+        """[(version, state, error message)] as GetModelStatus reports them."""
+        with self._lock:
+            rows = [(v, "AVAILABLE", "") for v in sorted(self._versions)]
+            rows += [(v, "END", f"failed to load: {e}") for v, e in sorted(self._failed.items())]
+        if version is not None:
+            rows = [r for r in rows if r[0] == int(version)]
+            if not rows:
+                raise ServingError("NOT_FOUND", f"model {self.name!r} version {version} is not known")
+        return rows
+
+    def loaded(self):
+        with self._lock:
+            return dict(self._versions)
+
+    # -- background work ----------------------------------------------------------------------------
+    def poll(self):
+        """Loads the versions that should be served and are not; brings the served tables up to
+        date with the followed model_dir. Returns the versions swapped in."""
+        found = version_dirs(self.base_path)
+        wanted = sorted(found)[-self.keep:]
+        added = []
+        for version in wanted:
+            if version in self._versions or version in self._failed:
+                continue
+            try:
+                servable = Servable(found[version], version, threads=self._threads)
+                if self.follower:
+                    self.follower.catch_up(servable)
+                servable.warm_up()
+            except Exception as e:   # noqa: BLE001  (any failure: report it, keep the served versions)
+                message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                self._failed[version] = message
+                self._print(f"tfps serve: version {version} of {self.name!r} at {found[version]} failed to load: "
+                            f"{message}; serving {sorted(self._versions) or 'nothing'}", flush=True)
+                continue
+            with self._lock:
+                self._versions[version] = servable
+                retired = [self._versions.pop(v) for v in sorted(self._versions)[:-self.keep]]
+                self.swaps += 1
+            for old in retired:
+                old.retire()
+                if self.follower:
+                    self.follower.forget(old)
+            added.append(version)
+            self._print(f"tfps serve: {self.name!r} version {version} loaded"
+                        + (f", replacing {[o.version for o in retired]}" if retired else ""), flush=True)
+        if self.follower:
+            for servable in self.loaded().values():
+                if servable.acquire():
+                    try:
+                        self.follower.catch_up(servable)
+                    finally:
+                        servable.release()
+        return added
+
+    def close(self):
+        with self._lock:
+            versions, self._versions = list(self._versions.values()), {}
+        for servable in versions:
+            servable.retire()
+
+
+class TableFollower:
+    """Applies a trainer's model_dir to loaded versions, in place: a newer full checkpoint (tables
+    and dense variables), then the deltas of the chain that continues from it, in step order.
+
+    A delta becomes visible only when its index is renamed into place, after its data (see
+    tfps.estimator.incremental), and every tensor of a chain is read before any is applied
+    (delta_chain): a half-written or damaged delta is never applied; it and the deltas after it
+    are refused (reported once) until a full checkpoint supersedes them."""
+
+    def __init__(self, model_dir, printer=print):
+        self.model_dir, self._print = model_dir, printer
+        self._state = {}      # servable -> its ops and what it holds (base full step, chain, applied step)
+        self._reported = set()
+        self.applied = []     # (version, "full"/"delta", step), in the order applied
+
+    def _ops(self, servable):
+        state = self._state.get(servable)
+        if state is not None:
+            return state
+        with servable.graph.as_default():
+            tables = attached_tables(servable.graph)
+            prefix = tf.compat.v1.placeholder(tf.string, [], name="tfps_follow_prefix")
+            delta = apply_delta_op(tables, prefix)
+            parts = [p for p in PARTS if p != "admission"]
+            full = []
+            for ev in tables:
+                with servable.graph.colocate_with(ev.handles[0].op):
+                    restored = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[f"{ev.name}-{p}" for p in parts],
+                                                    shape_and_slices=[""] * len(parts),
+                                                    dtypes=[DTYPES[p] for p in parts])
+                full.append(ev.load(dict(zip(parts, restored))))
+            dense = [v for v in tf.compat.v1.global_variables()]
+            saver = tf.compat.v1.train.Saver(dense, sharded=False) if dense else None
+            step = servable.graph.get_tensor_by_name("global_step:0") \
+                if "global_step" in {op.name for op in servable.graph.get_operations()} else None
+        start = int(servable.session.run(step)) if step is not None else None
+        state = dict(tables=tables, prefix=prefix, delta=delta, full=tf.group(*full) if full else None,
+                     saver=saver, base=start, chain=None, applied=start)
+        self._state[servable] = state
+        return state
+
+    def _report(self, message):
+        if message not in self._reported:
+            self._reported.add(message)
+            self._print(f"tfps serve --follow: {message}", flush=True)
+
+    def catch_up(self, servable):
+        """Applies what model_dir holds beyond what `servable` has. Returns the steps applied."""
+        state = self._ops(servable)
+        if not state["tables"]:
+            return []
+        done = []
+        latest = tf.train.latest_checkpoint(self.model_dir)
+        full_step = int(latest.rsplit("-", 1)[1]) if latest else None
+        if full_step is not None and (state["base"] is None or full_step > state["base"]):
+            try:
+                self._apply_full(servable, state, latest)
+            except (ValueError, tf.errors.OpError) as e:
+                self._report(f"checkpoint {latest} not applied: {str(e).strip().splitlines()[0]}")
+                return done
+            state.update(base=full_step, chain=None, applied=full_step)
+            self.applied.append((servable.version, "full", full_step))
+            done.append(full_step)
+        if state["base"] is None:
+            return done
+        files = tuple(delta_files(self.model_dir, after_step=state["base"]))
+        if not files or files == state.get("seen"):
+            return done
+        try:
+            chain, _ = delta_chain(self.model_dir, state["base"], state["tables"])
+        except ValueError as e:
+            self._report(str(e))
+            return done
+        state["seen"] = files
+        if not chain:
+            return done
+        key = chain_of(chain[0][1])
+        if state["chain"] is not None and key != state["chain"]:
+            # a new chain from the same full checkpoint (the trainer restarted): start over from it
+            try:
+                self._apply_full(servable, state, _checkpoint_at(self.model_dir, state["base"]))
+            except (ValueError, tf.errors.OpError) as e:
+                self._report(f"a new chain of deltas starts at step {state['base']}, but its checkpoint could not "
+                             f"be applied again: {str(e).strip().splitlines()[0]}")
+                return done
+            state["applied"] = state["base"]
+        state["chain"] = key
+        for step, prefix in chain:
+            if step > state["applied"]:
+                servable.session.run(state["delta"], {state["prefix"]: prefix})
+                state["applied"] = step
+                self.applied.append((servable.version, "delta", step))
+                done.append(step)
+        return done
+
+    def _apply_full(self, servable, state, prefix):
+        check_tables(prefix, state["tables"])
+        if state["saver"] is not None:
+            state["saver"].restore(servable.session, prefix)
+        servable.session.run(state["full"], {state["prefix"]: prefix})
+
+    def forget(self, servable):
+        self._state.pop(servable, None)
+
+
+def _checkpoint_at(model_dir, step):
+    state = tf.train.get_checkpoint_state(model_dir)
+    for path in (state.all_model_checkpoint_paths if state else []):
+        if path.endswith(f"-{step}"):
+            return path
+    raise ValueError(f"no full checkpoint of step {step} in {model_dir}")
+
+
+def poll_forever(store, every_secs, stop):
+    """store.poll() every `every_secs` until `stop` (a threading.Event) is set; errors are
+    reported and the loop goes on."""
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            store.poll()
+        except Exception as e:   # noqa: BLE001
+            store._print(f"tfps serve: poll of {store.base_path} failed: {e}", flush=True)   # noqa: SLF001
+        stop.wait(max(0.0, every_secs - (time.monotonic() - started)))
