@@ -90,6 +90,8 @@ class RestApp:
             response = _json({"error": e.message}, e.http_status)
         except HTTPException as e:   # Werkzeug's own: 413 too large, ...
             response = _json({"error": e.description}, e.code)
+        except Exception as e:   # noqa: BLE001  (a defect of ours: still TF Serving's error format)
+            response = _json({"error": f"internal error: {type(e).__name__}: {e}"}, 500)
         return response(environ, start_response)
 
     def _route(self, request):

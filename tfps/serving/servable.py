@@ -63,7 +63,10 @@ def _as_array(alias, value, dtype):
             raise ServingError("INVALID_ARGUMENT", f"input {alias!r} must be strings")
         return np.vectorize(lambda v: v.encode() if isinstance(v, str) else v, otypes=[object])(array) \
             if array.size else array
-    array = np.asarray(value)
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError):   # ragged lists
+        array = np.asarray(None, dtype=object)
     if array.dtype == object:
         raise ServingError("INVALID_ARGUMENT", f"input {alias!r} is ragged or not numeric; the signature expects "
                            f"a {dtype.name} tensor")

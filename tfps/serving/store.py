@@ -168,9 +168,10 @@ class TableFollower:
                 full.append(ev.load(dict(zip(parts, restored))))
             dense = [v for v in tf.compat.v1.global_variables()]
             saver = tf.compat.v1.train.Saver(dense, sharded=False) if dense else None
-            step = servable.graph.get_tensor_by_name("global_step:0") \
-                if "global_step" in {op.name for op in servable.graph.get_operations()} else None
-        start = int(servable.session.run(step)) if step is not None else None
+            step = tf.compat.v1.train.get_global_step()
+        # The step of the checkpoint the version was exported from; None: unknown, the first
+        # full checkpoint of model_dir is applied before any delta.
+        start = int(tf.compat.v1.train.global_step(servable.session, step)) if step is not None else None
         state = dict(tables=tables, prefix=prefix, delta=delta, full=tf.group(*full) if full else None,
                      saver=saver, base=start, chain=None, applied=start)
         self._state[servable] = state

@@ -1,0 +1,310 @@
+"""tfps serve: a stock PredictionServiceStub and the REST API get estimator.predict's scores;
+versions swap under load with no failed request; --follow applies a trainer's deltas; bad
+requests get the right codes and the server goes on. Oracle: estimator.predict on the same
+rows (and, for --follow, on the restored checkpoint plus its deltas)."""
+import concurrent.futures
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import grpc
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc,
+                                     predict_pb2, prediction_service_pb2_grpc)
+
+from tfps.config import load_config
+from tfps.data import SyntheticCriteo
+from tfps.data.sources import eval_set, train_input_fn
+from tfps.estimator.incremental import DeltaRestoreHook, IncrementalCheckpoints
+from tfps.estimator.runner import export, make_estimator
+from tfps.serving.server import ModelServer
+
+pytestmark = pytest.mark.slow
+
+SETS = ["train.batch_size=128", "model.hidden_units=[16]", "data.vocab_max=3000"]
+
+
+def _cfg(model_dir, *more):
+    return load_config("configs/demo.yaml", SETS + [f"model_dir={model_dir}", *more])
+
+
+def _rows(cfg, n=96):
+    features, _, _ = eval_set(SyntheticCriteo(cfg.data), n, n)
+    features = {k: v.copy() for k, v in features.items()}
+    features["ids"][:16] = np.arange(16 * 26).reshape(16, 26) + 2**45   # ids never seen
+    return features
+
+
+def _predict(est, features, hooks=None):
+    return np.concatenate([p["probabilities"] for p in est.predict(
+        lambda: tf.data.Dataset.from_tensor_slices(features).batch(len(features["ids"])),
+        yield_single_examples=False, hooks=hooks)])
+
+
+def _train(cfg, steps, hooks=None, listeners=None, run_config=None):
+    est = make_estimator(cfg, run_config)
+    est.train(train_input_fn(SyntheticCriteo(cfg.data), cfg.train.batch_size), max_steps=steps, hooks=hooks,
+              saving_listeners=listeners)
+    return est
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A model trained 40 steps, exported as a version; the rows and estimator.predict's scores."""
+    root = tmp_path_factory.mktemp("serve")
+    cfg = _cfg(root / "model")
+    est = _train(cfg, 40)
+    rows = _rows(cfg)
+    return dict(cfg=cfg, est=est, rows=rows, want=_predict(est, rows), export=export(cfg, str(root / "export")))
+
+
+def _server(base, **kw):
+    kw.setdefault("port", 0)
+    kw.setdefault("rest_api_port", 0)
+    kw.setdefault("host", "127.0.0.1")
+    return ModelServer(str(base), "demo", printer=lambda *a, **k: None, **kw).start()
+
+
+def _request(rows, version=None, name="demo"):
+    req = predict_pb2.PredictRequest()
+    req.model_spec.name = name
+    if version is not None:
+        req.model_spec.version.value = version
+    for k, v in rows.items():
+        req.inputs[k].CopyFrom(tf.make_tensor_proto(v))
+    return req
+
+
+def _stub(server):
+    return prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{server.port}"))
+
+
+def _rest(server, path, body=None, raw=None):
+    """(HTTP status, JSON answer) of a REST call."""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(f"http://127.0.0.1:{server.rest_api_port}{path}", data=data,
+                                 method="POST" if data is not None else "GET")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_a_stock_stub_and_rest_get_estimator_predict_scores(trained):
+    rows, want = trained["rows"], trained["want"]
+    server = _server(os.path.dirname(trained["export"]))
+    try:
+        stub = _stub(server)
+        got = stub.Predict(_request(rows), timeout=30)
+        np.testing.assert_allclose(tf.make_ndarray(got.outputs["probabilities"]), want, rtol=1e-5, atol=1e-6)
+        assert got.model_spec.version.value == int(os.path.basename(trained["export"]))
+        status, body = _rest(server, "/v1/models/demo:predict", {"instances": [
+            {"dense": d.tolist(), "ids": i.tolist()} for d, i in zip(rows["dense"], rows["ids"])]})
+        assert status == 200
+        np.testing.assert_allclose([p["probabilities"] for p in body["predictions"]], want, rtol=1e-5, atol=1e-6)
+        status, body = _rest(server, f"/v1/models/demo/versions/{got.model_spec.version.value}:predict",
+                             {"inputs": {k: v.tolist() for k, v in rows.items()}})
+        assert status == 200
+        np.testing.assert_allclose(body["outputs"]["probabilities"], want, rtol=1e-5, atol=1e-6)
+        # metadata and status, both APIs
+        meta = get_model_metadata_pb2.GetModelMetadataRequest()
+        meta.model_spec.name = "demo"
+        meta.metadata_field.append("signature_def")
+        signatures = get_model_metadata_pb2.SignatureDefMap()
+        stub.GetModelMetadata(meta, timeout=30).metadata["signature_def"].Unpack(signatures)
+        assert set(signatures.signature_def["serving_default"].inputs) == {"dense", "ids"}
+        status, body = _rest(server, "/v1/models/demo/metadata")
+        assert status == 200 and set(body["metadata"]["signature_def"]["signature_def"]["serving_default"]
+                                     ["inputs"]) == {"dense", "ids"}
+        q = get_model_status_pb2.GetModelStatusRequest()
+        q.model_spec.name = "demo"
+        states = model_service_pb2_grpc.ModelServiceStub(grpc.insecure_channel(f"127.0.0.1:{server.port}")) \
+            .GetModelStatus(q, timeout=30).model_version_status
+        assert [(s.version, s.state) for s in states] == [(got.model_spec.version.value,
+                                                           get_model_status_pb2.ModelVersionStatus.AVAILABLE)]
+        assert _rest(server, "/v1/models/demo")[1]["model_version_status"][0]["state"] == "AVAILABLE"
+    finally:
+        server.stop()
+
+
+def test_batching_merges_concurrent_single_rows_and_splits_them_back(trained):
+    rows, want = trained["rows"], trained["want"]
+    server = _server(os.path.dirname(trained["export"]), enable_batching=True, max_batch_size=16,
+                     batch_timeout_micros=20000, num_batch_threads=2)
+    try:
+        stub = _stub(server)
+
+        def one(i):
+            got = stub.Predict(_request({k: v[i:i + 1] for k, v in rows.items()}), timeout=60)
+            return tf.make_ndarray(got.outputs["probabilities"])[0]
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            got = list(pool.map(one, range(len(want))))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        assert server.batcher.requests == len(want)
+        assert server.batcher.runs < len(want) / 2   # requests were merged
+    finally:
+        server.stop()
+
+
+def test_bad_requests_get_their_codes_and_the_server_goes_on(trained):
+    rows = trained["rows"]
+    server = _server(os.path.dirname(trained["export"]), max_request_bytes=200_000)
+    try:
+        stub = _stub(server)
+        ok = {k: v[:2] for k, v in rows.items()}
+        cases = [
+            (_request(ok, name="other"), grpc.StatusCode.NOT_FOUND, "other"),
+            (_request(ok, version=7), grpc.StatusCode.NOT_FOUND, "version 7"),
+            (_request({"ids": ok["ids"]}), grpc.StatusCode.INVALID_ARGUMENT, "missing ['dense']"),
+            (_request({**ok, "extra": ok["ids"]}), grpc.StatusCode.INVALID_ARGUMENT, "unknown ['extra']"),
+            (_request({**ok, "ids": ok["ids"].astype(np.float32)}), grpc.StatusCode.INVALID_ARGUMENT, "'ids' is float32"),
+            (_request({**ok, "ids": ok["ids"][:, :5]}), grpc.StatusCode.INVALID_ARGUMENT, "'ids' has shape [2, 5]"),
+            (_request({**ok, "dense": rows["dense"][:3]}), grpc.StatusCode.INVALID_ARGUMENT, "batch size"),
+            (_request({k: np.repeat(v, 40, 0) for k, v in rows.items()}), grpc.StatusCode.RESOURCE_EXHAUSTED, ""),
+        ]
+        for req, code, words in cases:
+            with pytest.raises(grpc.RpcError) as e:
+                stub.Predict(req, timeout=30)
+            assert e.value.code() == code and words in e.value.details(), (code, e.value.details())
+        instance = {"dense": ok["dense"][0].tolist(), "ids": ok["ids"][0].tolist()}
+        rest = [
+            ("/v1/models/other:predict", {"instances": [instance]}, None, 404),
+            ("/v1/models/demo/versions/7:predict", {"instances": [instance]}, None, 404),
+            ("/v1/models/demo:predict", {"instances": [{"dense": instance["dense"]}]}, None, 400),
+            ("/v1/models/demo:predict", {"instances": [{**instance, "ids": [0.5] * 26}]}, None, 400),
+            ("/v1/models/demo:predict", {"instances": [{**instance, "ids": [1, 2]}]}, None, 400),
+            ("/v1/models/demo:predict", {"instances": [instance, {**instance, "ids": [1]}]}, None, 400),
+            ("/v1/models/demo:predict", {"rows": [instance]}, None, 400),
+            ("/v1/models/demo:predict", None, b"{not json", 400),
+            ("/v1/models/demo:predict", None, b" " * 300_000, 413),
+            ("/v1/models/demo:explain", {"instances": [instance]}, None, 404),
+            ("/v2/anything", None, None, 404),
+        ]
+        for path, body, raw, code in rest:
+            status, answer = _rest(server, path, body, raw)
+            assert status == code and isinstance(answer.get("error"), str) and answer["error"], (path, status, answer)
+        # still serving, and right
+        got = stub.Predict(_request(ok), timeout=30)
+        np.testing.assert_allclose(tf.make_ndarray(got.outputs["probabilities"]), trained["want"][:2], rtol=1e-5,
+                                   atol=1e-6)
+    finally:
+        server.stop()
+
+
+def test_a_new_version_swaps_in_under_load_with_no_failed_request(trained, tmp_path):
+    base = tmp_path / "versions"
+    base.mkdir()
+    first = int(os.path.basename(trained["export"]))
+    shutil.copytree(trained["export"], base / str(first))
+    cfg = trained["cfg"]
+    # version 2: the same model trained on
+    cfg2 = _cfg(tmp_path / "model2")
+    shutil.copytree(cfg.model_dir, cfg2.model_dir)
+    est2 = _train(cfg2, 80)
+    want = {first: trained["want"], first + 1: _predict(est2, trained["rows"])}
+    second = export(cfg2, str(tmp_path / "export2"))
+    assert np.abs(want[first] - want[first + 1]).max() > 1e-3
+    rows = {k: v[:8] for k, v in trained["rows"].items()}
+    server = _server(base, poll_secs=0.2, enable_batching=True, max_batch_size=8, batch_timeout_micros=2000)
+    stop, answers, failures = threading.Event(), [], []
+
+    def load():
+        stub = _stub(server)
+        while not stop.is_set():
+            try:
+                got = stub.Predict(_request(rows), timeout=30)
+                answers.append((got.model_spec.version.value, tf.make_ndarray(got.outputs["probabilities"])))
+            except grpc.RpcError as e:
+                failures.append(e)
+    threads = [threading.Thread(target=load) for _ in range(6)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        shutil.copytree(second, base / ".incoming")
+        os.rename(base / ".incoming", base / str(first + 1))
+        deadline = time.time() + 60
+        while not any(v == first + 1 for v, _ in answers[-10:]) and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        stop.set()
+        for t in threads:
+            t.join()
+        assert list(server.store.loaded()) == [first + 1]
+    finally:
+        stop.set()
+        server.stop()
+    assert not failures, failures[:3]
+    versions = [v for v, _ in answers]
+    assert versions[0] == first and versions[-1] == first + 1 and server.store.swaps == 2
+    for version, got in answers:
+        np.testing.assert_allclose(got, want[version][:8], rtol=1e-5, atol=1e-6)
+
+
+def test_follow_applies_the_trainers_deltas_to_the_served_tables(trained, tmp_path):
+    cfg = _cfg(tmp_path / "model")
+    shutil.copytree(trained["cfg"].model_dir, cfg.model_dir)
+    server = _server(os.path.dirname(trained["export"]), poll_secs=0.2, follow=str(cfg.model_dir))
+    stub = _stub(server)
+    rows = trained["rows"]
+
+    def served():
+        return tf.make_ndarray(stub.Predict(_request(rows), timeout=30).outputs["probabilities"])
+    try:
+        np.testing.assert_allclose(served(), trained["want"], rtol=1e-5, atol=1e-6)
+        # More training that writes deltas only (no full checkpoint: both savers off).
+        inc = IncrementalCheckpoints(str(cfg.model_dir), every_steps=10, printer=lambda *a, **k: None)
+        run_config = tf.estimator.RunConfig(model_dir=str(cfg.model_dir), save_checkpoints_steps=None,
+                                            save_checkpoints_secs=None, log_step_count_steps=None)
+        _train(cfg, 70, hooks=[inc], run_config=run_config)
+        assert inc.deltas_written == 3
+        written = time.time()
+        oracle = _predict(make_estimator(cfg), rows, hooks=[DeltaRestoreHook(str(cfg.model_dir),
+                                                                             printer=lambda *a, **k: None)])
+        assert np.abs(oracle - trained["want"]).max() > 1e-3   # the deltas change the scores
+        while [s for _, kind, s in server.store.follower.applied if kind == "delta"] != [50, 60, 70]:
+            assert time.time() - written < 10, server.store.follower.applied
+            time.sleep(0.05)
+        # Dense variables are only in full checkpoints: the tables alone moved. The oracle's
+        # dense part is the full checkpoint's too, so the scores agree exactly.
+        np.testing.assert_allclose(served(), oracle, rtol=1e-5, atol=1e-6)
+        # A damaged delta (its index without its data) is refused; the served tables stay.
+        with open(os.path.join(cfg.model_dir, "delta-80.index"), "wb") as f:
+            f.write(b"\x00" * 64)
+        time.sleep(1.0)
+        assert [s for _, _, s in server.store.follower.applied][-1] == 70
+        np.testing.assert_allclose(served(), oracle, rtol=1e-5, atol=1e-6)
+    finally:
+        server.stop()
+
+
+def test_tfps_serve_cli_prints_its_ports_and_stops_on_sigterm(trained):
+    proc = subprocess.Popen([sys.executable, "-m", "tfps.cli", "serve", "--model_base_path",
+                             os.path.dirname(trained["export"]), "--model_name", "demo", "--port", "0",
+                             "--rest_api_port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ports = json.loads(proc.stdout.readline())
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(
+            grpc.insecure_channel(f"127.0.0.1:{ports['grpc_port']}"))
+        got = stub.Predict(_request(trained["rows"]), timeout=60)
+        np.testing.assert_allclose(tf.make_ndarray(got.outputs["probabilities"]), trained["want"], rtol=1e-5,
+                                   atol=1e-6)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, proc.stderr.read()[-3000:]
+
+
+def test_tfps_serve_refuses_a_base_path_that_is_not_there(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "tfps.cli", "serve", "--model_base_path", str(tmp_path / "none"),
+                          "--model_name", "demo"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "--model_base_path" in out.stderr
