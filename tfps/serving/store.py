@@ -198,6 +198,8 @@ class TableFollower:
                 return done
             state.update(base=full_step, chain=None, applied=full_step)
             self.applied.append((servable.version, "full", full_step))
+            self._print(f"tfps serve --follow: applied checkpoint {os.path.basename(latest)} to version "
+                        f"{servable.version}", flush=True)
             done.append(full_step)
         if state["base"] is None:
             return done
@@ -228,6 +230,8 @@ class TableFollower:
                 servable.session.run(state["delta"], {state["prefix"]: prefix})
                 state["applied"] = step
                 self.applied.append((servable.version, "delta", step))
+                self._print(f"tfps serve --follow: applied {os.path.basename(prefix)} to version {servable.version}",
+                            flush=True)
                 done.append(step)
         return done
 
