@@ -120,3 +120,19 @@ def test_evaluation_reads_a_pipeline_dataset_through_a_background_feeder(tmp_pat
     counts = _counts(est)
     expected = np.mean([-sum(counts[x] for x in b.tolist()) for b in batches])
     assert result["loss"] == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize("on_ps", [False, True])
+def test_defer_push_by_default_is_on_only_where_dense_variables_live_on_a_ps(on_ps):
+    """defer_push=None: decided once the variables exist -- a step of dense staleness buys
+    nothing in one process, where no push waits on a network."""
+    with tf.Graph().as_default():
+        ds = tf.data.Dataset.from_tensor_slices({"ids": np.zeros([4, 3], np.int64), "x": np.ones([4, 2], np.float32)})
+        pipeline = tf.compat.v1.data.make_initializable_iterator(tfps.data.PipelineDataset(ds.batch(2), depth=1))
+        batch = pipeline.get_next()
+        ev = tfps.get_embedding_variable("t", 2)
+        with tf.compat.v1.device("/job:ps/task:0" if on_ps else None):
+            w = tf.compat.v1.get_variable("w", [2, 1])
+        loss = tf.reduce_sum(tfps.embedding_lookup(ev, batch["ids"])) + tf.reduce_sum(tf.matmul(batch["x"], w))
+        tfps.train.AdagradOptimizer(0.1).minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+        assert pipeline.defer_push is on_ps

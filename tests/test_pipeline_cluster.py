@@ -59,3 +59,21 @@ def test_a_pipelined_cluster_survives_a_killed_ps_and_serves_what_it_trained(tmp
     assert out.returncode == 0, out.stderr[-3000:]
     # The chief scored the last checkpoint on the same sample: the served model gives its AUC.
     assert abs(auc(labels, np.load(tmp_path / "out.npy")[0]) - metrics["auc"]) < 1e-4
+    # ... and so does `tfps serve` on the export, through a stock PredictionServiceStub.
+    import grpc
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_service_pb2_grpc
+    from test_serve import _request
+    server = subprocess.Popen([sys.executable, "-m", "tfps.cli", "serve", "--model_base_path", str(tmp_path / "export"),
+                               "--model_name", "demo", "--port", "0", "--rest_api_port", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = json.loads(server.stdout.readline())["grpc_port"]
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        served = np.concatenate([tf.make_ndarray(stub.Predict(_request({k: v[i:i + 4096] for k, v in features.items()}),
+                                                              timeout=120).outputs["probabilities"])
+                                 for i in range(0, len(labels), 4096)])
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    np.testing.assert_allclose(served, np.load(tmp_path / "out.npy")[0], rtol=1e-5, atol=1e-6)

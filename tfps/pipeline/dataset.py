@@ -24,7 +24,9 @@ class PipelineDataset(tf.compat.v1.data.Dataset):
         as one (tfps.train.fused); numerically the same training.
       defer_push: (with fuse_dense) push a step's gradients during the next step, so that the
         step never waits on the PS: dense values are then one step old, rows exactly depth. None:
-        on at depth 1 only (at depth 5 and deeper the demo model trains worse with it: see the README).
+        on at depth 1 when dense variables live on a PS, off in one process (where nothing waits
+        on a network) and deeper (at depth 5 and more the demo model trains worse with it: see
+        the README).
 
     tf.estimator makes its iterator with make_initializable_iterator(), which here builds the
     pipeline; as a plain dataset (iterated, or transformed further) it is `dataset` unchanged.
@@ -39,7 +41,7 @@ class PipelineDataset(tf.compat.v1.data.Dataset):
             raise ValueError("PipelineDataset: defer_push=True needs fuse_dense=True (the deferred push is part of "
                              "the fused one)")
         self.fuse_dense = fuse_dense
-        self.defer_push = (self.depth == 1) if defer_push is None else defer_push
+        self.defer_push = defer_push
         Pipeline.check_depth(self.depth)
         super().__init__()
 

@@ -70,7 +70,8 @@ class Pipeline:
       dataset: the tf.data.Dataset of (features, labels) batches.
       depth: how many batches the lookups run ahead (1 .. MAX_DEPTH).
       fuse_dense: read and push the dense variables of each PS as one tensor (tfps.train.fused).
-      defer_push: (with fuse_dense) push a step's gradients during the next step.
+      defer_push: (with fuse_dense) push a step's gradients during the next step; None: see
+        the defer_push property.
     """
 
     @staticmethod
@@ -78,9 +79,9 @@ class Pipeline:
         if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= MAX_DEPTH:
             raise ValueError(f"pipeline depth must be an int in [1, {MAX_DEPTH}], got {depth!r}")
 
-    def __init__(self, dataset, depth, fuse_dense=True, defer_push=True):
+    def __init__(self, dataset, depth, fuse_dense=True, defer_push=None):
         self.check_depth(depth)
-        self.defer_push = defer_push and fuse_dense
+        self._defer_push = defer_push if fuse_dense else False
         self._first_step = None
         graph = tf.compat.v1.get_default_graph()
         if stager_of(graph) is not None:
@@ -99,6 +100,17 @@ class Pipeline:
         set_stager(self, graph)
         if fuse_dense:
             FusedDense(anchor=self._batch.dequeued[0].op).install(graph)
+
+    @property
+    def defer_push(self):
+        """Whether a step's gradients are pushed during the next step. None (auto) is decided when
+        the optimizer asks, once the model's variables exist: on at depth 1 when some dense
+        variable lives on a PS (has a fused copy), off otherwise -- in one process no push waits
+        on a network, and deferring only costs a step of staleness."""
+        if self._defer_push is None:
+            fused = FusedDense.of()
+            self._defer_push = self.depth == 1 and fused is not None and bool(fused.copies)
+        return self._defer_push
 
     # -- the iterator protocol tf.estimator uses --------------------------------------------
     @property

@@ -105,6 +105,7 @@ class Servable:
                            if k != "__saved_model_init_op"}
         self.meta = meta
         self._lock = threading.Lock()
+        self._callables = {}   # (signature, inputs, outputs) -> session callable
         self._in_flight, self._retired, self._closed = 0, False, False
 
     def signature(self, name):
@@ -121,9 +122,15 @@ class Servable:
         if unknown:
             raise ServingError("INVALID_ARGUMENT", f"output_filter names {unknown}; signature {signature.name!r} "
                                f"has outputs {sorted(signature.outputs)}")
-        feed = {signature.inputs[k][0]: v for k, v in inputs.items()}
+        aliases = sorted(inputs)
+        key = (signature.name, tuple(aliases), tuple(names))
+        run = self._callables.get(key)
+        if run is None:   # a callable skips session.run's per-call fetch and feed bookkeeping
+            run = self.session.make_callable([signature.outputs[n][0] for n in names],
+                                             [signature.inputs[a][0] for a in aliases])
+            self._callables[key] = run
         try:
-            values = self.session.run([signature.outputs[n][0] for n in names], feed)
+            values = run(*[inputs[a] for a in aliases])
         except tf.errors.InvalidArgumentError as e:
             raise ServingError("INVALID_ARGUMENT", e.message.split("\n")[0]) from None
         except tf.errors.ResourceExhaustedError as e:
