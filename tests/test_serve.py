@@ -200,19 +200,43 @@ def test_bad_requests_get_their_codes_and_the_server_goes_on(trained):
         server.stop()
 
 
-def test_a_new_version_swaps_in_under_load_with_no_failed_request(trained, tmp_path):
+@pytest.fixture(scope="module")
+def second(trained, tmp_path_factory):
+    """The same model trained on to step 80, exported: (its SavedModel, estimator.predict's scores)."""
+    root = tmp_path_factory.mktemp("second")
+    cfg2 = _cfg(root / "model2")
+    shutil.copytree(trained["cfg"].model_dir, cfg2.model_dir)
+    est2 = _train(cfg2, 80)
+    want = _predict(est2, trained["rows"])
+    assert np.abs(want - trained["want"]).max() > 1e-3
+    return export(cfg2, str(root / "export2")), want
+
+
+def test_model_spec_version_selects_a_loaded_version(trained, second, tmp_path):
+    first = int(os.path.basename(trained["export"]))
+    shutil.copytree(trained["export"], tmp_path / str(first))
+    shutil.copytree(second[0], tmp_path / str(first + 1))
+    server = _server(tmp_path, num_versions=2)
+    try:
+        stub = _stub(server)
+        for version, want in ((first, trained["want"]), (first + 1, second[1]), (None, second[1])):
+            got = stub.Predict(_request(trained["rows"], version=version), timeout=30)
+            assert got.model_spec.version.value == (version or first + 1)
+            np.testing.assert_allclose(tf.make_ndarray(got.outputs["probabilities"]), want, rtol=1e-5, atol=1e-6)
+            status, body = _rest(server, f"/v1/models/demo/versions/{version or first + 1}:predict",
+                                 {"inputs": {k: v.tolist() for k, v in trained["rows"].items()}})
+            np.testing.assert_allclose(body["outputs"]["probabilities"], want, rtol=1e-5, atol=1e-6)
+    finally:
+        server.stop()
+
+
+def test_a_new_version_swaps_in_under_load_with_no_failed_request(trained, second, tmp_path):
     base = tmp_path / "versions"
     base.mkdir()
     first = int(os.path.basename(trained["export"]))
     shutil.copytree(trained["export"], base / str(first))
-    cfg = trained["cfg"]
-    # version 2: the same model trained on
-    cfg2 = _cfg(tmp_path / "model2")
-    shutil.copytree(cfg.model_dir, cfg2.model_dir)
-    est2 = _train(cfg2, 80)
-    want = {first: trained["want"], first + 1: _predict(est2, trained["rows"])}
-    second = export(cfg2, str(tmp_path / "export2"))
-    assert np.abs(want[first] - want[first + 1]).max() > 1e-3
+    want = {first: trained["want"], first + 1: second[1]}
+    second = second[0]
     rows = {k: v[:8] for k, v in trained["rows"].items()}
     server = _server(base, poll_secs=0.2, enable_batching=True, max_batch_size=8, batch_timeout_micros=2000)
     stop, answers, failures = threading.Event(), [], []
