@@ -136,3 +136,35 @@ def test_defer_push_by_default_is_on_only_where_dense_variables_live_on_a_ps(on_
         loss = tf.reduce_sum(tfps.embedding_lookup(ev, batch["ids"])) + tf.reduce_sum(tf.matmul(batch["x"], w))
         tfps.train.AdagradOptimizer(0.1).minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
         assert pipeline.defer_push is on_ps
+
+
+def test_with_defer_push_a_dense_variable_is_exactly_one_step_stale():
+    """A dense variable without a worker copy (one process) under defer_push: step k computes
+    its gradient at w after the pushes of steps < k - 1, i.e. w_k = w_{k-1} - lr * g(w_{k-2}).
+    Oracle: that recurrence in numpy. (Its reads used to race the deferred update.)"""
+    rng = np.random.default_rng(3)
+    scale = rng.uniform(0.5, 1.5, size=(12, BATCH)).astype(np.float32)
+    batches, lr = _batches(12, seed=4), 0.05
+
+    def model_fn(features, labels, mode):
+        ev = tfps.get_embedding_variable("counts", DIM, initializer=tf.compat.v1.zeros_initializer())
+        rows = tfps.embedding_lookup(ev, features["ids"])
+        w = tf.compat.v1.get_variable("w", [], initializer=tf.compat.v1.constant_initializer(1.0))
+        loss = 0.5 * w * w * tf.reduce_sum(features["x"]) + 0.0 * tf.reduce_sum(rows) + 0.0 * tf.reduce_sum(labels)
+        train_op = tfps.train.GradientDescentOptimizer(lr).minimize(
+            loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    def input_fn():
+        ds = tf.data.Dataset.from_tensor_slices(({"ids": np.stack(batches), "x": scale}, np.zeros(12, np.float32)))
+        return tfps.data.PipelineDataset(ds, depth=1, defer_push=True)
+    results = []
+    for run in range(2):
+        est = tf.estimator.Estimator(model_fn, model_dir=None)
+        est.train(input_fn)
+        results.append(est.get_variable_value("w"))
+    sums = scale.astype(np.float64).sum(1)
+    w = [1.0, 1.0]                       # w^{-1} = w^0: batches 0 and 1 both see the initial value
+    for k in range(12):
+        w.append(w[-1] - lr * w[-2] * sums[k])
+    np.testing.assert_allclose(results, [w[-1]] * 2, rtol=1e-5)

@@ -18,6 +18,14 @@ def _rows_per_unique(grad, num_unique):
     return grad
 
 
+def _after(grad, op):
+    """grad (a Tensor or IndexedSlices) available only once `op` ran."""
+    with tf.control_dependencies([op]):
+        if isinstance(grad, tf.IndexedSlices):
+            return tf.IndexedSlices(tf.identity(grad.values), grad.indices, grad.dense_shape)
+        return tf.identity(grad)
+
+
 def _merge_by_key(keys, rows):
     """Sums rows of equal keys: (unique keys [U], rows [U, dim])."""
     uniq, idx = tf.unique(keys)
@@ -98,6 +106,10 @@ class TableOptimizerMixin:
                 present = [(g, v) for g, v in dense if g is not None]
                 computed, present, tables = fused.stage(present, tables, after=[stager.staged_batch()])
                 stager.first_step(computed)
+                # A variable without a worker copy is read by this step's model directly: its
+                # previous gradient is applied once the step's gradients are computed (its reads
+                # done), not racing them -- one step stale, as the copies are.
+                present = [(_after(g, computed), v) if v not in fused.copies else (g, v) for g, v in present]
                 dense = present + [(g, v) for g, v in dense if g is None]
             copied = [(g, v) for g, v in dense if g is not None and v in fused.copies]
             copied, tables = fused.push(copied, tables)
