@@ -291,13 +291,13 @@ def test_follow_applies_the_trainers_deltas_to_the_served_tables(trained, tmp_pa
                                             save_checkpoints_secs=None, log_step_count_steps=None)
         _train(cfg, 70, hooks=[inc], run_config=run_config)
         assert inc.deltas_written == 3
-        written = time.time()
+        written = time.time()   # the last delta: applied within a few polls (0.2 s each)
+        while [s for _, kind, s in server.store.follower.applied if kind == "delta"] != [50, 60, 70]:
+            assert time.time() - written < 3, server.store.follower.applied
+            time.sleep(0.05)
         oracle = _predict(make_estimator(cfg), rows, hooks=[DeltaRestoreHook(str(cfg.model_dir),
                                                                              printer=lambda *a, **k: None)])
         assert np.abs(oracle - trained["want"]).max() > 1e-3   # the deltas change the scores
-        while [s for _, kind, s in server.store.follower.applied if kind == "delta"] != [50, 60, 70]:
-            assert time.time() - written < 10, server.store.follower.applied
-            time.sleep(0.05)
         # Dense variables are only in full checkpoints: the tables alone moved. The oracle's
         # dense part is the full checkpoint's too, so the scores agree exactly.
         np.testing.assert_allclose(served(), oracle, rtol=1e-5, atol=1e-6)
