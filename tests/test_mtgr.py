@@ -102,3 +102,33 @@ def test_mtgr_learns_in_one_process_and_on_the_local_cluster(data, tmp_path, mod
     assert metrics["model"] == "mtgr" and metrics["eval_examples"] == sum(len(s["label"]) for s in evaluation)
     assert metrics["logloss"] < _constant_logloss(data) - 0.01, metrics
     assert metrics["auc"] > 0.65 and metrics["gauc"] is not None
+    # What the run trained exports and serves: tfps serve (a stock stub) gives estimator.predict's scores.
+    import grpc
+    from tensorflow_serving.apis import prediction_service_pb2_grpc
+    from test_serve import _request
+    from tfps.config import load_config
+    from tfps.estimator.runner import make_estimator
+    from tfps.serving.server import ModelServer
+    sets = [a for a in args[args.index("--config") + 2:] if a != "--set"]
+    sets = [s for s in sets if s not in ("--ps", "--workers", "2")]
+    out = subprocess.run([sys.executable, "-m", "tfps.cli", "export", "--config", "configs/movielens_mtgr.yaml",
+                          *[a for s in sets for a in ("--set", s)], "--export-dir", str(tmp_path / "export")],
+                         capture_output=True, text=True, timeout=600, cwd=os.path.join(os.path.dirname(__file__), ".."))
+    assert out.returncode == 0, out.stderr[-3000:]
+    cfg = load_config(os.path.join(os.path.dirname(__file__), "..", "configs/movielens_mtgr.yaml"), sets)
+    chosen = evaluation[:12]
+    want = np.concatenate([p["probabilities"] for p in make_estimator(cfg).predict(
+        _input(chosen, False), yield_single_examples=False)])
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+        rows = sess.run(tf.compat.v1.data.make_one_shot_iterator(sample_dataset(chosen).padded_batch(12)).get_next())
+    rows = {k: v for k, v in rows.items() if k not in ("label", "user")}
+    server = ModelServer(str(tmp_path / "export"), "mtgr", port=0, rest_api_port=None, host="127.0.0.1",
+                         printer=lambda *a, **k: None).start()
+    try:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{server.port}"))
+        got = stub.Predict(_request(rows, name="mtgr"), timeout=60)
+    finally:
+        server.stop()
+    valid = rows["candidate_movie"] > 0
+    np.testing.assert_allclose(tf.make_ndarray(got.outputs["probabilities"])[valid], want[valid], rtol=1e-5,
+                               atol=1e-6)

@@ -6,6 +6,7 @@ import time
 
 import tensorflow as tf
 
+from tfps.data import sequences
 from tfps.data.sources import make_source, schema_of
 from tfps.estimator.hooks import EvalProgressHook, EvictionHook, ProgressHook
 from tfps.estimator.incremental import DeltaRestoreHook, IncrementalCheckpoints
@@ -29,6 +30,16 @@ def serving_input_receiver_fn(schema):
     return fn
 
 
+def sequence_serving_input_receiver_fn():
+    """MTGR's serving inputs: each feature of tfps.data.sequences.SPEC but the label and the user,
+    with a batch dimension; lists padded with 0 (what padded_batch does) to one length per request."""
+    def fn():
+        inputs = {name: tf.compat.v1.placeholder(spec.dtype, [None] + spec.shape.as_list(), name=name)
+                  for name, spec in sequences.SPEC.items() if name not in ("label", "user")}
+        return tf.estimator.export.ServingInputReceiver(inputs, inputs)
+    return fn
+
+
 def export(cfg, export_dir):
     """Writes a SavedModel of the latest checkpoint in cfg.model_dir; returns its path.
 
@@ -37,7 +48,9 @@ def export(cfg, export_dir):
     est = make_estimator(cfg)
     if not est.latest_checkpoint():
         raise ValueError(f"export: no checkpoint in model_dir {cfg.model_dir!r}; train first")
-    return est.export_saved_model(export_dir, serving_input_receiver_fn(schema_of(cfg))).decode()
+    receiver = sequence_serving_input_receiver_fn() if cfg.data.format == "movielens_sequences" else \
+        serving_input_receiver_fn(schema_of(cfg))
+    return est.export_saved_model(export_dir, receiver).decode()
 
 
 def pipelined(input_fn, cfg):
