@@ -84,14 +84,22 @@ def _constant_logloss(data):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["train", "launch"])
+@pytest.mark.parametrize("mode", ["train", "launch", "tfrecords"])
 def test_mtgr_learns_in_one_process_and_on_the_local_cluster(data, tmp_path, mode):
+    """... and from TFRecords of the samples (tfps convert --from movielens_sequences)."""
     import json
     import subprocess
     import sys
-    args = [sys.executable, "-m", "tfps.cli", mode, "--config", "configs/movielens_mtgr.yaml",
+    path = data
+    if mode == "tfrecords":
+        path = str(tmp_path / "records")
+        out = subprocess.run([sys.executable, "-m", "tfps.cli", "convert", "--from", "movielens_sequences", data,
+                              "--to", path], capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+    args = [sys.executable, "-m", "tfps.cli", "launch" if mode == "launch" else "train",
+            "--config", "configs/movielens_mtgr.yaml",
             "--set", "train.steps=150", "--set", "model.blocks=1", "--set", "data.max_tokens=4096",
-            "--set", f"model_dir={tmp_path}", "--set", f"data.path={data}"]
+            "--set", f"model_dir={tmp_path / 'model'}", "--set", f"data.path={path}"]
     if mode == "launch":
         args += ["--ps", "2", "--workers", "2"]
     out = subprocess.run(args, capture_output=True, text=True, timeout=900,

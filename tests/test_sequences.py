@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfps.data.sequences import NUM_GENRES, movielens_user_samples, read_movielens, sample_dataset, tokens
+from tfps.data.sequences import (NUM_GENRES, SPEC, movielens_user_samples, read_movielens, sample_dataset,
+                                  tfrecord_samples, tokens, write_tfrecords)
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +82,56 @@ def test_bad_arguments(data, tmp_path):
     (tmp_path / "ratings.csv").write_text("user,movie\n1,2\n")
     with pytest.raises(ValueError, match="expected the header"):
         read_movielens(str(tmp_path))
+
+
+def _read_all(make):
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+        nxt = tf.compat.v1.data.make_one_shot_iterator(make()).get_next()
+        out = []
+        try:
+            while True:
+                out.append(sess.run(nxt))
+        except tf.errors.OutOfRangeError:
+            return out
+
+
+def test_tfrecords_of_the_samples_read_back_the_same_and_feed_the_source(data, tmp_path):
+    import json
+    import subprocess
+    import sys
+    from tfps.config import load_config
+    from tfps.data.sources import make_source
+    out = subprocess.run([sys.executable, "-m", "tfps.cli", "convert", "--from", "movielens_sequences", data,
+                          "--to", str(tmp_path / "seq"), "--window", "6", "--history-len", "10",
+                          "--realtime-len", "3", "--rows-per-file", "40"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    written = json.loads(out.stdout.strip().splitlines()[-1])
+    for split in ("train", "eval"):
+        want = movielens_user_samples(data, split, window=6, history_len=10, realtime_len=3)
+        got = _read_all(lambda: tfrecord_samples(str(tmp_path / "seq" / split)))
+        assert len(got) == len(want) > 40   # several files, in order
+        for g, w in zip(got, want):
+            assert set(g) == set(w)
+            for k in w:
+                np.testing.assert_array_equal(g[k], w[k], err_msg=k)
+    # the training source reads them as it reads the CSVs
+    sets = [f"data.{k}={v}" for k, v in written["data"].items()] + ["model.name=mtgr"]
+    cfg = load_config("configs/movielens_mtgr.yaml", sets)
+    source = make_source(cfg)
+    assert source.eval_size() == sum(len(s["label"]) for s in movielens_user_samples(
+        data, "eval", window=6, history_len=10, realtime_len=3))
+    assert len(source.samples("train", 64)) == 64
+    # a config that asks for other samples than the files hold is refused, naming the field
+    with pytest.raises(ValueError, match="data.window=8"):
+        make_source(load_config("configs/movielens_mtgr.yaml", [s for s in sets if not s.startswith("data.window")]))
+
+
+def test_a_record_whose_lists_disagree_is_an_error_naming_the_feature(tmp_path):
+    sample = {name: np.zeros([2] + spec.shape.as_list()[1:] if spec.shape.rank else [],
+                             spec.dtype.as_numpy_dtype) if name not in ("profile",) else np.zeros([3], np.int64)
+              for name, spec in SPEC.items()}
+    bad = dict(sample, cross=np.zeros([3, 5], np.float32))   # 3 rows of cross for 2 candidates
+    path = str(tmp_path / "bad")
+    write_tfrecords([sample, bad], path)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="cross must hold 5 values per candidate"):
+        _read_all(lambda: tfrecord_samples(path))

@@ -76,7 +76,8 @@ def _convert(args):
     tf.get_logger().setLevel("ERROR")
     from tfps.data.convert import convert
     result = convert(args.kind, args.path, args.to, skip_bad_rows=args.skip_bad_rows, rows_per_file=args.rows_per_file,
-                     eval_fraction=args.eval_fraction)
+                     eval_fraction=args.eval_fraction, sequence_options={
+                         "window": args.window, "history_len": args.history_len, "realtime_len": args.realtime_len})
     for o in result["outputs"]:
         print(f"{o['dir']}: {o['rows']} rows in {o['files']} files" +
               (f", {o['bad_rows']} malformed rows skipped" if o["bad_rows"] else ""), flush=True)
@@ -177,12 +178,16 @@ def main(argv=None):
                           "before the job fails")
     lau.set_defaults(fn=_launch)
     con = sub.add_parser("convert", help="write text data (criteo, movielens) as sharded TFRecords")
-    con.add_argument("--from", dest="kind", required=True, choices=["criteo", "movielens"], help="input layout")
+    con.add_argument("--from", dest="kind", required=True, choices=["criteo", "movielens", "movielens_sequences"],
+                     help="input layout (movielens_sequences: MTGR's user samples)")
     con.add_argument("path", help="criteo: file, glob or directory; movielens: the directory of ratings.csv")
     con.add_argument("--to", required=True, help="output directory (movielens: DIR/train and DIR/eval)")
     con.add_argument("--skip-bad-rows", action="store_true", help="drop malformed rows (counted) instead of failing")
     con.add_argument("--rows-per-file", type=int, default=1_000_000, help="examples per TFRecord file")
     con.add_argument("--eval-fraction", type=float, default=0.2, help="movielens: each user's latest share for eval")
+    con.add_argument("--window", type=int, default=8, help="movielens_sequences: candidates per sample")
+    con.add_argument("--history-len", type=int, default=64, help="movielens_sequences: history ratings per sample")
+    con.add_argument("--realtime-len", type=int, default=16, help="movielens_sequences: real-time ratings per sample")
     con.set_defaults(fn=_convert)
     ins = sub.add_parser("inspect", help="per table of a checkpoint: rows, bytes, top ids by frequency")
     ins.add_argument("checkpoint", help="checkpoint prefix or model directory")

@@ -9,7 +9,7 @@ import os
 import tensorflow as tf
 import yaml
 
-from tfps.data import criteo, movielens, tfrecord
+from tfps.data import criteo, movielens, sequences, tfrecord
 from tfps.data.sources import _files
 
 BATCH = 4096
@@ -26,10 +26,13 @@ def _write(make_dataset, schema, out_dir, rows_per_file, printer, eval_dir=None)
     return {"dir": out_dir, "rows": rows, "bad_rows": bad, "files": len(files)}
 
 
-def convert(kind, path, out_dir, skip_bad_rows=False, rows_per_file=1_000_000, eval_fraction=0.2, printer=print):
+def convert(kind, path, out_dir, skip_bad_rows=False, rows_per_file=1_000_000, eval_fraction=0.2, printer=print,
+            sequence_options=None):
     """Converts and returns what was written: {"outputs": [{dir, rows, bad_rows, files}], "data": the
     config's data section for the (training) output}. Refuses an output directory that already
-    holds TFRecords (they would be read with the new ones) and an input without rows."""
+    holds TFRecords (they would be read with the new ones) and an input without rows.
+    movielens_sequences writes MTGR's user samples (tfps.data.sequences; sequence_options: window,
+    history_len, realtime_len)."""
     if rows_per_file <= 0:
         raise ValueError(f"convert: --rows-per-file must be > 0, got {rows_per_file}")
     for d in (out_dir, os.path.join(out_dir, "train"), os.path.join(out_dir, "eval")):
@@ -45,4 +48,12 @@ def convert(kind, path, out_dir, skip_bad_rows=False, rows_per_file=1_000_000, e
                       movielens.SCHEMA, d, rows_per_file, printer, eval_dir if split == "train" else None)
                for split, d in (("train", train_dir), ("eval", eval_dir))]
         return {"outputs": out, "data": tfrecord.data_section(movielens.SCHEMA, train_dir, eval_dir)}
-    raise ValueError(f"convert: --from must be criteo or movielens, got {kind!r}")
+    if kind == "movielens_sequences":
+        written = sequences.write_sequence_tfrecords(path, out_dir, eval_fraction=eval_fraction,
+                                                     rows_per_file=rows_per_file, **(sequence_options or {}))
+        out = [{"dir": os.path.join(out_dir, split), "rows": w["samples"], "bad_rows": 0, "files": w["files"]}
+               for split, w in written["splits"].items()]
+        data = {"format": "movielens_sequences", "path": out_dir, **{k: written[k] for k in (
+            "window", "history_len", "realtime_len", "eval_fraction")}}
+        return {"outputs": out, "data": data}
+    raise ValueError(f"convert: --from must be criteo, movielens or movielens_sequences, got {kind!r}")

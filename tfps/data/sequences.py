@@ -20,6 +20,7 @@ floor(eval_fraction * count) ratings are the evaluation candidates.
     ds = sample_dataset(samples)                                           # unbatched tf.data
 """
 import csv
+import json
 import os
 
 import numpy as np
@@ -140,3 +141,98 @@ def tokens(sample):
 def sample_dataset(samples):
     """An unbatched tf.data.Dataset of the samples (SPEC)."""
     return tf.data.Dataset.from_generator(lambda: iter(samples), output_signature=SPEC)
+
+
+# -- TFRecords: one tf.train.Example per sample, list features (tfps convert --from movielens_sequences)
+SEQUENCE_SPEC_FILE = "tfps_sequences.json"
+_WIDTH = {"candidate_genres": NUM_GENRES, "cross": len(CROSS)}   # per-candidate rows, stored flat
+
+
+def example_of(sample):
+    """A sample (SPEC) as a serialized tf.train.Example of list features."""
+    feature = {}
+    for name, spec in SPEC.items():
+        flat = np.asarray(sample[name]).reshape(-1)
+        if spec.dtype == tf.int64:
+            feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=flat.tolist()))
+        else:
+            feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=flat.tolist()))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def parse_example(serialized):
+    """A serialized Example (example_of) -> a sample of SPEC's structure; a record whose lists
+    disagree (candidates, a row width, a sequence's three lists) is InvalidArgumentError naming
+    the feature."""
+    specs = {name: (tf.io.FixedLenFeature(spec.shape, spec.dtype) if spec.shape.is_fully_defined()
+                    else tf.io.VarLenFeature(spec.dtype)) for name, spec in SPEC.items()}
+    parsed = tf.io.parse_single_example(serialized, specs)
+    out = {k: (tf.sparse.to_dense(v) if isinstance(v, tf.SparseTensor) else v) for k, v in parsed.items()}
+    k = tf.size(out["candidate_movie"])
+    checks = []
+    for name, width in _WIDTH.items():
+        checks.append(tf.debugging.assert_equal(tf.size(out[name]), k * width, message=(
+            f"sequence record: {name} must hold {width} values per candidate")))
+    for prefix in ("history", "realtime"):
+        for part in ("rating", "time"):
+            checks.append(tf.debugging.assert_equal(tf.size(out[f"{prefix}_{part}"]), tf.size(out[f"{prefix}_movie"]),
+                                                    message=f"sequence record: {prefix}_{part} and {prefix}_movie "
+                                                            f"must have one value per item"))
+    for part in ("candidate_time", "label"):
+        checks.append(tf.debugging.assert_equal(tf.size(out[part]), k, message=(
+            f"sequence record: {part} must have one value per candidate_movie")))
+    with tf.control_dependencies(checks):
+        for name, width in _WIDTH.items():
+            out[name] = tf.reshape(out[name], [-1, width])
+        out = {name: tf.identity(t) for name, t in out.items()}
+    for name, spec in SPEC.items():
+        out[name].set_shape(spec.shape)
+    return out
+
+
+def tfrecord_samples(directory):
+    """The unbatched samples (SPEC) of the TFRecords in `directory`, in file order."""
+    files = sorted(tf.io.gfile.glob(os.path.join(directory, "*.tfrecord*")))
+    if not files:
+        raise ValueError(f"{directory}: no *.tfrecord files (write them with tfps convert --from "
+                         f"movielens_sequences)")
+    return tf.data.TFRecordDataset(files).map(parse_example)
+
+
+def write_tfrecords(samples, directory, rows_per_file=100_000):
+    """Writes samples as TFRecords part-00000.tfrecord ... in `directory`; returns the file count."""
+    tf.io.gfile.makedirs(directory)
+    files = 0
+    for start in range(0, max(len(samples), 1), rows_per_file):
+        with tf.io.TFRecordWriter(os.path.join(directory, f"part-{files:05d}.tfrecord")) as writer:
+            for sample in samples[start:start + rows_per_file]:
+                writer.write(example_of(sample))
+        files += 1
+    return files
+
+
+def write_sequence_tfrecords(path, out_dir, window=8, history_len=64, realtime_len=16, eval_fraction=0.2,
+                             rows_per_file=100_000):
+    """MovieLens at `path` -> out_dir/train and out_dir/eval TFRecords of user samples, and
+    out_dir/tfps_sequences.json recording how they were cut (a config must ask for the same).
+    Returns that record."""
+    params = {"window": window, "history_len": history_len, "realtime_len": realtime_len,
+              "eval_fraction": eval_fraction}
+    record = dict(params, splits={})
+    for split in ("train", "eval"):
+        samples = movielens_user_samples(path, split, window, history_len, realtime_len, eval_fraction)
+        files = write_tfrecords(samples, os.path.join(out_dir, split), rows_per_file)
+        record["splits"][split] = {"samples": len(samples), "candidates": int(sum(len(s["label"]) for s in samples)),
+                                   "files": files}
+    with tf.io.gfile.GFile(os.path.join(out_dir, SEQUENCE_SPEC_FILE), "w") as f:
+        f.write(json.dumps(record, indent=1))
+    return record
+
+
+def read_sequence_spec(path):
+    """The record write_sequence_tfrecords left in `path`, or None (not a converted directory)."""
+    spec = os.path.join(path, SEQUENCE_SPEC_FILE)
+    if not tf.io.gfile.exists(spec):
+        return None
+    with tf.io.gfile.GFile(spec) as f:
+        return json.loads(f.read())

@@ -243,6 +243,9 @@ def _tfrecord_spec(cfg):
     return specs, (d.user if d.features else written.get("user", d.user)), d.eval_path or written.get("eval_path")
 
 
+SHUFFLE_SAMPLES = 100_000   # the training shuffle buffer of user samples (all of them, up to this)
+
+
 class SequenceSource(_FileSource):
     """MovieLens as user-level samples for MTGR (tfps.data.sequences): one sample per user and
     window of candidates; batches of train.batch_size samples, or of at most data.max_tokens
@@ -251,18 +254,48 @@ class SequenceSource(_FileSource):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        movielens.check_directory(cfg.data.path)
+        d = cfg.data
+        # TFRecords written by `tfps convert --from movielens_sequences`, or MovieLens CSVs
+        self.written = sequences.read_sequence_spec(d.path)
+        if self.written is None:
+            movielens.check_directory(d.path)
+            return
+        asked = {"window": d.window, "history_len": d.history_len, "realtime_len": d.realtime_len,
+                 "eval_fraction": d.eval_fraction}
+        differ = {k: (v, self.written.get(k)) for k, v in asked.items() if self.written.get(k) != v}
+        if differ:
+            raise ValueError(f"{d.path} holds samples cut with " + ", ".join(
+                f"{k}={w!r}" for k, (_, w) in differ.items()) + "; the config asks for " + ", ".join(
+                f"data.{k}={v!r}" for k, (v, _) in differ.items()) + ": set those, or convert again")
 
     def describe(self):
         d = self.cfg.data
-        return (f"MovieLens user samples in {d.path} (windows of {d.window} candidates; each user's last "
+        where = "TFRecords of user samples" if self.written else "MovieLens user samples"
+        return (f"{where} in {d.path} (windows of {d.window} candidates; each user's last "
                 f"{d.eval_fraction:.0%} by time for eval)")
 
     @functools.lru_cache(None)
-    def samples(self, split):
+    def samples(self, split, limit=None):
+        """The split's samples as numpy dicts (the first `limit` of them)."""
         d = self.cfg.data
-        return sequences.movielens_user_samples(d.path, split, d.window, d.history_len, d.realtime_len,
-                                                d.eval_fraction)
+        if self.written is None:
+            return sequences.movielens_user_samples(d.path, split, d.window, d.history_len, d.realtime_len,
+                                                    d.eval_fraction)[:limit]
+        with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+            ds = sequences.tfrecord_samples(os.path.join(d.path, split))
+            nxt = tf.compat.v1.data.make_one_shot_iterator(ds.take(-1 if limit is None else limit)).get_next()
+            out = []
+            try:
+                while True:
+                    out.append(sess.run(nxt))
+            except tf.errors.OutOfRangeError:
+                return out
+
+    def _samples_dataset(self, split):
+        if self.written is None:
+            return sequences.sample_dataset(self.samples(split)), len(self.samples(split))
+        return (sequences.tfrecord_samples(os.path.join(self.cfg.data.path, split)),
+                self.written["splits"][split]["samples"])
 
     def _batched(self, ds, batch_size):
         if self.cfg.data.max_tokens:
@@ -272,25 +305,30 @@ class SequenceSource(_FileSource):
         return ds.map(lambda x: (x, x["label"]))
 
     def train_input_fn(self, batch_size, start=0, shard_index=0, num_shards=1):
-        samples = self.samples("train")
         seed = self.cfg.data.seed
+        if self.written is None:
+            self.samples("train")   # read (and checked) once, before the graph is built
 
         def input_fn():
-            ds = sequences.sample_dataset(samples).shuffle(len(samples), seed=seed, reshuffle_each_iteration=True)
+            ds, count = self._samples_dataset("train")
+            ds = ds.shuffle(min(count, SHUFFLE_SAMPLES), seed=seed, reshuffle_each_iteration=True)
             return share(self._batched(ds.repeat(), batch_size), start, shard_index, num_shards)
         return input_fn
 
     def eval_input_fn(self, batch_size):
-        samples = self.samples("eval")
-        return lambda: self._batched(sequences.sample_dataset(samples), batch_size)
+        if self.written is None:
+            self.samples("eval")
+        return lambda: self._batched(self._samples_dataset("eval")[0], batch_size)
 
     def eval_size(self):
+        if self.written is not None:
+            return self.written["splits"]["eval"]["candidates"]
         return sum(len(s["label"]) for s in self.samples("eval"))   # candidates
 
     def describe_cost(self):
         """The model's forward FLOPs per sample (TF profiler, 64 training samples padded into one batch)."""
         from tfps.models.mtgr import flops_per_sample   # here: the models import the data package
-        flops = flops_per_sample(dataclasses.asdict(self.cfg.model), self.samples("train")[:64])
+        flops = flops_per_sample(dataclasses.asdict(self.cfg.model), self.samples("train", 64))
         return f"MTGR forward: {flops / 1e6:.2f} MFLOPs per sample ({self.cfg.model.blocks} blocks, d_model " \
                f"{self.cfg.model.d_model}; TF profiler, 64 samples padded into one batch)"
 
