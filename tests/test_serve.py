@@ -169,7 +169,9 @@ def test_bad_requests_get_their_codes_and_the_server_goes_on(trained):
             (_request({**ok, "ids": ok["ids"].astype(np.float32)}), grpc.StatusCode.INVALID_ARGUMENT, "'ids' is float32"),
             (_request({**ok, "ids": ok["ids"][:, :5]}), grpc.StatusCode.INVALID_ARGUMENT, "'ids' has shape [2, 5]"),
             (_request({**ok, "dense": rows["dense"][:3]}), grpc.StatusCode.INVALID_ARGUMENT, "batch size"),
+            (_request({**ok, "ids": ok["ids"].astype(np.int32)}), grpc.StatusCode.INVALID_ARGUMENT, "'ids' is int32"),
             (_request({k: np.repeat(v, 40, 0) for k, v in rows.items()}), grpc.StatusCode.RESOURCE_EXHAUSTED, ""),
+            (_bomb(ok), grpc.StatusCode.RESOURCE_EXHAUSTED, "--max_request_bytes"),
         ]
         for req, code, words in cases:
             with pytest.raises(grpc.RpcError) as e:
@@ -186,6 +188,9 @@ def test_bad_requests_get_their_codes_and_the_server_goes_on(trained):
             ("/v1/models/demo:predict", {"rows": [instance]}, None, 400),
             ("/v1/models/demo:predict", None, b"{not json", 400),
             ("/v1/models/demo:predict", None, b" " * 300_000, 413),
+            ("/v1/models/demo:predict", None, iter([b" " * 100_000] * 3), 413),   # chunked: no length given
+            ("/v1/models/demo:predict", {"signature_name": ["x"], "instances": [instance]}, None, 400),
+            ("/v1/models/demo:predict", None, b"[" * 100_000 + b"]" * 100_000, 400),
             ("/v1/models/demo:explain", {"instances": [instance]}, None, 404),
             ("/v2/anything", None, None, 404),
         ]
@@ -226,6 +231,55 @@ def test_model_spec_version_selects_a_loaded_version(trained, second, tmp_path):
             status, body = _rest(server, f"/v1/models/demo/versions/{version or first + 1}:predict",
                                  {"inputs": {k: v.tolist() for k, v in trained["rows"].items()}})
             np.testing.assert_allclose(body["outputs"]["probabilities"], want, rtol=1e-5, atol=1e-6)
+    finally:
+        server.stop()
+
+
+def _bomb(ok):
+    """A request of a few bytes whose ids claim 3M rows (a proto may give one value for a whole shape)."""
+    req = _request(ok)
+    req.inputs["ids"].CopyFrom(tf.make_tensor_proto(1, dtype=tf.int64, shape=[3_000_000, 26]))
+    assert req.ByteSize() < 1000
+    return req
+
+
+def test_versions_roll_back_retry_and_ignore_what_is_not_a_version(trained, second, tmp_path):
+    first = int(os.path.basename(trained["export"]))
+    shutil.copytree(trained["export"], tmp_path / str(first))
+    for name in ("³", "99999999999999999999", "v2", ".tmp"):   # not versions: ignored
+        shutil.copytree(second[0], tmp_path / name)
+    server = _server(tmp_path, poll_secs=0.1)
+    stub = _stub(server)
+
+    def served():
+        got = stub.Predict(_request(trained["rows"]), timeout=30)
+        return got.model_spec.version.value, tf.make_ndarray(got.outputs["probabilities"])
+
+    def wait_for(version):
+        deadline = time.time() + 30
+        while served()[0] != version:
+            assert time.time() < deadline, (version, server.store.status())
+            time.sleep(0.05)
+    try:
+        assert served()[0] == first
+        # a version half copied fails to load, and is retried once its directory is whole
+        newer = tmp_path / str(first + 1)
+        newer.mkdir()
+        shutil.copy(os.path.join(second[0], "saved_model.pb"), newer)
+        time.sleep(0.5)
+        assert served()[0] == first and [s[1] for s in server.store.status()] == ["AVAILABLE", "END"]
+        shutil.copytree(os.path.join(second[0], "variables"), newer / "variables")
+        wait_for(first + 1)
+        np.testing.assert_allclose(served()[1], second[1], rtol=1e-5, atol=1e-6)
+        # removing the served version rolls back to the one before it
+        shutil.rmtree(newer)
+        wait_for(first)
+        np.testing.assert_allclose(served()[1], trained["want"], rtol=1e-5, atol=1e-6)
+        time.sleep(0.5)
+        assert list(server.store.loaded()) == [first] and server.store.swaps == 3   # no reload loop
+        # a second server cannot take the same port
+        with pytest.raises(OSError, match="in use"):
+            _server(tmp_path, port=server.port)
     finally:
         server.stop()
 
@@ -304,6 +358,17 @@ def test_follow_applies_the_trainers_deltas_to_the_served_tables(trained, tmp_pa
         # A damaged delta (its index without its data) is refused; the served tables stay.
         with open(os.path.join(cfg.model_dir, "delta-80.index"), "wb") as f:
             f.write(b"\x00" * 64)
+        time.sleep(1.0)
+        assert [s for _, _, s in server.store.follower.applied][-1] == 70
+        np.testing.assert_allclose(served(), oracle, rtol=1e-5, atol=1e-6)
+        # So is a full checkpoint whose data file is cut short: nothing of it is applied.
+        latest = tf.train.latest_checkpoint(str(cfg.model_dir))
+        damaged = os.path.join(str(cfg.model_dir), "model.ckpt-999")
+        for path in tf.io.gfile.glob(latest + ".*"):
+            data = open(path, "rb").read()
+            with open(damaged + path[len(latest):], "wb") as f:
+                f.write(data if path.endswith(".index") else data[:len(data) * 2 // 3])
+        tf.compat.v1.train.update_checkpoint_state(str(cfg.model_dir), damaged)
         time.sleep(1.0)
         assert [s for _, _, s in server.store.follower.applied][-1] == 70
         np.testing.assert_allclose(served(), oracle, rtol=1e-5, atol=1e-6)

@@ -111,7 +111,8 @@ def _serve(args):
     batching = args.enable_batching or args.max_batch_size is not None or args.batch_timeout_micros is not None
     server = ModelServer(args.model_base_path, args.model_name, port=args.port,
                          rest_api_port=args.rest_api_port or None, enable_batching=batching,
-                         max_batch_size=args.max_batch_size or 32, batch_timeout_micros=(
+                         max_batch_size=32 if args.max_batch_size is None else args.max_batch_size,
+                         batch_timeout_micros=(
                              1000 if args.batch_timeout_micros is None else args.batch_timeout_micros),
                          num_batch_threads=args.num_batch_threads, poll_secs=args.file_system_poll_wait_seconds,
                          follow=args.follow, num_versions=args.num_versions,
@@ -121,6 +122,9 @@ def _serve(args):
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
     server.start()
+    if done.is_set():   # stopped while the first versions loaded: never announce a ready server
+        server.stop()
+        return 0
     print(json.dumps({"model_name": args.model_name, "grpc_port": server.port,
                       "rest_api_port": server.rest_api_port, "versions": sorted(server.store.loaded())}), flush=True)
     done.wait()
@@ -129,16 +133,9 @@ def _serve(args):
 
 
 def _op_error_line(message):
-    """The line of a TF error message that says what went wrong, without the graph's stack:
-    after a 'Detected at node' trace, the line following its 'Node:' line; else the first line
-    that is not 'Graph execution error:'."""
-    lines = [line.strip() for line in message.strip().splitlines() if line.strip().strip("=")
-             and not re.fullmatch(r"([A-Z_]+: )?From /job:\S*:", line.strip())]
-    nodes = [i for i, line in enumerate(lines) if line.startswith("Node:")]
-    if nodes and nodes[-1] + 1 < len(lines):
-        return lines[nodes[-1] + 1]
-    rest = [line for line in lines if line != "Graph execution error:" and not line.startswith("[[")]
-    return rest[0] if rest else lines[0]
+    """The line of a TF error message that says what went wrong, without the graph's stack."""
+    from tfps.serving.errors import error_line
+    return error_line(RuntimeError(message))
 
 
 def single_threaded_blas():
@@ -198,7 +195,7 @@ def main(argv=None):
                      "(what tfps export --export-dir writes)")
     srv.add_argument("--model_name", required=True, help="the name clients ask for")
     srv.add_argument("--port", type=int, default=8500, help="gRPC port (0: any free one, printed)")
-    srv.add_argument("--rest_api_port", type=int, default=8501, help="REST port (0: no REST API)")
+    srv.add_argument("--rest_api_port", type=int, default=8501, help="REST port (0: no REST API, as TF Serving)")
     srv.add_argument("--enable_batching", action="store_true",
                      help="merge concurrent requests into one run (also on when a batching flag is given)")
     srv.add_argument("--max_batch_size", type=int, help="rows per merged run (default 32)")

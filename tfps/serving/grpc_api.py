@@ -1,5 +1,6 @@
 """TF Serving's gRPC API (tensorflow.serving.PredictionService and ModelService) over grpcio, with
 the messages of the tensorflow-serving-api package: a stock PredictionServiceStub works unchanged."""
+import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc,
                                      predict_pb2, prediction_service_pb2_grpc)
@@ -18,13 +19,32 @@ def requested_version(spec):
     return spec.version.value if spec.HasField("version") else None
 
 
-def to_arrays(tensors):
-    """{alias: TensorProto} -> {alias: np.ndarray}; a malformed proto is INVALID_ARGUMENT naming it."""
+def to_arrays(tensors, signature, max_bytes):
+    """{alias: TensorProto} -> {alias: np.ndarray}. INVALID_ARGUMENT naming the input for a dtype
+    other than the signature's (no silent casts), a shape with unknown dimensions, a malformed
+    proto; RESOURCE_EXHAUSTED for a tensor larger than max_bytes once expanded (a proto may give
+    one value for a whole shape)."""
     out = {}
     for alias, proto in tensors.items():
+        if alias in signature.inputs:
+            want = signature.inputs[alias][1]
+            if proto.dtype != want.as_datatype_enum:
+                got = tf.dtypes.as_dtype(proto.dtype).name if proto.dtype else "an invalid dtype"
+                raise ServingError("INVALID_ARGUMENT", f"input {alias!r} is {got}; the signature expects {want.name}")
+        shape = proto.tensor_shape
+        if shape.unknown_rank or any(d.size < 0 for d in shape.dim):
+            raise ServingError("INVALID_ARGUMENT", f"input {alias!r}: a tensor's shape must be fully known, got "
+                               f"{[d.size for d in shape.dim] if not shape.unknown_rank else 'unknown rank'}")
+        elements = int(np.prod([d.size for d in shape.dim], dtype=np.float64))
+        itemsize = tf.dtypes.as_dtype(proto.dtype).size if proto.dtype and proto.dtype != tf.string.as_datatype_enum \
+            else 1
+        if elements * itemsize > max_bytes:
+            raise ServingError("RESOURCE_EXHAUSTED", f"input {alias!r} of shape {[d.size for d in shape.dim]} is "
+                               f"{elements * itemsize} bytes; the server takes at most {max_bytes} "
+                               f"(--max_request_bytes)")
         try:
             out[alias] = tf.make_ndarray(proto)
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, IndexError) as e:
             raise ServingError("INVALID_ARGUMENT", f"input {alias!r} is not a valid tensor: {e}") from None
     return out
 
@@ -40,7 +60,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             spec = request.model_spec
             with self._server.store.use(spec.name, requested_version(spec)) as servable:
                 signature = servable.signature(spec.signature_name)
-                inputs = signature.check(to_arrays(request.inputs))
+                inputs = signature.check(to_arrays(request.inputs, signature, self._server.max_request_bytes))
                 outputs = self._server.execute(servable, signature, inputs, list(request.output_filter))
                 response = predict_pb2.PredictResponse()
                 response.model_spec.name = spec.name

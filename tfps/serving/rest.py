@@ -83,13 +83,14 @@ class RestApp:
 
     def __call__(self, environ, start_response):
         request = Request(environ)
-        request.max_content_length = self._server.max_request_bytes
         try:
             response = self._route(request)
         except ServingError as e:
             response = _json({"error": e.message}, e.http_status)
-        except HTTPException as e:   # Werkzeug's own: 413 too large, ...
+        except HTTPException as e:   # Werkzeug's own
             response = _json({"error": e.description}, e.code)
+        except RecursionError:
+            response = _json({"error": "the request nests too deep"}, 400)
         except Exception as e:   # noqa: BLE001  (a defect of ours: still TF Serving's error format)
             response = _json({"error": f"internal error: {type(e).__name__}: {e}"}, 500)
         return response(environ, start_response)
@@ -123,13 +124,23 @@ class RestApp:
             for v, state, error in rows]})
 
     def _predict(self, request, name, version):
-        data = request.get_data(cache=False)   # raises 413 beyond max_content_length
+        limit = self._server.max_request_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise ServingError("RESOURCE_EXHAUSTED", f"the request body is {request.content_length} bytes; the server "
+                               f"takes at most {limit} (--max_request_bytes)")
+        data = request.stream.read(limit + 1)   # a chunked body has no length: read one byte more than allowed
+        if len(data) > limit:
+            raise ServingError("RESOURCE_EXHAUSTED", f"the request body is over {limit} bytes, the most the server "
+                               f"takes (--max_request_bytes)")
         try:
             body = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ServingError("INVALID_ARGUMENT", f"the request body is not valid JSON: {e}") from None
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            raise ServingError("INVALID_ARGUMENT", f"the request body is not valid JSON: {str(e)[:200]}") from None
+        signature_name = body.get("signature_name") if isinstance(body, dict) else None
+        if signature_name is not None and not isinstance(signature_name, str):
+            raise ServingError("INVALID_ARGUMENT", f'"signature_name" must be a string, got {type(signature_name).__name__}')
         with self._server.store.use(name, version) as servable:
-            signature = servable.signature(body.get("signature_name") if isinstance(body, dict) else None)
+            signature = servable.signature(signature_name)
             raw, rows = _inputs(body, signature)
             inputs = signature.check(raw)
             outputs = self._server.execute(servable, signature, inputs, None)

@@ -71,6 +71,11 @@ def _as_array(alias, value, dtype):
         raise ServingError("INVALID_ARGUMENT", f"input {alias!r} is ragged or not numeric; the signature expects "
                            f"a {dtype.name} tensor")
     want = np.dtype(dtype.as_numpy_dtype)
+    if array.dtype.kind in "USV":
+        raise ServingError("INVALID_ARGUMENT", f"input {alias!r} holds strings; the signature expects {dtype.name}")
+    if array.dtype.kind == "u" and array.size and want.kind == "i" and array.max() > np.iinfo(want).max:
+        raise ServingError("INVALID_ARGUMENT", f"input {alias!r} holds integers above {np.iinfo(want).max}, out of "
+                           f"{dtype.name}'s range")
     if array.dtype != want:
         same_kind = (np.issubdtype(array.dtype, np.integer) and np.issubdtype(want, np.integer)) or \
             (np.issubdtype(want, np.floating) and (np.issubdtype(array.dtype, np.integer) or

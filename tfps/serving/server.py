@@ -3,12 +3,16 @@ import concurrent.futures
 import threading
 
 import grpc
-from werkzeug.serving import make_server
+from werkzeug.serving import WSGIRequestHandler, make_server
 
 from tfps.serving.batching import Batcher
 from tfps.serving.grpc_api import add_services
 from tfps.serving.rest import RestApp
 from tfps.serving.store import ModelStore, poll_forever
+
+
+class _Handler(WSGIRequestHandler):
+    timeout = 30   # seconds a connection may stall (a body never finished) before it is dropped
 
 
 class ModelServer:
@@ -29,15 +33,33 @@ class ModelServer:
         self.batcher = Batcher(max_batch_size, batch_timeout_micros, num_batch_threads) if enable_batching else None
         self.max_request_bytes = max_request_bytes
         self._poll_secs, self._stop = poll_secs, threading.Event()
+        problems = [f"{flag} must be in [0, 65535], got {v}" for flag, v in (("--port", port),
+                    ("--rest_api_port", rest_api_port)) if v is not None and not 0 <= v <= 65535]
+        problems += [f"{flag} must be > 0, got {v}" for flag, v in (
+            ("--max_batch_size", max_batch_size), ("--max_request_bytes", max_request_bytes),
+            ("--num_batch_threads", num_batch_threads)) if v < 1]
+        problems += [f"--file_system_poll_wait_seconds must be >= 0 (0: load once), got {poll_secs}"] \
+            if poll_secs < 0 else []
+        problems += [f"--model_name must be a non-empty name without '/' or ':', got {model_name!r}"] \
+            if not model_name or "/" in model_name or ":" in model_name else []
+        if problems:
+            raise ValueError("tfps serve: " + "; ".join(problems))
+        # so_reuseport off: a second server on the same port fails instead of sharing its traffic
         self._grpc = grpc.server(concurrent.futures.ThreadPoolExecutor(grpc_threads, thread_name_prefix="tfps-grpc"),
                                  options=[("grpc.max_receive_message_length", max_request_bytes),
-                                          ("grpc.max_send_message_length", max_request_bytes)])
+                                          ("grpc.max_send_message_length", max_request_bytes),
+                                          ("grpc.so_reuseport", 0)])
         add_services(self._grpc, self)
-        self.port = self._grpc.add_insecure_port(f"{host}:{port}")
+        try:
+            self.port = self._grpc.add_insecure_port(f"{host}:{port}")
+        except RuntimeError:
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"tfps serve: cannot listen on gRPC port {port}")
-        self._rest = make_server(host, rest_api_port, RestApp(self), threaded=True) \
+            raise OSError(f"tfps serve: cannot listen on gRPC port {port} (in use?)")
+        self._rest = make_server(host, rest_api_port, RestApp(self), threaded=True, request_handler=_Handler) \
             if rest_api_port is not None else None
+        if self._rest:
+            self._rest.daemon_threads = False   # stop() waits for the requests in flight
         self.rest_api_port = self._rest.server_port if self._rest else None
         self._threads = []
 
@@ -51,7 +73,7 @@ class ModelServer:
         self.store.poll()
         self._grpc.start()
         threads = [threading.Thread(target=poll_forever, args=(self.store, self._poll_secs, self._stop),
-                                    name="tfps-serve-poll", daemon=True)]
+                                    name="tfps-serve-poll", daemon=True)] if self._poll_secs > 0 else []
         if self._rest:
             threads.append(threading.Thread(target=self._rest.serve_forever, name="tfps-rest", daemon=True))
         for t in threads:
@@ -63,6 +85,7 @@ class ModelServer:
         self._stop.set()
         if self._rest:
             self._rest.shutdown()
+            self._rest.server_close()   # joins the requests in flight (each bounded by the handler's timeout)
         self._grpc.stop(grace).wait()
         if self.batcher:
             self.batcher.stop()

@@ -12,18 +12,33 @@ from tfps.embedding.checkpoint_tools import check_tables
 from tfps.embedding.saveable import DTYPES, PARTS
 from tfps.embedding.variable import attached_tables
 from tfps.estimator.incremental import apply_delta_op, chain_of, delta_chain, delta_files
-from tfps.serving.errors import ServingError
+from tfps.serving.errors import ServingError, error_line
 from tfps.serving.servable import Servable
 
 
 def version_dirs(base_path):
-    """{version: path} of the SavedModels under base_path (directories named by an integer)."""
+    """{version: path} of the SavedModels under base_path: directories named by an int64 in ASCII
+    digits (others are not versions) holding a saved_model.pb."""
     out = {}
     for path in glob.glob(os.path.join(base_path, "*")):
         name = os.path.basename(path)
-        if name.isdigit() and os.path.isfile(os.path.join(path, "saved_model.pb")):
+        if name.isascii() and name.isdigit() and int(name) < 2**63 and \
+                os.path.isfile(os.path.join(path, "saved_model.pb")):
             out[int(name)] = path
     return out
+
+
+def _fingerprint(path):
+    """What a version directory holds (names, sizes, mtimes): a failed load is retried when it changes."""
+    out = []
+    for root, _, files in os.walk(path):
+        for name in sorted(files):
+            try:
+                st = os.stat(os.path.join(root, name))
+            except OSError:
+                continue
+            out.append((os.path.relpath(os.path.join(root, name), path), st.st_size, st.st_mtime_ns))
+    return tuple(sorted(out))
 
 
 class ModelStore:
@@ -54,8 +69,8 @@ class ModelStore:
         for _ in range(3):   # a version retired between the look-up and acquire: look again
             with self._lock:
                 if not self._versions:
-                    raise ServingError("UNAVAILABLE" if not self._failed else "NOT_FOUND",
-                                       f"model {name!r} has no loaded version yet (base path {self.base_path})")
+                    raise ServingError("UNAVAILABLE", f"model {name!r} has no loaded version yet (base path "
+                                       f"{self.base_path})")
                 if version is None:
                     servable = self._versions[max(self._versions)]
                 elif int(version) in self._versions:
@@ -76,7 +91,9 @@ class ModelStore:
         """[(version, state, error message)] as GetModelStatus reports them."""
         with self._lock:
             rows = [(v, "AVAILABLE", "") for v in sorted(self._versions)]
-            rows += [(v, "END", f"failed to load: {e}") for v, e in sorted(self._failed.items())]
+            rows += [(v, "END", f"failed to load: {e}") for v, (e, _) in sorted(self._failed.items())]
+        if not rows:
+            raise ServingError("NOT_FOUND", f"model {self.name!r} has no version yet (base path {self.base_path})")
         if version is not None:
             rows = [r for r in rows if r[0] == int(version)]
             if not rows:
@@ -89,36 +106,53 @@ class ModelStore:
 
     # -- background work ----------------------------------------------------------------------------
     def poll(self):
-        """Loads the versions that should be served and are not; brings the served tables up to
-        date with the followed model_dir. Returns the versions swapped in."""
+        """Serves the newest `keep` loadable versions of base_path: loads those not loaded, then
+        retires the loaded ones that are no longer among them (a newer one arrived, or their
+        directory was removed: a rollback) -- but never the last one while nothing replaces it.
+        A failed load is retried once its directory changes. Brings the served tables up to date
+        with the followed model_dir. Returns the versions swapped in."""
         found = version_dirs(self.base_path)
-        wanted = sorted(found)[-self.keep:]
+        for version in [v for v in self._failed if v not in found]:
+            del self._failed[version]
+        loadable = [v for v in sorted(found) if v not in self._failed or
+                    self._failed[v][1] != _fingerprint(found[v])]
+        wanted = loadable[-self.keep:]
         added = []
         for version in wanted:
-            if version in self._versions or version in self._failed:
+            if version in self._versions:
                 continue
             try:
                 servable = Servable(found[version], version, threads=self._threads)
-                if self.follower:
-                    self.follower.catch_up(servable)
-                servable.warm_up()
+                try:
+                    if self.follower:
+                        self.follower.catch_up(servable, strict=True)
+                    servable.warm_up()
+                except Exception:
+                    servable.retire()
+                    raise
             except Exception as e:   # noqa: BLE001  (any failure: report it, keep the served versions)
-                message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                self._failed[version] = message
+                message = error_line(e)
+                self._failed[version] = (message, _fingerprint(found[version]))
                 self._print(f"tfps serve: version {version} of {self.name!r} at {found[version]} failed to load: "
-                            f"{message}; serving {sorted(self._versions) or 'nothing'}", flush=True)
+                            f"{message}; serving {sorted(self._versions) or 'nothing'} (retried when its directory "
+                            f"changes)", flush=True)
                 continue
+            self._failed.pop(version, None)
             with self._lock:
                 self._versions[version] = servable
-                retired = [self._versions.pop(v) for v in sorted(self._versions)[:-self.keep]]
                 self.swaps += 1
-            for old in retired:
-                old.retire()
-                if self.follower:
-                    self.follower.forget(old)
             added.append(version)
-            self._print(f"tfps serve: {self.name!r} version {version} loaded"
-                        + (f", replacing {[o.version for o in retired]}" if retired else ""), flush=True)
+            self._print(f"tfps serve: {self.name!r} version {version} loaded", flush=True)
+        with self._lock:
+            keep = set(wanted) & set(self._versions)
+            retired = [self._versions.pop(v) for v in sorted(self._versions) if v not in keep] if keep else []
+        for old in retired:
+            old.retire()
+            if self.follower:
+                self.follower.forget(old)
+            gone = "its directory is gone" if old.version not in found else "a newer version is served"
+            self._print(f"tfps serve: {self.name!r} version {old.version} unloaded ({gone}); serving "
+                        f"{sorted(self.loaded())}", flush=True)
         if self.follower:
             for servable in self.loaded().values():
                 if servable.acquire():
@@ -182,8 +216,10 @@ class TableFollower:
             self._reported.add(message)
             self._print(f"tfps serve --follow: {message}", flush=True)
 
-    def catch_up(self, servable):
-        """Applies what model_dir holds beyond what `servable` has. Returns the steps applied."""
+    def catch_up(self, servable, strict=False):
+        """Applies what model_dir holds beyond what `servable` has. Returns the steps applied.
+        strict: a checkpoint that cannot be applied raises (a version about to be loaded) rather
+        than being reported and skipped (a version being served goes on as it is)."""
         state = self._ops(servable)
         if not state["tables"]:
             return []
@@ -194,7 +230,9 @@ class TableFollower:
             try:
                 self._apply_full(servable, state, latest)
             except (ValueError, tf.errors.OpError) as e:
-                self._report(f"checkpoint {latest} not applied: {str(e).strip().splitlines()[0]}")
+                if strict:
+                    raise
+                self._report(f"checkpoint {latest} not applied: {error_line(e)}")
                 return done
             state.update(base=full_step, chain=None, applied=full_step)
             self.applied.append((servable.version, "full", full_step))
@@ -221,7 +259,7 @@ class TableFollower:
                 self._apply_full(servable, state, _checkpoint_at(self.model_dir, state["base"]))
             except (ValueError, tf.errors.OpError) as e:
                 self._report(f"a new chain of deltas starts at step {state['base']}, but its checkpoint could not "
-                             f"be applied again: {str(e).strip().splitlines()[0]}")
+                             f"be applied again: {error_line(e)}")
                 return done
             state["applied"] = state["base"]
         state["chain"] = key
@@ -236,7 +274,15 @@ class TableFollower:
         return done
 
     def _apply_full(self, servable, state, prefix):
+        """Restores a full checkpoint into the servable: every tensor of it is read first, so a
+        damaged one is refused before anything changes."""
         check_tables(prefix, state["tables"])
+        try:
+            reader = tf.train.load_checkpoint(prefix)
+            for name in reader.get_variable_to_shape_map():
+                reader.get_tensor(name)
+        except (RuntimeError, ValueError, IndexError, tf.errors.OpError) as e:
+            raise ValueError(f"{prefix} cannot be read ({error_line(e)}); nothing of it applied") from None
         if state["saver"] is not None:
             state["saver"].restore(servable.session, prefix)
         servable.session.run(state["full"], {state["prefix"]: prefix})
