@@ -126,7 +126,7 @@ def batching(steps):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=250, help="MTGR training steps")
+    parser.add_argument("--steps", type=int, default=500, help="MTGR training steps")
     parser.add_argument("--batching-steps", type=int, default=150)
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-batching", action="store_true")
