@@ -75,6 +75,7 @@ bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_
 	$(PY) benchmarks/bench_readers.py
 	$(PY) benchmarks/bench_quality.py --repeats 5
 	$(PY) benchmarks/bench_mtgr.py
+	$(PY) benchmarks/bench_serving.py
 
 clean:
 	rm -rf build $(SO) tfps/_core*.so tfps/_build_info.json
