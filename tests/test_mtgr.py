@@ -113,7 +113,7 @@ def test_mtgr_learns_in_one_process_and_on_the_local_cluster(data, tmp_path, mod
     # What the run trained exports and serves: tfps serve (a stock stub) gives estimator.predict's scores.
     import grpc
     from tensorflow_serving.apis import prediction_service_pb2_grpc
-    from test_serve import _request
+    from serve_client import _request
     from tfps.config import load_config
     from tfps.estimator.runner import make_estimator
     from tfps.serving.server import ModelServer

@@ -63,7 +63,7 @@ def test_a_pipelined_cluster_survives_a_killed_ps_and_serves_what_it_trained(tmp
     import grpc
     import tensorflow as tf
     from tensorflow_serving.apis import prediction_service_pb2_grpc
-    from test_serve import _request
+    from serve_client import _request
     server = subprocess.Popen([sys.executable, "-m", "tfps.cli", "serve", "--model_base_path", str(tmp_path / "export"),
                                "--model_name", "demo", "--port", "0", "--rest_api_port", "0"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

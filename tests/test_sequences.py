@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfps.data.sequences import (NUM_GENRES, SPEC, movielens_user_samples, read_movielens, sample_dataset,
-                                  tfrecord_samples, tokens, write_tfrecords)
+from tfps.data.sequences import (CROSS, NUM_GENRES, SPEC, movielens_user_samples, read_movielens, read_samples,
+                                  sample_dataset, tfrecord_samples, tokens, write_tfrecords)
 
 
 @pytest.fixture(scope="module")
@@ -84,17 +84,6 @@ def test_bad_arguments(data, tmp_path):
         read_movielens(str(tmp_path))
 
 
-def _read_all(make):
-    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
-        nxt = tf.compat.v1.data.make_one_shot_iterator(make()).get_next()
-        out = []
-        try:
-            while True:
-                out.append(sess.run(nxt))
-        except tf.errors.OutOfRangeError:
-            return out
-
-
 def test_tfrecords_of_the_samples_read_back_the_same_and_feed_the_source(data, tmp_path):
     import json
     import subprocess
@@ -108,7 +97,7 @@ def test_tfrecords_of_the_samples_read_back_the_same_and_feed_the_source(data, t
     written = json.loads(out.stdout.strip().splitlines()[-1])
     for split in ("train", "eval"):
         want = movielens_user_samples(data, split, window=6, history_len=10, realtime_len=3)
-        got = _read_all(lambda: tfrecord_samples(str(tmp_path / "seq" / split)))
+        got = read_samples(lambda: tfrecord_samples(str(tmp_path / "seq" / split)))
         assert len(got) == len(want) > 40   # several files, in order
         for g, w in zip(got, want):
             assert set(g) == set(w)
@@ -130,8 +119,8 @@ def test_a_record_whose_lists_disagree_is_an_error_naming_the_feature(tmp_path):
     sample = {name: np.zeros([2] + spec.shape.as_list()[1:] if spec.shape.rank else [],
                              spec.dtype.as_numpy_dtype) if name not in ("profile",) else np.zeros([3], np.int64)
               for name, spec in SPEC.items()}
-    bad = dict(sample, cross=np.zeros([3, 5], np.float32))   # 3 rows of cross for 2 candidates
+    bad = dict(sample, cross=np.zeros([3, len(CROSS)], np.float32))   # 3 rows of cross for 2 candidates
     path = str(tmp_path / "bad")
     write_tfrecords([sample, bad], path)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="cross must hold 5 values per candidate"):
-        _read_all(lambda: tfrecord_samples(path))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"cross must hold {len(CROSS)} values per candidate"):
+        read_samples(lambda: tfrecord_samples(path))

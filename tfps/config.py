@@ -149,8 +149,8 @@ class PipelineSection:
     enabled: bool = False                # embedding lookups run `depth` batches ahead of the step (tfps.pipeline)
     depth: int = 1                       # 1 .. 8; rows are at most this many steps stale
     fuse_dense: bool = True              # with enabled: one dense read and one gradient message per PS and step
-    defer_push: Optional[bool] = None    # with fuse_dense: push a step's gradients during the next step (null: at depth 1 when dense variables are on a PS)
-                                         # (null: on at depth 1 only; deeper, it trains worse, see README)
+    defer_push: Optional[bool] = None    # with fuse_dense: push a step's gradients during the next step (null:
+                                         # on at depth 1 when dense variables live on a PS; deeper it trains worse)
 
 
 @dataclasses.dataclass

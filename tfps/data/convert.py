@@ -49,6 +49,9 @@ def convert(kind, path, out_dir, skip_bad_rows=False, rows_per_file=1_000_000, e
                for split, d in (("train", train_dir), ("eval", eval_dir))]
         return {"outputs": out, "data": tfrecord.data_section(movielens.SCHEMA, train_dir, eval_dir)}
     if kind == "movielens_sequences":
+        if skip_bad_rows:
+            raise ValueError("convert: --skip-bad-rows is not supported with movielens_sequences (a user's samples "
+                             "depend on all their ratings); fix or remove the malformed lines")
         written = sequences.write_sequence_tfrecords(path, out_dir, eval_fraction=eval_fraction,
                                                      rows_per_file=rows_per_file, **(sequence_options or {}))
         out = [{"dir": os.path.join(out_dir, split), "rows": w["samples"], "bad_rows": 0, "files": w["files"]}

@@ -199,6 +199,20 @@ def tfrecord_samples(directory):
     return tf.data.TFRecordDataset(files).map(parse_example)
 
 
+def read_samples(make_dataset, limit=None):
+    """The samples of make_dataset() (built in a graph of its own) as numpy dicts, the first
+    `limit` of them."""
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+        ds = make_dataset().take(-1 if limit is None else limit)
+        nxt = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
+        out = []
+        try:
+            while True:
+                out.append(sess.run(nxt))
+        except tf.errors.OutOfRangeError:
+            return out
+
+
 def write_tfrecords(samples, directory, rows_per_file=100_000):
     """Writes samples as TFRecords part-00000.tfrecord ... in `directory`; returns the file count."""
     tf.io.gfile.makedirs(directory)

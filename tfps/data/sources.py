@@ -243,7 +243,7 @@ def _tfrecord_spec(cfg):
     return specs, (d.user if d.features else written.get("user", d.user)), d.eval_path or written.get("eval_path")
 
 
-SHUFFLE_SAMPLES = 100_000   # the training shuffle buffer of user samples (all of them, up to this)
+SHUFFLE_SAMPLES = 100_000   # the training shuffle buffer of user samples read from TFRecords
 
 
 class SequenceSource(_FileSource):
@@ -274,22 +274,18 @@ class SequenceSource(_FileSource):
         return (f"{where} in {d.path} (windows of {d.window} candidates; each user's last "
                 f"{d.eval_fraction:.0%} by time for eval)")
 
-    @functools.lru_cache(None)
     def samples(self, split, limit=None):
         """The split's samples as numpy dicts (the first `limit` of them)."""
-        d = self.cfg.data
         if self.written is None:
-            return sequences.movielens_user_samples(d.path, split, d.window, d.history_len, d.realtime_len,
-                                                    d.eval_fraction)[:limit]
-        with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
-            ds = sequences.tfrecord_samples(os.path.join(d.path, split))
-            nxt = tf.compat.v1.data.make_one_shot_iterator(ds.take(-1 if limit is None else limit)).get_next()
-            out = []
-            try:
-                while True:
-                    out.append(sess.run(nxt))
-            except tf.errors.OutOfRangeError:
-                return out
+            return self._csv_samples(split)[:limit]
+        return sequences.read_samples(lambda: sequences.tfrecord_samples(os.path.join(self.cfg.data.path, split)),
+                                      limit)
+
+    @functools.lru_cache(None)
+    def _csv_samples(self, split):
+        d = self.cfg.data
+        return sequences.movielens_user_samples(d.path, split, d.window, d.history_len, d.realtime_len,
+                                                d.eval_fraction)
 
     def _samples_dataset(self, split):
         if self.written is None:
@@ -311,7 +307,9 @@ class SequenceSource(_FileSource):
 
         def input_fn():
             ds, count = self._samples_dataset("train")
-            ds = ds.shuffle(min(count, SHUFFLE_SAMPLES), seed=seed, reshuffle_each_iteration=True)
+            # in memory: every sample; from TFRecords: a buffer of up to SHUFFLE_SAMPLES
+            buffer = count if self.written is None else min(count, SHUFFLE_SAMPLES)
+            ds = ds.shuffle(max(buffer, 1), seed=seed, reshuffle_each_iteration=True)
             return share(self._batched(ds.repeat(), batch_size), start, shard_index, num_shards)
         return input_fn
 

@@ -29,6 +29,12 @@ class _Batch:
         self.items, self.rows, self.deadline = [], 0, deadline
 
 
+def _single(batch, item):
+    alone = _Batch(batch.servable, batch.signature, batch.output_filter, 0.0)
+    alone.items, alone.rows = [item], item.rows
+    return alone
+
+
 class Batcher:
     """Args: max_batch_size rows per run; timeout_micros the longest a request waits for others;
     threads: batches run at once (each on its own thread)."""
@@ -54,7 +60,7 @@ class Batcher:
         if len(rows) != 1 or not signature.batchable() or next(iter(rows)) > self.max_rows:
             return servable.run(signature, inputs, output_filter)
         item = _Item(inputs, rows.pop())
-        key = (id(servable), signature.name, tuple(output_filter or ()),
+        key = (id(servable), signature.name, tuple(sorted(set(output_filter or ()))),
                tuple((k, v.dtype.str, v.shape[1:]) for k, v in sorted(inputs.items())))
         with self._cond:
             if self._stopped:
@@ -86,8 +92,8 @@ class Batcher:
                 due = [k for k, b in self._open.items() if b.deadline <= now]
                 if due:
                     return self._open.pop(min(due, key=lambda k: self._open[k].deadline))
-                if self._stopped:
-                    return None
+                if self._stopped:   # what is still open runs now: no request is left waiting
+                    return self._open.pop(next(iter(self._open))) if self._open else None
                 waits = [b.deadline - now for b in self._open.values()]
                 self._cond.wait(min(waits) if waits else None)
 
@@ -105,7 +111,12 @@ class Batcher:
                 results = [batch.servable.run(batch.signature, items[0].inputs, batch.output_filter)]
             else:
                 merged = {k: np.concatenate([it.inputs[k] for it in items]) for k in items[0].inputs}
-                out = batch.servable.run(batch.signature, merged, batch.output_filter)
+                try:
+                    out = batch.servable.run(batch.signature, merged, batch.output_filter)
+                except ServingError:   # one request's values: each gets its own answer or error
+                    for it in items:
+                        self._execute(_single(batch, it))
+                    return
                 total = sum(it.rows for it in items)
                 bad = [k for k, v in out.items() if not v.ndim or v.shape[0] != total]
                 if bad:
@@ -113,7 +124,8 @@ class Batcher:
                 cuts = np.cumsum([it.rows for it in items])[:-1]
                 split = {k: np.split(v, cuts) for k, v in out.items()}
                 results = [{k: parts[i] for k, parts in split.items()} for i in range(len(items))]
-            self.runs += 1
+            with self._cond:
+                self.runs += 1
             for it, result in zip(items, results):
                 it.result = result
         except Exception as e:   # noqa: BLE001  (each request of the batch gets the error)

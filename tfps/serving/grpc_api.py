@@ -36,8 +36,8 @@ def to_arrays(tensors, signature, max_bytes):
             raise ServingError("INVALID_ARGUMENT", f"input {alias!r}: a tensor's shape must be fully known, got "
                                f"{[d.size for d in shape.dim] if not shape.unknown_rank else 'unknown rank'}")
         elements = int(np.prod([d.size for d in shape.dim], dtype=np.float64))
-        itemsize = tf.dtypes.as_dtype(proto.dtype).size if proto.dtype and proto.dtype != tf.string.as_datatype_enum \
-            else 1
+        # a string element costs a Python object (about 16 bytes of references) however short
+        itemsize = 16 if proto.dtype in (0, tf.string.as_datatype_enum) else tf.dtypes.as_dtype(proto.dtype).size
         if elements * itemsize > max_bytes:
             raise ServingError("RESOURCE_EXHAUSTED", f"input {alias!r} of shape {[d.size for d in shape.dim]} is "
                                f"{elements * itemsize} bytes; the server takes at most {max_bytes} "

@@ -148,6 +148,9 @@ class RestApp:
             if len(outputs) == 1:
                 return _json({"outputs": _encode(next(iter(outputs.values())))})
             return _json({"outputs": {k: _encode(v) for k, v in outputs.items()}})
+        if any(not v.ndim for v in outputs.values()):
+            raise ServingError("INVALID_ARGUMENT", "the row format (\"instances\") needs outputs with a batch "
+                               "dimension; this signature has a scalar output: send \"inputs\" instead")
         if len(outputs) == 1:
             return _json({"predictions": _encode(next(iter(outputs.values())))})
         columns = {k: _encode(v) for k, v in outputs.items()}

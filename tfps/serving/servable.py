@@ -1,11 +1,12 @@
 """One loaded SavedModel version: its session, signatures, checked inputs and in-flight count."""
+import contextlib
 import threading
 
 import numpy as np
 import tensorflow as tf
 
 import tfps  # noqa: F401  (registers the ops the SavedModel's graph holds)
-from tfps.serving.errors import ServingError
+from tfps.serving.errors import ServingError, error_line
 
 DEFAULT_SIGNATURE = "serving_default"
 
@@ -103,14 +104,16 @@ class Servable:
         self.session = tf.compat.v1.Session(graph=self.graph, config=config)
         try:
             meta = tf.compat.v1.saved_model.loader.load(self.session, ["serve"], path)
+            self.signatures = {k: Signature(k, v) for k, v in meta.signature_def.items()
+                               if k != "__saved_model_init_op"}
         except Exception:
             self.session.close()
             raise
-        self.signatures = {k: Signature(k, v) for k, v in meta.signature_def.items()
-                           if k != "__saved_model_init_op"}
-        self.meta = meta
         self._lock = threading.Lock()
         self._callables = {}   # (signature, inputs, outputs) -> session callable
+        self._rw = threading.Condition()
+        self._readers = self._writers_waiting = 0
+        self._writing = False
         self._in_flight, self._retired, self._closed = 0, False, False
 
     def signature(self, name):
@@ -122,7 +125,7 @@ class Servable:
 
     def run(self, signature, inputs, output_filter=None):
         """{alias: checked array} -> {alias: np.ndarray} of the outputs (all, or output_filter's)."""
-        names = list(output_filter or signature.outputs)
+        names = sorted(set(output_filter or signature.outputs))
         unknown = [n for n in names if n not in signature.outputs]
         if unknown:
             raise ServingError("INVALID_ARGUMENT", f"output_filter names {unknown}; signature {signature.name!r} "
@@ -135,12 +138,46 @@ class Servable:
                                              [signature.inputs[a][0] for a in aliases])
             self._callables[key] = run
         try:
-            values = run(*[inputs[a] for a in aliases])
+            with self.reading():
+                values = run(*[inputs[a] for a in aliases])
         except tf.errors.InvalidArgumentError as e:
-            raise ServingError("INVALID_ARGUMENT", e.message.split("\n")[0]) from None
+            raise ServingError("INVALID_ARGUMENT", error_line(e)) from None
         except tf.errors.ResourceExhaustedError as e:
-            raise ServingError("RESOURCE_EXHAUSTED", e.message.split("\n")[0]) from None
+            raise ServingError("RESOURCE_EXHAUSTED", error_line(e)) from None
         return dict(zip(names, values))
+
+    # -- requests vs table updates ---------------------------------------------------------------
+    @contextlib.contextmanager
+    def reading(self):
+        """Held by each run: any number at once, never during writing()."""
+        with self._rw:
+            while self._writing or self._writers_waiting:
+                self._rw.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._rw:
+                self._readers -= 1
+                if not self._readers:
+                    self._rw.notify_all()
+
+    @contextlib.contextmanager
+    def writing(self):
+        """Held while --follow applies a checkpoint or delta: requests see it all or none of it.
+        Waiting writers go first, so a steady load cannot starve an update."""
+        with self._rw:
+            self._writers_waiting += 1
+            while self._writing or self._readers:
+                self._rw.wait()
+            self._writers_waiting -= 1
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._rw:
+                self._writing = False
+                self._rw.notify_all()
 
     def warm_up(self):
         """Runs every signature once on one row of zeros (the first run of a graph builds its

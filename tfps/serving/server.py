@@ -8,7 +8,7 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 from tfps.serving.batching import Batcher
 from tfps.serving.grpc_api import add_services
 from tfps.serving.rest import RestApp
-from tfps.serving.store import ModelStore, poll_forever
+from tfps.serving.store import ModelStore
 
 
 class _Handler(WSGIRequestHandler):
@@ -28,11 +28,6 @@ class ModelServer:
                  max_batch_size=32, batch_timeout_micros=1000, num_batch_threads=2, poll_secs=1.0, follow=None,
                  num_versions=1, max_request_bytes=64 << 20, grpc_threads=16, session_threads=0, host="0.0.0.0",
                  printer=print):
-        self.store = ModelStore(model_name, model_base_path, keep=num_versions, follow=follow,
-                                threads=session_threads, printer=printer)
-        self.batcher = Batcher(max_batch_size, batch_timeout_micros, num_batch_threads) if enable_batching else None
-        self.max_request_bytes = max_request_bytes
-        self._poll_secs, self._stop = poll_secs, threading.Event()
         problems = [f"{flag} must be in [0, 65535], got {v}" for flag, v in (("--port", port),
                     ("--rest_api_port", rest_api_port)) if v is not None and not 0 <= v <= 65535]
         problems += [f"{flag} must be > 0, got {v}" for flag, v in (
@@ -44,6 +39,10 @@ class ModelServer:
             if not model_name or "/" in model_name or ":" in model_name else []
         if problems:
             raise ValueError("tfps serve: " + "; ".join(problems))
+        self.store = ModelStore(model_name, model_base_path, keep=num_versions, follow=follow,
+                                threads=session_threads, printer=printer)
+        self.max_request_bytes = max_request_bytes
+        self._poll_secs, self._stop, self._started = poll_secs, threading.Event(), False
         # so_reuseport off: a second server on the same port fails instead of sharing its traffic
         self._grpc = grpc.server(concurrent.futures.ThreadPoolExecutor(grpc_threads, thread_name_prefix="tfps-grpc"),
                                  options=[("grpc.max_receive_message_length", max_request_bytes),
@@ -55,9 +54,15 @@ class ModelServer:
         except RuntimeError:
             self.port = 0
         if self.port == 0:
+            self._grpc.stop(None)
             raise OSError(f"tfps serve: cannot listen on gRPC port {port} (in use?)")
-        self._rest = make_server(host, rest_api_port, RestApp(self), threaded=True, request_handler=_Handler) \
-            if rest_api_port is not None else None
+        try:
+            self._rest = make_server(host, rest_api_port, RestApp(self), threaded=True, request_handler=_Handler) \
+                if rest_api_port is not None else None
+        except OSError:
+            self._grpc.stop(None)
+            raise
+        self.batcher = Batcher(max_batch_size, batch_timeout_micros, num_batch_threads) if enable_batching else None
         if self._rest:
             self._rest.daemon_threads = False   # stop() waits for the requests in flight
         self.rest_api_port = self._rest.server_port if self._rest else None
@@ -72,19 +77,20 @@ class ModelServer:
         """Loads what is there now (one poll), then serves and polls in the background."""
         self.store.poll()
         self._grpc.start()
-        threads = [threading.Thread(target=poll_forever, args=(self.store, self._poll_secs, self._stop),
+        threads = [threading.Thread(target=self.store.poll_forever, args=(self._poll_secs, self._stop),
                                     name="tfps-serve-poll", daemon=True)] if self._poll_secs > 0 else []
         if self._rest:
             threads.append(threading.Thread(target=self._rest.serve_forever, name="tfps-rest", daemon=True))
         for t in threads:
             t.start()
-        self._threads = threads
+        self._threads, self._started = threads, True
         return self
 
     def stop(self, grace=5.0):
         self._stop.set()
         if self._rest:
-            self._rest.shutdown()
+            if self._started:   # shutdown() waits for serve_forever, which only start() runs
+                self._rest.shutdown()
             self._rest.server_close()   # joins the requests in flight (each bounded by the handler's timeout)
         self._grpc.stop(grace).wait()
         if self.batcher:

@@ -1,7 +1,6 @@
 """The versions of one served model: found under the base path, loaded and warmed off to the side,
 swapped in; and, with a followed model_dir, the trainer's table deltas applied in place."""
 import contextlib
-import glob
 import os
 import threading
 import time
@@ -20,11 +19,15 @@ def version_dirs(base_path):
     """{version: path} of the SavedModels under base_path: directories named by an int64 in ASCII
     digits (others are not versions) holding a saved_model.pb."""
     out = {}
-    for path in glob.glob(os.path.join(base_path, "*")):
-        name = os.path.basename(path)
+    try:
+        entries = list(os.scandir(base_path))
+    except OSError:
+        return out
+    for entry in entries:
+        name = entry.name
         if name.isascii() and name.isdigit() and int(name) < 2**63 and \
-                os.path.isfile(os.path.join(path, "saved_model.pb")):
-            out[int(name)] = path
+                os.path.isfile(os.path.join(entry.path, "saved_model.pb")):
+            out[int(name)] = entry.path
     return out
 
 
@@ -59,6 +62,7 @@ class ModelStore:
         self._failed = {}            # version -> the error that kept it from loading
         self.follower = TableFollower(follow, printer) if follow else None
         self.swaps = 0
+        self.polls = 0   # polls done (tests wait on it)
 
     # -- requests ---------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -124,8 +128,8 @@ class ModelStore:
             try:
                 servable = Servable(found[version], version, threads=self._threads)
                 try:
-                    if self.follower:
-                        self.follower.catch_up(servable, strict=True)
+                    if self.follower:   # what cannot be applied is reported; the version still loads
+                        self.follower.catch_up(servable)
                     servable.warm_up()
                 except Exception:
                     servable.retire()
@@ -144,7 +148,9 @@ class ModelStore:
             added.append(version)
             self._print(f"tfps serve: {self.name!r} version {version} loaded", flush=True)
         with self._lock:
-            keep = set(wanted) & set(self._versions)
+            # the newest `keep` of the loaded versions still on disk (a new one that failed to
+            # load retires nothing); none on disk: keep serving what is loaded
+            keep = set([v for v in sorted(self._versions) if v in found][-self.keep:])
             retired = [self._versions.pop(v) for v in sorted(self._versions) if v not in keep] if keep else []
         for old in retired:
             old.retire()
@@ -160,6 +166,7 @@ class ModelStore:
                         self.follower.catch_up(servable)
                     finally:
                         servable.release()
+        self.polls += 1
         return added
 
     def close(self):
@@ -167,6 +174,17 @@ class ModelStore:
             versions, self._versions = list(self._versions.values()), {}
         for servable in versions:
             servable.retire()
+
+    def poll_forever(self, every_secs, stop):
+        """poll() every `every_secs` until `stop` (a threading.Event) is set; errors are reported
+        and the loop goes on."""
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                self.poll()
+            except Exception as e:   # noqa: BLE001
+                self._print(f"tfps serve: poll of {self.base_path} failed: {error_line(e)}", flush=True)
+            stop.wait(max(0.0, every_secs - (time.monotonic() - started)))
 
 
 class TableFollower:
@@ -200,7 +218,7 @@ class TableFollower:
                                                     shape_and_slices=[""] * len(parts),
                                                     dtypes=[DTYPES[p] for p in parts])
                 full.append(ev.load(dict(zip(parts, restored))))
-            dense = [v for v in tf.compat.v1.global_variables()]
+            dense = tf.compat.v1.global_variables()
             saver = tf.compat.v1.train.Saver(dense, sharded=False) if dense else None
             step = tf.compat.v1.train.get_global_step()
         # The step of the checkpoint the version was exported from; None: unknown, the first
@@ -216,10 +234,10 @@ class TableFollower:
             self._reported.add(message)
             self._print(f"tfps serve --follow: {message}", flush=True)
 
-    def catch_up(self, servable, strict=False):
-        """Applies what model_dir holds beyond what `servable` has. Returns the steps applied.
-        strict: a checkpoint that cannot be applied raises (a version about to be loaded) rather
-        than being reported and skipped (a version being served goes on as it is)."""
+    def catch_up(self, servable):
+        """Applies what model_dir holds beyond what `servable` has, each checkpoint or delta as one
+        write (requests see all of it or none). What cannot be applied is reported once and
+        skipped; the servable goes on as it is. Returns the steps applied."""
         state = self._ops(servable)
         if not state["tables"]:
             return []
@@ -230,8 +248,6 @@ class TableFollower:
             try:
                 self._apply_full(servable, state, latest)
             except (ValueError, tf.errors.OpError) as e:
-                if strict:
-                    raise
                 self._report(f"checkpoint {latest} not applied: {error_line(e)}")
                 return done
             state.update(base=full_step, chain=None, applied=full_step)
@@ -244,12 +260,12 @@ class TableFollower:
         files = tuple(delta_files(self.model_dir, after_step=state["base"]))
         if not files or files == state.get("seen"):
             return done
+        state["seen"] = files   # read again only when the files change
         try:
             chain, _ = delta_chain(self.model_dir, state["base"], state["tables"])
         except ValueError as e:
             self._report(str(e))
             return done
-        state["seen"] = files
         if not chain:
             return done
         key = chain_of(chain[0][1])
@@ -265,7 +281,13 @@ class TableFollower:
         state["chain"] = key
         for step, prefix in chain:
             if step > state["applied"]:
-                servable.session.run(state["delta"], {state["prefix"]: prefix})
+                try:
+                    with servable.writing():
+                        servable.session.run(state["delta"], {state["prefix"]: prefix})
+                except tf.errors.OpError as e:
+                    state["seen"] = None   # tried again at the next poll
+                    self._report(f"{prefix} not applied: {error_line(e)}")
+                    return done
                 state["applied"] = step
                 self.applied.append((servable.version, "delta", step))
                 self._print(f"tfps serve --follow: applied {os.path.basename(prefix)} to version {servable.version}",
@@ -283,9 +305,10 @@ class TableFollower:
                 reader.get_tensor(name)
         except (RuntimeError, ValueError, IndexError, tf.errors.OpError) as e:
             raise ValueError(f"{prefix} cannot be read ({error_line(e)}); nothing of it applied") from None
-        if state["saver"] is not None:
-            state["saver"].restore(servable.session, prefix)
-        servable.session.run(state["full"], {state["prefix"]: prefix})
+        with servable.writing():   # the tables (the checked part) first, then the dense variables
+            servable.session.run(state["full"], {state["prefix"]: prefix})
+            if state["saver"] is not None:
+                state["saver"].restore(servable.session, prefix)
 
     def forget(self, servable):
         self._state.pop(servable, None)
@@ -297,15 +320,3 @@ def _checkpoint_at(model_dir, step):
         if path.endswith(f"-{step}"):
             return path
     raise ValueError(f"no full checkpoint of step {step} in {model_dir}")
-
-
-def poll_forever(store, every_secs, stop):
-    """store.poll() every `every_secs` until `stop` (a threading.Event) is set; errors are
-    reported and the loop goes on."""
-    while not stop.is_set():
-        started = time.monotonic()
-        try:
-            store.poll()
-        except Exception as e:   # noqa: BLE001
-            store._print(f"tfps serve: poll of {store.base_path} failed: {e}", flush=True)   # noqa: SLF001
-        stop.wait(max(0.0, every_secs - (time.monotonic() - started)))
