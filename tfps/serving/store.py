@@ -116,8 +116,9 @@ class ModelStore:
         A failed load is retried once its directory changes. Brings the served tables up to date
         with the followed model_dir. Returns the versions swapped in."""
         found = version_dirs(self.base_path)
-        for version in [v for v in self._failed if v not in found]:
-            del self._failed[version]
+        with self._lock:   # status() reads _failed from request threads
+            for version in [v for v in self._failed if v not in found]:
+                del self._failed[version]
         loadable = [v for v in sorted(found) if v not in self._failed or
                     self._failed[v][1] != _fingerprint(found[v])]
         wanted = loadable[-self.keep:]
@@ -136,13 +137,14 @@ class ModelStore:
                     raise
             except Exception as e:   # noqa: BLE001  (any failure: report it, keep the served versions)
                 message = error_line(e)
-                self._failed[version] = (message, _fingerprint(found[version]))
+                with self._lock:
+                    self._failed[version] = (message, _fingerprint(found[version]))
                 self._print(f"tfps serve: version {version} of {self.name!r} at {found[version]} failed to load: "
                             f"{message}; serving {sorted(self._versions) or 'nothing'} (retried when its directory "
                             f"changes)", flush=True)
                 continue
-            self._failed.pop(version, None)
             with self._lock:
+                self._failed.pop(version, None)
                 self._versions[version] = servable
                 self.swaps += 1
             added.append(version)
