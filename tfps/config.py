@@ -150,7 +150,7 @@ class PipelineSection:
     depth: int = 1                       # 1 .. 8; rows are at most this many steps stale
     fuse_dense: bool = True              # with enabled: one dense read and one gradient message per PS and step
     defer_push: Optional[bool] = None    # with fuse_dense: push a step's gradients during the next step (null:
-                                         # on at depth 1 when dense variables live on a PS; deeper it trains worse)
+                                         # on at depth 1 when dense variables live on a PS; deeper it needs a smaller step)
 
 
 @dataclasses.dataclass
