@@ -203,6 +203,7 @@ class TableFollower:
         self._state = {}      # servable -> its ops and what it holds (base full step, chain, applied step)
         self._reported = set()
         self.applied = []     # (version, "full"/"delta", step), in the order applied
+        self.lags = []        # seconds from each applied delta's appearance to its apply
 
     def _ops(self, servable):
         state = self._state.get(servable)
@@ -292,8 +293,10 @@ class TableFollower:
                     return done
                 state["applied"] = step
                 self.applied.append((servable.version, "delta", step))
-                self._print(f"tfps serve --follow: applied {os.path.basename(prefix)} to version {servable.version}",
-                            flush=True)
+                lag = time.time() - os.path.getmtime(prefix + ".index")   # the index appears last
+                self.lags.append(lag)
+                self._print(f"tfps serve --follow: applied {os.path.basename(prefix)} to version {servable.version}, "
+                            f"{lag:.3f} s after it was written", flush=True)
                 done.append(step)
         return done
 
