@@ -62,7 +62,7 @@ class ModelStore:
         self._failed = {}            # version -> the error that kept it from loading
         self.follower = TableFollower(follow, printer) if follow else None
         self.swaps = 0
-        self.polls = 0   # polls done (tests wait on it)
+        self._version_polls = self._table_polls = 0
 
     # -- requests ---------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -110,6 +110,17 @@ class ModelStore:
 
     # -- background work ----------------------------------------------------------------------------
     def poll(self):
+        """poll_versions(), then poll_tables(). Returns the versions swapped in."""
+        added = self.poll_versions()
+        self.poll_tables()
+        return added
+
+    @property
+    def polls(self):
+        """Full passes of both loops (tests wait on it)."""
+        return min(self._version_polls, self._table_polls)
+
+    def poll_versions(self):
         """Serves the newest `keep` loadable versions of base_path: loads those not loaded, then
         retires the loaded ones that are no longer among them (a newer one arrived, or their
         directory was removed: a rollback) -- but never the last one while nothing replaces it.
@@ -161,6 +172,11 @@ class ModelStore:
             gone = "its directory is gone" if old.version not in found else "a newer version is served"
             self._print(f"tfps serve: {self.name!r} version {old.version} unloaded ({gone}); serving "
                         f"{sorted(self.loaded())}", flush=True)
+        self._version_polls += 1
+        return added
+
+    def poll_tables(self):
+        """Brings the loaded versions' tables up to date with the followed model_dir."""
         if self.follower:
             for servable in self.loaded().values():
                 if servable.acquire():
@@ -168,8 +184,7 @@ class ModelStore:
                         self.follower.catch_up(servable)
                     finally:
                         servable.release()
-        self.polls += 1
-        return added
+        self._table_polls += 1
 
     def close(self):
         with self._lock:
@@ -178,15 +193,22 @@ class ModelStore:
             servable.retire()
 
     def poll_forever(self, every_secs, stop):
-        """poll() every `every_secs` until `stop` (a threading.Event) is set; errors are reported
-        and the loop goes on."""
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                self.poll()
-            except Exception as e:   # noqa: BLE001
-                self._print(f"tfps serve: poll of {self.base_path} failed: {error_line(e)}", flush=True)
-            stop.wait(max(0.0, every_secs - (time.monotonic() - started)))
+        """Two loops until `stop` (a threading.Event) is set, each every `every_secs`: versions
+        (load, warm, swap) on a thread of its own, so that loading a version never holds back the
+        served tables' deltas (the calling thread). Errors are reported and the loops go on."""
+        def loop(step, what):
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    step()
+                except Exception as e:   # noqa: BLE001
+                    self._print(f"tfps serve: {what} of {self.base_path} failed: {error_line(e)}", flush=True)
+                stop.wait(max(0.0, every_secs - (time.monotonic() - started)))
+        versions = threading.Thread(target=loop, args=(self.poll_versions, "version poll"),
+                                    name="tfps-serve-versions", daemon=True)
+        versions.start()
+        loop(self.poll_tables, "table poll")
+        versions.join()
 
 
 class TableFollower:
