@@ -53,24 +53,45 @@ def delta_files(model_dir, after_step=-1):
     return sorted(out)
 
 
-def delta_chain(model_dir, step, variables):
+def _file_signature(prefix):
+    """(name, size, mtime) of each file of a bundle: a delta is re-read only when one changes."""
+    out = []
+    for path in sorted(glob.glob(prefix + ".*")):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        out.append((path, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def delta_chain(model_dir, step, variables, checked=None):
     """The deltas to apply on a full checkpoint of `step`: ([(step, prefix)] in order, those of the
     newest chain that starts at `step`; [steps of the deltas of older chains, skipped]). Raises ValueError naming the file when a delta of that
     chain does not continue from the one before (a delta is missing), when deltas after `step`
-    start from nowhere, or when one lacks a table of `variables` or has another dim."""
+    start from nowhere, or when one lacks a table of `variables` or has another dim.
+    checked: a dict kept between calls (a server polling model_dir): a delta read whole once
+    and unchanged since (its files' sizes and times) is not read again."""
     chains = {}
     for delta_step, prefix in delta_files(model_dir, after_step=step):
-        try:   # every tensor read once here, so that a damaged delta is refused before any applies
-            reader = tf.train.load_checkpoint(prefix)
-            for name in reader.get_variable_to_shape_map():
-                reader.get_tensor(name)
-        except (RuntimeError, ValueError, IndexError, tf.errors.OpError) as e:
-            raise ValueError(f"delta {prefix} cannot be read ({str(e).strip().splitlines()[0]}); refusing to "
-                             f"apply any delta after step {step}") from None
-        if not reader.has_tensor(BASE_STEP):
-            raise ValueError(f"delta {prefix} has no {BASE_STEP}: not a tfps delta, or written by an older tfps")
-        key = (float(reader.get_tensor(STARTED)), reader.get_tensor(CHAIN))
-        chains.setdefault(key, []).append((delta_step, prefix, int(reader.get_tensor(BASE_STEP)), reader))
+        signature = _file_signature(prefix)
+        if checked is not None and checked.get(prefix, (None,))[0] == signature:
+            key, base, shapes = checked[prefix][1:]   # read whole before, and unchanged since
+        else:
+            try:   # every tensor read once here, so that a damaged delta is refused before any applies
+                reader = tf.train.load_checkpoint(prefix)
+                for name in reader.get_variable_to_shape_map():
+                    reader.get_tensor(name)
+            except (RuntimeError, ValueError, IndexError, tf.errors.OpError) as e:
+                raise ValueError(f"delta {prefix} cannot be read ({str(e).strip().splitlines()[0]}); refusing to "
+                                 f"apply any delta after step {step}") from None
+            if not reader.has_tensor(BASE_STEP):
+                raise ValueError(f"delta {prefix} has no {BASE_STEP}: not a tfps delta, or written by an older tfps")
+            key = (float(reader.get_tensor(STARTED)), reader.get_tensor(CHAIN))
+            base, shapes = int(reader.get_tensor(BASE_STEP)), reader.get_variable_to_shape_map()
+            if checked is not None:
+                checked[prefix] = (signature, key, base, shapes)
+        chains.setdefault(key, []).append((delta_step, prefix, base, shapes))
     starting_here = [key for key, deltas in chains.items() if deltas[0][2] == step]
     if not starting_here:
         if chains:
@@ -82,12 +103,12 @@ def delta_chain(model_dir, step, variables):
     newest = max(starting_here)
     skipped = sorted(d[0] for key, deltas in chains.items() if key != newest for d in deltas)
     previous, out = step, []
-    for delta_step, prefix, base, reader in chains[newest]:
+    for delta_step, prefix, base, shapes in chains[newest]:
         if base != previous:
             raise ValueError(f"delta {prefix} continues from step {base}, but the one before it is at step "
                              f"{previous}: a delta in between is missing; refusing to apply any delta after step "
                              f"{step}. Remove the deltas after step {previous} from {model_dir} to resume there")
-        problems = table_problems(reader.get_variable_to_shape_map(), variables, _name)
+        problems = table_problems(shapes, variables, _name)
         if problems:
             raise ValueError(f"delta {prefix} does not match the model: " + "; ".join(problems))
         previous = delta_step

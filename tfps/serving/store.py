@@ -226,6 +226,7 @@ class TableFollower:
         self._reported = set()
         self.applied = []     # (version, "full"/"delta", step), in the order applied
         self.lags = []        # seconds from each applied delta's appearance to its apply
+        self._checked = {}    # deltas read whole (delta_chain's cache)
 
     def _ops(self, servable):
         state = self._state.get(servable)
@@ -286,8 +287,11 @@ class TableFollower:
         if not files or files == state.get("seen"):
             return done
         state["seen"] = files   # read again only when the files change
+        current = {prefix for _, prefix in files}
+        for prefix in [p for p in self._checked if p not in current]:
+            del self._checked[prefix]
         try:
-            chain, _ = delta_chain(self.model_dir, state["base"], state["tables"])
+            chain, _ = delta_chain(self.model_dir, state["base"], state["tables"], checked=self._checked)
         except ValueError as e:
             self._report(str(e))
             return done
