@@ -141,7 +141,7 @@ class ModelStore:
                 servable = Servable(found[version], version, threads=self._threads)
                 try:
                     if self.follower:   # what cannot be applied is reported; the version still loads
-                        self.follower.catch_up(servable)
+                        self.follower.catch_up(servable, live=False)
                     servable.warm_up()
                 except Exception:
                     servable.retire()
@@ -260,10 +260,12 @@ class TableFollower:
             self._reported.add(message)
             self._print(f"tfps serve --follow: {message}", flush=True)
 
-    def catch_up(self, servable):
+    def catch_up(self, servable, live=True):
         """Applies what model_dir holds beyond what `servable` has, each checkpoint or delta as one
         write (requests see all of it or none). What cannot be applied is reported once and
-        skipped; the servable goes on as it is. Returns the steps applied."""
+        skipped; the servable goes on as it is. live: the servable answers requests (its deltas'
+        lags are measured; a version still loading catches up on old deltas). Returns the steps
+        applied."""
         state = self._ops(servable)
         if not state["tables"]:
             return []
@@ -320,9 +322,10 @@ class TableFollower:
                 state["applied"] = step
                 self.applied.append((servable.version, "delta", step))
                 lag = time.time() - os.path.getmtime(prefix + ".index")   # the index appears last
-                self.lags.append(lag)
-                self._print(f"tfps serve --follow: applied {os.path.basename(prefix)} to version {servable.version}, "
-                            f"{lag:.3f} s after it was written", flush=True)
+                if live:
+                    self.lags.append(lag)
+                self._print(f"tfps serve --follow: applied {os.path.basename(prefix)} to version {servable.version}"
+                            + (f", {lag:.3f} s after it was written" if live else " (loading it)"), flush=True)
                 done.append(step)
         return done
 
