@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import report  # noqa: E402
+from common import pyplot, report  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LATENCIES_MS = (0.0, 0.5, 2.0)
@@ -37,12 +37,8 @@ def run(command, steps, pipeline, latency_ms=0.0):
 
 
 def plot(results, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"matplotlib is not installed (pip install -r benchmarks/requirements.txt): {path} not drawn")
+    plt = pyplot(path)
+    if plt is None:
         return
     labels, phases = [], {"embedding wait": [], "dense compute": [], "push": []}
     for (latency, pipeline), m in results.items():

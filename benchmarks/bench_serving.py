@@ -31,6 +31,9 @@ import grpc  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import pyplot  # noqa: E402
+
 PLOT = os.path.join(ROOT, "docs", "serving_latency.png")
 CONCURRENCY = (1, 8, 32)
 
@@ -141,12 +144,8 @@ def summary(latencies, failures, seconds):
 
 
 def plot(results, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"matplotlib is not installed (pip install -r benchmarks/requirements.txt): {path} not drawn")
+    plt = pyplot(path)
+    if plt is None:
         return
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=110)
     for (mode, by_c), color in zip(results.items(), ("#1b9e77", "#d95f02", "#7570b3")):

@@ -54,3 +54,16 @@ def report(rows):
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
+
+
+def pyplot(path):
+    """matplotlib.pyplot on the Agg backend, or None (with a message that `path` is not drawn)
+    when matplotlib is not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"matplotlib is not installed (pip install -r benchmarks/requirements.txt): {path} not drawn")
+        return None
+    return plt
