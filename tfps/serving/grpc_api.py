@@ -101,9 +101,7 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
     def GetModelStatus(self, request, context):   # noqa: N802
         try:
             spec = request.model_spec
-            if spec.name != self._server.store.name:
-                raise ServingError("NOT_FOUND", f"model {spec.name!r} not found; this server serves "
-                                   f"{self._server.store.name!r}")
+            self._server.store.check_name(spec.name)
             response = get_model_status_pb2.GetModelStatusResponse()
             for version, state, error in self._server.store.status(requested_version(spec)):
                 status = response.model_version_status.add()

@@ -116,8 +116,7 @@ class RestApp:
                 signatures = {k: json_format.MessageToDict(s.proto) for k, s in servable.signatures.items()}
                 return _json({"model_spec": {"name": name, "signature_name": "", "version": str(servable.version)},
                               "metadata": {"signature_def": {"signature_def": signatures}}})
-        if name != store.name:
-            raise ServingError("NOT_FOUND", f"model {name!r} not found; this server serves {store.name!r}")
+        store.check_name(name)
         rows = store.status(version)
         return _json({"model_version_status": [
             {"version": str(v), "state": state, "status": {"error_code": _STATE_CODE[state], "error_message": error}}

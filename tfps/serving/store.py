@@ -65,11 +65,15 @@ class ModelStore:
         self._version_polls = self._table_polls = 0
 
     # -- requests ---------------------------------------------------------------------------------
+    def check_name(self, name):
+        """NOT_FOUND unless `name` is the served model's."""
+        if name != self.name:
+            raise ServingError("NOT_FOUND", f"model {name!r} not found; this server serves {self.name!r}")
+
     @contextlib.contextmanager
     def use(self, name, version=None):
         """The Servable for a request (the newest, or `version`), held while the request runs."""
-        if name != self.name:
-            raise ServingError("NOT_FOUND", f"model {name!r} not found; this server serves {self.name!r}")
+        self.check_name(name)
         for _ in range(3):   # a version retired between the look-up and acquire: look again
             with self._lock:
                 if not self._versions:
