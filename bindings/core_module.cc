@@ -219,6 +219,23 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
       });
 
   m.def(
+      "set_prefetch_mode",
+      [](const std::string& mode) {
+        using tfps::core::PrefetchMode;
+        const std::string before = tfps::core::GetPrefetchMode() == PrefetchMode::kOff     ? "off"
+                                   : tfps::core::GetPrefetchMode() == PrefetchMode::kGroup ? "group"
+                                                                                             : "rolling";
+        if (mode == "off") tfps::core::SetPrefetchMode(PrefetchMode::kOff);
+        else if (mode == "group") tfps::core::SetPrefetchMode(PrefetchMode::kGroup);
+        else if (mode == "rolling") tfps::core::SetPrefetchMode(PrefetchMode::kRolling);
+        else throw py::value_error("prefetch mode must be off, group or rolling, got '" + mode + "'");
+        return before;
+      },
+      py::arg("mode"),
+      "Sets how this module's tables prefetch on their batch paths (off | group | rolling; results never "
+      "depend on it; the TF ops' tables follow TFPS_PREFETCH). Returns the mode it replaced.");
+
+  m.def(
       "unique_partition",
       [](const py::array& raw, int64_t num_partitions, const std::string& strategy) {
         const Keys ids = AsKeys(raw, "ids");

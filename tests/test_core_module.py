@@ -152,3 +152,27 @@ def test_bad_arguments_are_value_errors():
     with pytest.raises(ValueError, match="one table serves one optimizer"):
         t.ensure_slots([0.1])
         t.ensure_slots([0.1, 0.2])
+
+
+def test_prefetch_modes_give_identical_tables_and_a_bad_mode_is_refused():
+    """The binding's switch of the batch paths' prefetching (the C++ tests cover every path)."""
+    rng = np.random.default_rng(3)
+    keys = rng.integers(-2**40, 2**40, size=60000)
+    results = []
+    before = _core.set_prefetch_mode("off")
+    try:
+        for mode in ("off", "group", "rolling"):
+            _core.set_prefetch_mode(mode)
+            t = _core.Table(16, "uniform", -1.0, 1.0, seed=5)
+            t.lookup(keys)
+            t.apply_sgd(keys[::2], np.ones((len(keys[::2]), 16), np.float32), 0.5, 3)
+            t.remove(keys[::7])
+            results.append((t.lookup(keys, insert=False), t.export()))
+    finally:
+        _core.set_prefetch_mode(before)
+    for values, snap in results[1:]:
+        np.testing.assert_array_equal(values, results[0][0])
+        for part in ("keys", "values", "freq", "last_step"):
+            np.testing.assert_array_equal(snap[part], results[0][1][part])
+    with pytest.raises(ValueError, match="prefetch mode must be off, group or rolling"):
+        _core.set_prefetch_mode("fast")

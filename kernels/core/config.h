@@ -59,6 +59,16 @@ constexpr int64_t kParallelUniqueMinNDistinct = 1 << 20;
 // A pass over the inverse (one gather from a small table per id) is split over threads
 // only from this many ids: below, waking the workers costs more than it saves.
 constexpr int64_t kParallelRemapMinN = 1 << 18;
+// Prefetching on the table's batch paths (lookup, find-or-insert, sparse apply, assign, remove,
+// export, eviction): each key's index slot is fetched 2 * kPrefetchDistance keys ahead and the
+// row it leads to kPrefetchDistance keys ahead, so that the misses of many keys overlap.
+// kGroup does it per window of 2 * kPrefetchDistance keys (slots, then rows, then the work).
+// Results never depend on it. The mode starts from TFPS_PREFETCH (off | group | rolling, the
+// default rolling) and SetPrefetchMode changes it (tests and benchmarks compare the modes).
+enum class PrefetchMode : int { kOff = 0, kGroup = 1, kRolling = 2 };
+constexpr int64_t kPrefetchDistance = 8;
+PrefetchMode GetPrefetchMode();
+void SetPrefetchMode(PrefetchMode mode);
 // Dedup tables of skewed batches are sized for EstimateDistinct / this (the sampled
 // estimate runs 2-3x high on skewed ids; a low guess costs one doubling).
 constexpr int64_t kSkewedSizeDivisor = 2;

@@ -9,6 +9,7 @@
 
 #include "kernels/core/hash.h"
 #include "kernels/core/parallel.h"
+#include "kernels/core/prefetch.h"
 
 namespace tfps {
 namespace core {
@@ -51,6 +52,47 @@ int64_t EmbeddingTable::Find(const Shard& s, uint64_t h, int64_t key) {
     const Slot& slot = s.slots[pos];
     if (slot.row == nullptr) return -1;
     if (slot.key == key) return pos;
+  }
+}
+
+void EmbeddingTable::PrefetchRowAfter(const Shard& s, size_t pos, size_t bytes) {
+  const size_t ahead = pos + kPrefetchDistance;
+  if (ahead < s.slots.size() && s.slots[ahead].row != nullptr && GetPrefetchMode() != PrefetchMode::kOff) {
+    PrefetchLines(s.slots[ahead].row, bytes);
+  }
+}
+
+template <typename Visit>
+void EmbeddingTable::Prefetched(const Shard& s, const int64_t* keys, const int64_t* idx, const uint64_t* h,
+                                int64_t m, size_t row_bytes, const Visit& visit) const {
+  const uint64_t mask = s.slots.size() - 1;
+  auto slot_of = [&](int64_t j) { __builtin_prefetch(&s.slots[h[j] & mask]); };
+  auto row_of = [&](int64_t j) {
+    const int64_t pos = Find(s, h[j], keys[idx[j]]);
+    if (pos >= 0) PrefetchLines(s.slots[pos].row, row_bytes);
+  };
+  constexpr int64_t d = kPrefetchDistance;
+  switch (GetPrefetchMode()) {
+    case PrefetchMode::kOff:
+      for (int64_t j = 0; j < m; ++j) visit(j);
+      return;
+    case PrefetchMode::kGroup:
+      for (int64_t begin = 0; begin < m; begin += 2 * d) {
+        const int64_t end = std::min(m, begin + 2 * d);
+        for (int64_t j = begin; j < end; ++j) slot_of(j);
+        for (int64_t j = begin; j < end; ++j) row_of(j);
+        for (int64_t j = begin; j < end; ++j) visit(j);
+      }
+      return;
+    case PrefetchMode::kRolling:
+      for (int64_t j = 0; j < std::min(m, 2 * d); ++j) slot_of(j);
+      for (int64_t j = 0; j < std::min(m, d); ++j) row_of(j);
+      for (int64_t j = 0; j < m; ++j) {
+        if (j + 2 * d < m) slot_of(j + 2 * d);
+        if (j + d < m) row_of(j + d);
+        visit(j);
+      }
+      return;
   }
 }
 
@@ -118,7 +160,12 @@ int64_t EmbeddingTable::InsertRowsLocked(Shard* s, const int64_t* keys, const in
   s->pool->Allocate(static_cast<int64_t>(fresh.size()), fresh.data());
   const int64_t mask = static_cast<int64_t>(s->slots.size()) - 1;
   size_t used = 0;
-  for (int64_t j : missing) {
+  const bool ahead = GetPrefetchMode() != PrefetchMode::kOff;
+  for (size_t t = 0; t < missing.size(); ++t) {
+    if (ahead && t + kPrefetchDistance < missing.size()) {
+      __builtin_prefetch(&s->slots[h[missing[t + kPrefetchDistance]] & mask]);
+    }
+    const int64_t j = missing[t];
     const int64_t key = keys[idx[j]];
     // One probe finds the key (repeated in the batch, so in by now) or the empty slot for it.
     int64_t pos = static_cast<int64_t>(h[j]) & mask;
@@ -224,23 +271,19 @@ int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool insert,
                                bool missing_zeros, float* out, const int32_t* counts) {
   std::atomic<int64_t> inserted{0};
   const size_t row_bytes = sizeof(float) * dim_;
-  constexpr int64_t kAhead = 8;
   ForEachShard(keys, n, [&](Shard& s, const int64_t* idx, const uint64_t* h, int64_t m) {
     std::vector<int64_t> missing;
     {
       ReadLock lock(s.mu, false);
-      const uint64_t mask = s.slots.size() - 1;
-      for (int64_t j = 0; j < m; ++j) {
-        if (j + kAhead < m) __builtin_prefetch(&s.slots[h[j + kAhead] & mask]);
+      Prefetched(s, keys, idx, h, m, row_bytes, [&](int64_t j) {
         const int64_t i = idx[j];
         const int64_t pos = Find(s, h[j], keys[i]);
         if (pos < 0) {
           missing.push_back(j);
-          continue;
+        } else {
+          std::memcpy(out + i * dim_, s.slots[pos].row, row_bytes);
         }
-        float* row = s.slots[pos].row;
-        std::memcpy(out + i * dim_, row, row_bytes);
-      }
+      });
     }
     if (missing.empty()) return;
     auto fill_missing = [&](int64_t j) {
@@ -288,7 +331,7 @@ void EmbeddingTable::Assign(const int64_t* keys, int64_t n, const float* values)
   ForEachShard(keys, n, [&](Shard& s, const int64_t* idx, const uint64_t* h, int64_t m) {
     ReadLock lock(s.mu, true);
     std::vector<int64_t> missing;
-    for (int64_t j = 0; j < m; ++j) {
+    Prefetched(s, keys, idx, h, m, row_bytes, [&](int64_t j) {
       const int64_t i = idx[j];
       const int64_t pos = Find(s, h[j], keys[i]);
       if (pos >= 0) {
@@ -296,7 +339,7 @@ void EmbeddingTable::Assign(const int64_t* keys, int64_t n, const float* values)
       } else {
         missing.push_back(j);
       }
-    }
+    });
     if (missing.empty()) return;
     InsertRowsLocked(
         &s, keys, idx, h, missing, [&](int64_t, float* row) { InitSlotsAndMeta(row); },
@@ -309,14 +352,15 @@ int64_t EmbeddingTable::Remove(const int64_t* keys, int64_t n) {
   ForEachShard(keys, n, [&](Shard& s, const int64_t* idx, const uint64_t* h, int64_t m) {
     ReadLock lock(s.mu, true);
     int64_t local = 0;
-    for (int64_t j = 0; j < m; ++j) {
+    // The pool writes its free-list link into the first bytes of a freed row.
+    Prefetched(s, keys, idx, h, m, sizeof(float*), [&](int64_t j) {
       const int64_t pos = Find(s, h[j], keys[idx[j]]);
-      if (pos < 0) continue;
+      if (pos < 0) return;
       LogRemovedLocked(&s, keys[idx[j]]);
       s.pool->Free(s.slots[pos].row);
       EraseLocked(&s, pos);
       ++local;
-    }
+    });
     removed += local;
   });
   return removed.load();
@@ -327,22 +371,20 @@ int64_t EmbeddingTable::Update(const int64_t* keys, int64_t n, int64_t step,
   std::atomic<int64_t> updated{0};
   NoteStep(step);
   const uint32_t step32 = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(step, UINT32_MAX)));
-  constexpr int64_t kAhead = 8;
   ForEachShard(keys, n, [&](Shard& s, const int64_t* idx, const uint64_t* h, int64_t m) {
     ReadLock lock(s.mu, true);
-    const uint64_t mask = s.slots.size() - 1;
+    const size_t stride_bytes = sizeof(float) * stride_floats();  // the layout is fixed while a shard is locked
     int64_t local = 0;
-    for (int64_t j = 0; j < m; ++j) {
-      if (j + kAhead < m) __builtin_prefetch(&s.slots[h[j + kAhead] & mask]);
+    Prefetched(s, keys, idx, h, m, stride_bytes, [&](int64_t j) {
       const int64_t pos = Find(s, h[j], keys[idx[j]]);
-      if (pos < 0) continue;
+      if (pos < 0) return;
       float* row = s.slots[pos].row;
       uint32_t* meta = Meta(row);
       fn(idx[j], row, meta[0]);
       if (meta[0] != UINT32_MAX) ++meta[0];
       meta[1] = step32;
       ++local;
-    }
+    });
     updated += local;
   });
   return updated.load();
@@ -382,7 +424,9 @@ bool EmbeddingTable::EnsureSlots(int k, const float* slot_init, std::string* err
   const int64_t old_meta = dim_;
   for (int i = 0; i < kNumShards; ++i) {
     size_t next = 0;
-    for (Slot& e : shards_[i].slots) {
+    for (size_t pos = 0; pos < shards_[i].slots.size(); ++pos) {
+      Slot& e = shards_[i].slots[pos];
+      PrefetchRowAfter(shards_[i], pos, sizeof(float) * (dim_ + 2));
       if (e.row == nullptr) continue;
       float* row = fresh[i][next++];
       std::memcpy(row, e.row, sizeof(float) * dim_);

@@ -201,6 +201,15 @@ class EmbeddingTable {
   void ForEachShard(const int64_t* keys, int64_t n,
                     const std::function<void(Shard&, const int64_t*, const uint64_t*, int64_t)>& fn) const;
   static int64_t Find(const Shard& s, uint64_t h, int64_t key);  // slot index or -1
+  // Calls visit(j) for j in [0, m) in order, prefetching ahead as GetPrefetchMode() says: the
+  // index slots of keys idx[j + ...], then the first row_bytes of the rows they lead to. visit
+  // finds its key itself (a cache hit by then), so it may change the index (Remove).
+  // For scans in slot order (export, eviction, re-layout) at slot pos: prefetches the first
+  // `bytes` of the row kPrefetchDistance slots further, when prefetching is on.
+  static void PrefetchRowAfter(const Shard& s, size_t pos, size_t bytes);
+  template <typename Visit>
+  void Prefetched(const Shard& s, const int64_t* keys, const int64_t* idx, const uint64_t* h, int64_t m,
+                  size_t row_bytes, const Visit& visit) const;
   // Inserts a key known to be absent; the caller made room with ReserveLocked (never throws).
   void InsertLocked(Shard* s, uint64_t h, int64_t key, float* row);
   // Grows the shard's index so that `more` inserts fit under kMaxLoadFactor (may throw).

@@ -29,6 +29,7 @@ int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
   auto erase_if = [&](Shard& s, const std::function<bool(int64_t, float*)>& pred) {
     int64_t n = 0;
     for (int64_t pos = 0; pos < static_cast<int64_t>(s.slots.size());) {
+      PrefetchRowAfter(s, static_cast<size_t>(pos), sizeof(float) * stride_floats());
       Slot& e = s.slots[pos];
       if (e.row != nullptr && pred(e.key, e.row)) {
         LogRemovedLocked(&s, e.key);
@@ -51,7 +52,9 @@ int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
   AllShardsLock lock(*this);
   std::vector<std::pair<uint32_t, int64_t>> score;
   for (int i = 0; i < kNumShards; ++i) {
-    for (const Slot& e : shards_[i].slots) {
+    for (size_t pos = 0; pos < shards_[i].slots.size(); ++pos) {
+      PrefetchRowAfter(shards_[i], pos, sizeof(float) * stride_floats());
+      const Slot& e = shards_[i].slots[pos];
       if (e.row != nullptr) score.push_back({Meta(e.row)[policy.lru ? 1 : 0], e.key});
     }
   }
@@ -87,7 +90,9 @@ void EmbeddingTable::ExportRowsLocked(int64_t since_step, bool updated_only, Tab
   for (int i = 0; i < kNumShards; ++i) {
     Shard& s = shards_[i];
     ReadLock lock(s.mu, /*write=*/take_removed);
-    for (const Slot& e : s.slots) {
+    for (size_t pos = 0; pos < s.slots.size(); ++pos) {
+      const Slot& e = s.slots[pos];
+      PrefetchRowAfter(s, pos, sizeof(float) * stride_floats());
       if (e.row == nullptr) continue;
       const uint32_t* meta = Meta(e.row);
       if (updated_only && (static_cast<int64_t>(meta[1]) < since_step || meta[0] == 0)) continue;
