@@ -215,6 +215,9 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
         d["row_bytes"] = st.row_bytes;
         d["pending"] = st.pending;
         d["removed_logged"] = st.removed_logged;
+        d["index_bytes"] = st.index_bytes;
+        d["pool_bytes"] = st.pool_bytes;
+        d["side_bytes"] = st.side_bytes;
         return d;
       });
 

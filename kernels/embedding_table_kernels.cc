@@ -454,6 +454,23 @@ class TableMemoryStatsOp : public TableOpKernel {
   }
 };
 
+class TableMemorySplitOp : public TableOpKernel {
+ public:
+  using TableOpKernel::TableOpKernel;
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
+    const core::TableStats st = table.Stats();
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({5}), &out));
+    auto v = out->vec<int64_t>();
+    const int64_t rows_bytes = st.rows * st.row_bytes;
+    v(0) = st.index_bytes;
+    v(1) = rows_bytes;
+    v(2) = st.rows * 2 * static_cast<int64_t>(sizeof(uint32_t));
+    v(3) = st.pool_bytes - rows_bytes;
+    v(4) = st.side_bytes;
+  }
+};
+
 #define TFPS_CPU_KERNEL(name, cls) \
   REGISTER_KERNEL_BUILDER(Name(name).Device(tensorflow::DEVICE_CPU), cls)
 TFPS_CPU_KERNEL("TfpsTableHandle", TableHandleOp);
@@ -469,6 +486,7 @@ TFPS_CPU_KERNEL("TfpsTableImport", TableImportOp);
 TFPS_CPU_KERNEL("TfpsTableInitialize", TableInitializeOp);
 TFPS_CPU_KERNEL("TfpsTableIsInitialized", TableIsInitializedOp);
 TFPS_CPU_KERNEL("TfpsTableMemoryStats", TableMemoryStatsOp);
+TFPS_CPU_KERNEL("TfpsTableMemorySplit", TableMemorySplitOp);
 TFPS_CPU_KERNEL("TfpsTableEvict", TableEvictOp);
 TFPS_CPU_KERNEL("TfpsTableExportDelta", TableExportDeltaOp);
 TFPS_CPU_KERNEL("TfpsTableImportDelta", TableImportDeltaOp);

@@ -44,7 +44,8 @@ class ApplyOpBase : public TableOpKernel {
     const float* g = grads.flat<float>().data();
     const float rate = lr.scalar<float>()();
     table.Update(keys.flat<int64_t>().data(), keys.dim_size(0), step.scalar<int64_t>()(),
-                 [&](int64_t i, float* row, uint32_t updates) { fn(row, g + i * dim, dim, rate, updates); });
+                 [&](int64_t i, float* row, uint32_t updates) { fn(row, g + i * dim, dim, rate, updates); }, g,
+                 sizeof(float) * dim);
   }
 };
 

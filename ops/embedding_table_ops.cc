@@ -342,6 +342,20 @@ Replaces the admission sketch with a TfpsTableExportAdmission output (counts cli
 InvalidArgument.
 )doc");
 
+REGISTER_OP("TfpsTableMemorySplit")
+    .Input("table: resource")
+    .Output("split: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(5));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+split: int64 [5] = (index_bytes, row_bytes_in_use, meta_bytes, pool_slack_bytes, side_bytes),
+where TfpsTableMemoryStats' bytes_reserved goes: the index slots (each a key and a row
+pointer); rows * row_bytes (values, optimizer slots and meta); of those, the 8 bytes of each
+row's freq and last step; pool blocks holding no row; the admission sketch and removed-keys log.
+)doc");
+
 REGISTER_OP("TfpsTableMemoryStats")
     .Input("table: resource")
     .Output("stats: int64")

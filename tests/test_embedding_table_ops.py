@@ -1,10 +1,15 @@
 """The TfpsTable* ops against numpy / TF built-in oracles."""
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from initializer_reference import init_row
 from tfps.ops import embedding_table as et
+from tfps.ops import training as tr
 
 I64_MIN, I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
@@ -102,6 +107,24 @@ def test_assign_remove_size_and_memory(graph):
     # No incremental checkpoints: the 300 removed keys are not logged.
     assert rows == 700 and row_bytes == 8 * 4 + 8 and pending == 0 and removed_logged == 0
     assert in_use <= reserved
+
+
+def test_memory_split_adds_up_to_the_reserved_bytes(graph):
+    """table_memory_split: index, rows (with their meta), pool slack and side structures are
+    exactly what table_memory_stats reserves, through growth, removal and a slot re-layout."""
+    h = et.table_handle(16, shared_name="split")
+    keys = tf.compat.v1.placeholder(tf.int64, [None])
+    find, remove = et.table_find(h, keys), et.table_remove(h, keys)
+    adagrad = tr.table_apply_adagrad(h, keys, tf.ones(tf.stack([tf.size(keys), 16])), 0.1, tf.constant(1, tf.int64))
+    stats, split = et.table_memory_stats(h), et.table_memory_split(h)
+    with tf.compat.v1.Session() as s:
+        for step, (op, n) in enumerate([(find, 50000), (remove, 20000), (adagrad, 30000), (find, 90000)]):
+            s.run(op, {keys: np.arange(n, dtype=np.int64) * 7919 + step})
+            rows, reserved, _, row_bytes = s.run(stats)[:4]
+            index, in_rows, meta, slack, side = s.run(split)
+            assert index + in_rows + slack + side == reserved
+            assert in_rows == rows * row_bytes and meta == rows * 8 and slack >= 0 and side == 0
+            assert index >= rows * 16   # a slot (key, row pointer) per row at least
 
 
 def test_export_import_round_trip(graph):
@@ -230,3 +253,19 @@ print(json.dumps(result))
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"error": "ResourceExhausted", "rows": 200000, "row_bytes": 4 * 1024 + 8}, got
+
+
+def test_the_scaling_benchmark_runs_its_smallest_cell():
+    """benchmarks/bench_scaling.py --quick (10^5 keys, dim 16): every phase runs and reports."""
+    out = subprocess.run([sys.executable, "benchmarks/bench_scaling.py", "--quick"], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (cell,) = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (cell["n"], cell["dim"]) == (10**5, 16)
+    for phase, rates in (("tfps", ("insert", "lookup_uniform", "lookup_zipf", "adagrad_uniform", "adagrad_zipf")),
+                         ("dht", ("insert", "lookup_uniform", "lookup_zipf")),
+                         ("variable", ("adagrad_uniform", "adagrad_zipf", "gather_uniform"))):
+        assert all(cell[phase][r] > 0 for r in rates), cell[phase]
+    for key in ("memory", "memory_slot"):
+        (rows, reserved, *_), split = cell["tfps"][key]
+        assert rows == 10**5 and split[0] + split[1] + split[3] + split[4] == reserved

@@ -64,12 +64,14 @@ void EmbeddingTable::PrefetchRowAfter(const Shard& s, size_t pos, size_t bytes) 
 
 template <typename Visit>
 void EmbeddingTable::Prefetched(const Shard& s, const int64_t* keys, const int64_t* idx, const uint64_t* h,
-                                int64_t m, size_t row_bytes, const Visit& visit) const {
+                                int64_t m, size_t row_bytes, const void* batch, size_t batch_bytes,
+                                const Visit& visit) const {
   const uint64_t mask = s.slots.size() - 1;
   auto slot_of = [&](int64_t j) { __builtin_prefetch(&s.slots[h[j] & mask]); };
   auto row_of = [&](int64_t j) {
     const int64_t pos = Find(s, h[j], keys[idx[j]]);
     if (pos >= 0) PrefetchLines(s.slots[pos].row, row_bytes);
+    if (batch != nullptr) PrefetchLines(static_cast<const char*>(batch) + idx[j] * batch_bytes, batch_bytes);
   };
   constexpr int64_t d = kPrefetchDistance;
   switch (GetPrefetchMode()) {
@@ -275,7 +277,7 @@ int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool insert,
     std::vector<int64_t> missing;
     {
       ReadLock lock(s.mu, false);
-      Prefetched(s, keys, idx, h, m, row_bytes, [&](int64_t j) {
+      Prefetched(s, keys, idx, h, m, row_bytes, out, row_bytes, [&](int64_t j) {
         const int64_t i = idx[j];
         const int64_t pos = Find(s, h[j], keys[i]);
         if (pos < 0) {
@@ -331,7 +333,7 @@ void EmbeddingTable::Assign(const int64_t* keys, int64_t n, const float* values)
   ForEachShard(keys, n, [&](Shard& s, const int64_t* idx, const uint64_t* h, int64_t m) {
     ReadLock lock(s.mu, true);
     std::vector<int64_t> missing;
-    Prefetched(s, keys, idx, h, m, row_bytes, [&](int64_t j) {
+    Prefetched(s, keys, idx, h, m, row_bytes, values, row_bytes, [&](int64_t j) {
       const int64_t i = idx[j];
       const int64_t pos = Find(s, h[j], keys[i]);
       if (pos >= 0) {
@@ -353,7 +355,7 @@ int64_t EmbeddingTable::Remove(const int64_t* keys, int64_t n) {
     ReadLock lock(s.mu, true);
     int64_t local = 0;
     // The pool writes its free-list link into the first bytes of a freed row.
-    Prefetched(s, keys, idx, h, m, sizeof(float*), [&](int64_t j) {
+    Prefetched(s, keys, idx, h, m, sizeof(float*), nullptr, 0, [&](int64_t j) {
       const int64_t pos = Find(s, h[j], keys[idx[j]]);
       if (pos < 0) return;
       LogRemovedLocked(&s, keys[idx[j]]);
@@ -367,7 +369,8 @@ int64_t EmbeddingTable::Remove(const int64_t* keys, int64_t n) {
 }
 
 int64_t EmbeddingTable::Update(const int64_t* keys, int64_t n, int64_t step,
-                               const std::function<void(int64_t, float*, uint32_t)>& fn) {
+                               const std::function<void(int64_t, float*, uint32_t)>& fn, const void* batch,
+                               size_t batch_bytes) {
   std::atomic<int64_t> updated{0};
   NoteStep(step);
   const uint32_t step32 = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(step, UINT32_MAX)));
@@ -375,7 +378,7 @@ int64_t EmbeddingTable::Update(const int64_t* keys, int64_t n, int64_t step,
     ReadLock lock(s.mu, true);
     const size_t stride_bytes = sizeof(float) * stride_floats();  // the layout is fixed while a shard is locked
     int64_t local = 0;
-    Prefetched(s, keys, idx, h, m, stride_bytes, [&](int64_t j) {
+    Prefetched(s, keys, idx, h, m, stride_bytes, batch, batch_bytes, [&](int64_t j) {
       const int64_t pos = Find(s, h[j], keys[idx[j]]);
       if (pos < 0) return;
       float* row = s.slots[pos].row;
@@ -462,6 +465,9 @@ TableStats EmbeddingTable::Stats() const {
     side_in_use += static_cast<int64_t>(s.sketch.size() * sizeof(uint16_t) + s.removed.size() * sizeof(s.removed[0]));
   }
   st.bytes_reserved = pool_bytes + index_bytes + side_reserved;
+  st.index_bytes = index_bytes;
+  st.pool_bytes = pool_bytes;
+  st.side_bytes = side_reserved;
   st.bytes_in_use = st.rows * st.row_bytes + index_bytes + side_in_use;
   return st;
 }

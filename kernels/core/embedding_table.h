@@ -57,6 +57,12 @@ struct TableStats {
   int64_t row_bytes = 0;
   int64_t pending = 0;         // keys seen but not admitted yet (estimate, exact without collisions)
   int64_t removed_logged = 0;  // keys in the removed-keys log (incremental checkpoints)
+  // Where bytes_reserved goes: the index slots (keys and row pointers), the BucketPool blocks
+  // (rows * row_bytes in use, each row's last 8 bytes its meta, and the rest slack: free rows
+  // and the unused tail of the newest blocks), and the admission sketch and removed-keys log.
+  int64_t index_bytes = 0;
+  int64_t pool_bytes = 0;
+  int64_t side_bytes = 0;
 };
 
 // Everything Export() returns; Import() takes the same.
@@ -109,8 +115,11 @@ class EmbeddingTable {
   // of earlier updates, e.g. for Adam's per-row bias correction), then counts the
   // update in its freq (saturating) and sets its last_step = step.
   // Missing keys are skipped. Returns the number of rows updated.
+  // `batch` (optional): the buffer fn reads for key i at batch + i * batch_bytes (its gradient
+  // row), prefetched ahead with the row.
   int64_t Update(const int64_t* keys, int64_t n, int64_t step,
-                 const std::function<void(int64_t, float*, uint32_t)>& fn);
+                 const std::function<void(int64_t, float*, uint32_t)>& fn, const void* batch = nullptr,
+                 size_t batch_bytes = 0);
 
   // Removes the rows the policy selects (their memory returns to the BucketPool) and
   // returns how many. `step` is the current global step.
@@ -201,15 +210,17 @@ class EmbeddingTable {
   void ForEachShard(const int64_t* keys, int64_t n,
                     const std::function<void(Shard&, const int64_t*, const uint64_t*, int64_t)>& fn) const;
   static int64_t Find(const Shard& s, uint64_t h, int64_t key);  // slot index or -1
-  // Calls visit(j) for j in [0, m) in order, prefetching ahead as GetPrefetchMode() says: the
-  // index slots of keys idx[j + ...], then the first row_bytes of the rows they lead to. visit
-  // finds its key itself (a cache hit by then), so it may change the index (Remove).
   // For scans in slot order (export, eviction, re-layout) at slot pos: prefetches the first
   // `bytes` of the row kPrefetchDistance slots further, when prefetching is on.
   static void PrefetchRowAfter(const Shard& s, size_t pos, size_t bytes);
+  // Calls visit(j) for j in [0, m) in order, prefetching ahead as GetPrefetchMode() says: the
+  // index slots of keys idx[j + ...], then the first row_bytes of the rows they lead to and,
+  // with a `batch` (the caller's buffer of batch_bytes per key: output, gradients, values),
+  // the key's part of it, which the shard order visits out of the batch's order. visit finds
+  // its key itself (a cache hit by then), so it may change the index (Remove).
   template <typename Visit>
   void Prefetched(const Shard& s, const int64_t* keys, const int64_t* idx, const uint64_t* h, int64_t m,
-                  size_t row_bytes, const Visit& visit) const;
+                  size_t row_bytes, const void* batch, size_t batch_bytes, const Visit& visit) const;
   // Inserts a key known to be absent; the caller made room with ReserveLocked (never throws).
   void InsertLocked(Shard* s, uint64_t h, int64_t key, float* row);
   // Grows the shard's index so that `more` inserts fit under kMaxLoadFactor (may throw).

@@ -10,7 +10,7 @@ _INITIALIZERS = ("zeros", "constant", "uniform", "normal", "truncated_normal")
 
 for _op in ("TfpsTableHandle", "TfpsTableFind", "TfpsTableLookupUnique", "TfpsTableAssign", "TfpsScatterAddRows",
             "TfpsTableRemove", "TfpsTableSize", "TfpsTableExport", "TfpsTableImport",
-            "TfpsTableMemoryStats", "TfpsTableEvict", "TfpsTableExportDelta", "TfpsTableImportDelta",
+            "TfpsTableMemoryStats", "TfpsTableMemorySplit", "TfpsTableEvict", "TfpsTableExportDelta", "TfpsTableImportDelta",
             "TfpsTableInitialize", "TfpsTableIsInitialized", "TfpsTableTrackRemoved",
             "TfpsTableExportAdmission", "TfpsTableImportAdmission"):
     tf.no_gradient(_op)
@@ -101,6 +101,14 @@ def table_memory_stats(table, name=None):
     """-> int64 [6]: rows, bytes_reserved, bytes_in_use, row_bytes, pending (not yet admitted),
     removed_logged (keys in the removed-keys log of incremental checkpoints)."""
     return load().tfps_table_memory_stats(table, name=name)
+
+
+def table_memory_split(table, name=None):
+    """-> int64 [5]: where table_memory_stats' bytes_reserved goes: index_bytes (slots: key and
+    row pointer), row_bytes_in_use (rows * row_bytes: values, optimizer slots, meta), meta_bytes
+    (8 per row, part of the rows), pool_slack_bytes (pool blocks holding no row), side_bytes
+    (admission sketch, removed-keys log)."""
+    return load().tfps_table_memory_split(table, name=name)
 
 
 def table_evict(table, step, evict_after_steps=-1, evict_min_freq=-1, evict_l2_below=-1.0, max_rows=-1,

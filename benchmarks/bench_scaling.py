@@ -1,0 +1,283 @@
+"""Lookups and sparse Adagrad updates as the table grows: tfps against TF's built-ins, one process.
+
+For each dim (16, 64) and table size (10^5, 10^6, 10^7, 5*10^7 keys), each phase in turn (one
+structure in memory at a time):
+  tfps:      a table filled with the keys (TfpsTableAssign, 2^20 per batch; insert rate), then
+             find-or-insert of 2^20 present ids (TfpsTableFind) and TfpsTableApplyAdagrad of
+             the distinct ones, uniform and Zipf(1.2) ids; bytes per key and where they go
+             (index, rows, meta, pool slack) before and after Adagrad's slot
+  DenseHashTable: the same keys inserted (insert rate), the same 2^20 ids looked up
+  Variable:  a tf.Variable of the same row count and its accumulator; the same rows updated
+             by TF's ResourceSparseApplyAdagrad (the update path's anchor) and gathered
+Both sparse applies get a batch's distinct ids in order of first appearance (what tf.unique
+gives a training step), not sorted: sorted indices would let the Variable stream its memory.
+Ratios are tfps / built-in in the same run. The table's prefetching follows TFPS_PREFETCH
+(off | group | rolling, the default); --prefetch-modes also times tfps in each mode (subprocesses).
+Draws throughput against table size to docs/scaling.png (matplotlib).
+
+Usage: python benchmarks/bench_scaling.py [--quick] [--sizes 1e5,1e6] [--dims 16] [--prefetch-modes]
+A cell that does not fit in memory (5*10^7 keys at dim 64: ~27 GB for tfps with its Adagrad slot
+alone) is skipped with the reason.
+"""
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import pyplot, report, session  # noqa: E402
+
+tf.compat.v1.disable_eager_execution()
+from tfps.ops import embedding_table as et  # noqa: E402
+from tfps.ops import training as tr  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLOT = os.path.join(ROOT, "docs", "scaling.png")
+BATCH = 1 << 20
+FILL = 1 << 20
+REPEATS = 5
+LR = 0.05
+
+
+def keys_of(positions):
+    """Distinct non-negative keys for row positions (a bijection on [0, 2^62))."""
+    with np.errstate(over="ignore"):
+        return ((positions.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(2)).astype(np.int64)
+
+
+def draws(n, dist, rng):
+    """BATCH row positions in [0, n): uniform, or Zipf(1.2) ranks scattered over the rows."""
+    if dist == "uniform":
+        return rng.integers(0, n, BATCH, dtype=np.int64)
+    ranks = rng.zipf(1.2, BATCH).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        return ((ranks * np.uint64(0xD1B54A32D192ED03)) % np.uint64(n)).astype(np.int64)
+
+
+def fits(n, dim):
+    """(ok, why not): the largest phase must fit in this machine's memory with room to spare."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    tfps_bytes = n * (8 + 4 * dim * 2 + 8 + 40)          # key, value and Adagrad slot, meta, index
+    dht_bytes = 2 * n / 0.8 * (8 + 4 * dim) * 1.5       # doubling: old and new buckets at once
+    var_bytes = 2 * n * 4 * dim                          # variable and accumulator
+    need = max(tfps_bytes, dht_bytes, var_bytes)
+    if need > 0.75 * total:
+        return False, f"needs ~{need / 2**30:.0f} GiB in one phase, this machine has {total / 2**30:.0f} GiB"
+    return True, ""
+
+
+def distinct(positions):
+    """The distinct positions in order of first appearance, as tf.unique gives a step's ids."""
+    _, first = np.unique(positions, return_index=True)
+    return positions[np.sort(first)]
+
+
+def timed(sess, op, feed=None, repeats=REPEATS):
+    sess.run(op, feed)
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        sess.run(op, feed)
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def fill_rate(sess, insert, keys_ph, n):
+    """Inserts keys_of(0..n) in batches of FILL; returns keys per second."""
+    sess.run(insert, {keys_ph: np.zeros([0], np.int64)})   # the op's first run sets up its executor
+    batches = [keys_of(np.arange(begin, min(n, begin + FILL))) for begin in range(0, n, FILL)]
+    t = time.perf_counter()
+    for keys in batches:
+        sess.run(insert, {keys_ph: keys})
+    return n / (time.perf_counter() - t)
+
+
+def tfps_phase(n, dim, ids):
+    """Insert rate, lookup and Adagrad rates per distribution, memory before and after the slot."""
+    out = {}
+    with tf.Graph().as_default():
+        h = et.table_handle(dim, "zeros", shared_name=f"scaling_{n}_{dim}")
+        keys_ph = tf.compat.v1.placeholder(tf.int64, [None])
+        insert = et.table_assign(h, keys_ph, tf.zeros(tf.stack([tf.size(keys_ph), dim])))
+        stats, split = et.table_memory_stats(h), et.table_memory_split(h)
+        ops = {}
+        for dist, pos in ids.items():
+            uniq = distinct(pos)
+            ops[dist] = (et.table_find(h, tf.constant(keys_of(pos))).op,
+                         tr.table_apply_adagrad(h, tf.constant(keys_of(uniq)), tf.fill([len(uniq), dim], 0.01),
+                                                LR, tf.constant(1, tf.int64)), len(uniq))
+        with session() as s:
+            out["insert"] = fill_rate(s, insert, keys_ph, n)
+            out["memory"] = (s.run(stats), s.run(split))
+            for dist, (lookup, _, _) in ops.items():
+                out[f"lookup_{dist}"] = BATCH / timed(s, lookup)
+            for dist, (_, apply, u) in ops.items():
+                out[f"adagrad_{dist}"] = u / timed(s, apply)
+            out["memory_slot"] = (s.run(stats), s.run(split))
+    return out
+
+
+def dht_phase(n, dim, ids):
+    out = {}
+    with tf.Graph().as_default():
+        table = tf.lookup.experimental.DenseHashTable(tf.int64, tf.float32, default_value=tf.zeros([dim]),
+                                                      empty_key=-1, deleted_key=-2)
+        keys_ph = tf.compat.v1.placeholder(tf.int64, [None])
+        insert = table.insert(keys_ph, tf.zeros(tf.stack([tf.size(keys_ph), dim])))
+        lookups = {dist: table.lookup(tf.constant(keys_of(pos))).op for dist, pos in ids.items()}
+        with session() as s:
+            out["insert"] = fill_rate(s, insert, keys_ph, n)
+            for dist, op in lookups.items():
+                out[f"lookup_{dist}"] = BATCH / timed(s, op)
+    return out
+
+
+def variable_phase(n, dim, ids):
+    out = {}
+    with tf.Graph().as_default():
+        var = tf.Variable(tf.zeros([n, dim]), use_resource=True)
+        acc = tf.Variable(tf.fill([n, dim], 0.1), use_resource=True)
+        ops = {}
+        for dist, pos in ids.items():
+            uniq = distinct(pos)
+            ops[dist] = (tf.raw_ops.ResourceSparseApplyAdagrad(
+                var=var.handle, accum=acc.handle, lr=tf.constant(LR), grad=tf.fill([len(uniq), dim], 0.01),
+                indices=tf.constant(uniq)), tf.gather(var, tf.constant(pos)).op, len(uniq))
+        with session() as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            for dist, (apply, gather, u) in ops.items():
+                out[f"adagrad_{dist}"] = u / timed(s, apply)
+                out[f"gather_{dist}"] = BATCH / timed(s, gather)
+    return out
+
+
+def cell(n, dim):
+    rng = np.random.default_rng(n + dim)
+    ids = {dist: draws(n, dist, rng) for dist in ("uniform", "zipf")}
+    result = {"n": n, "dim": dim, "tfps": tfps_phase(n, dim, ids)}
+    gc.collect()
+    result["dht"] = dht_phase(n, dim, ids)
+    gc.collect()
+    result["variable"] = variable_phase(n, dim, ids)
+    gc.collect()
+    return result
+
+
+def memory_rows(r):
+    n, dim = r["n"], r["dim"]
+    rows = []
+    for key, slots in (("memory", 0), ("memory_slot", 1)):
+        (count, reserved, *_), (index, row_bytes, meta, slack, side) = r["tfps"][key]
+        ideal = 8 + 4 * dim * (1 + slots)
+        rows.append((f"  bytes/key, {slots} slot{'s' if slots != 1 else ''}",
+                     f"{reserved / count:.1f} reserved = {ideal / 1:.0f} ideal x {reserved / count / ideal:.2f} "
+                     f"(bound 1.25x = {1.25 * ideal:.0f}): index {index / count:.1f} (keys and row pointers), "
+                     f"rows {(row_bytes - meta) / count:.1f} + meta {meta / count:.1f}, pool slack "
+                     f"{slack / count:.1f}, side {side / count:.1f}"))
+    return rows
+
+
+def print_cell(r):
+    n, dim = r["n"], r["dim"]
+    t, d, v = r["tfps"], r["dht"], r["variable"]
+    m = lambda x: f"{x / 1e6:6.2f} M/s"  # noqa: E731
+    rows = [(f"{n:.0e} keys, dim {dim}", ""),
+            ("  insert tfps / DenseHashTable", f"{m(t['insert'])} / {m(d['insert'])} = {t['insert'] / d['insert']:.2f}x")]
+    for dist in ("uniform", "zipf"):
+        rows += [(f"  lookup {dist}: tfps / DenseHashTable",
+                  f"{m(t[f'lookup_{dist}'])} / {m(d[f'lookup_{dist}'])} = "
+                  f"{t[f'lookup_{dist}'] / d[f'lookup_{dist}']:.2f}x  (Variable gather {m(v[f'gather_{dist}'])})"),
+                 (f"  Adagrad {dist}: tfps / Variable",
+                  f"{m(t[f'adagrad_{dist}'])} / {m(v[f'adagrad_{dist}'])} = "
+                  f"{t[f'adagrad_{dist}'] / v[f'adagrad_{dist}']:.2f}x rows/s")]
+    report(rows + memory_rows(r))
+    sys.stdout.flush()
+
+
+def plot(results, path):
+    plt = pyplot(path)
+    if plt is None:
+        return
+    dims = sorted({r["dim"] for r in results})
+    fig, axes = plt.subplots(len(dims), 2, figsize=(10, 3.4 * len(dims)), dpi=110, squeeze=False)
+    for row, dim in enumerate(dims):
+        cells = sorted((r for r in results if r["dim"] == dim), key=lambda r: r["n"])
+        ns = [r["n"] for r in cells]
+        for col, dist in enumerate(("uniform", "zipf")):
+            ax = axes[row][col]
+            for label, get, style in (
+                    ("tfps lookup", lambda r: r["tfps"][f"lookup_{dist}"], "o-"),
+                    ("DenseHashTable lookup", lambda r: r["dht"][f"lookup_{dist}"], "s--"),
+                    ("tfps Adagrad", lambda r: r["tfps"][f"adagrad_{dist}"], "o-"),
+                    ("Variable Adagrad (TF)", lambda r: r["variable"][f"adagrad_{dist}"], "s--")):
+                ax.plot(ns, [get(r) / 1e6 for r in cells], style, label=label)
+            ax.set_xscale("log")
+            ax.set_xlabel("keys in the table")
+            ax.set_ylabel("M ids (rows) / s")
+            ax.set_title(f"dim {dim}, {dist} ids, 2 threads")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path)
+    print(f"throughput vs table size drawn to {os.path.relpath(path, ROOT)}")
+
+
+def prefetch_modes(n, dim):
+    """tfps alone at (n, dim) in each prefetch mode, each in a fresh process."""
+    rows = []
+    for mode in ("off", "group", "rolling"):
+        env = dict(os.environ, TFPS_PREFETCH=mode)
+        out = subprocess.run([sys.executable, __file__, "--tfps-only", f"{n}", f"{dim}"], env=env,
+                             capture_output=True, text=True, check=True)
+        t = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append((f"prefetch {mode:7s} {n:.0e} keys dim {dim}",
+                     ", ".join(f"{k} {t[k] / 1e6:.2f} M/s" for k in ("lookup_uniform", "adagrad_uniform",
+                                                                        "lookup_zipf", "adagrad_zipf"))))
+    report(rows)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="10^5 keys at dim 16 only (the test suite's run)")
+    parser.add_argument("--sizes", default="1e5,1e6,1e7,5e7")
+    parser.add_argument("--dims", default="16,64")
+    parser.add_argument("--prefetch-modes", action="store_true", help="also time tfps at 10^7 keys in each mode")
+    parser.add_argument("--tfps-only", nargs=2, type=float, metavar=("N", "DIM"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.tfps_only:
+        n, dim = int(args.tfps_only[0]), int(args.tfps_only[1])
+        rng = np.random.default_rng(n + dim)
+        t = tfps_phase(n, dim, {dist: draws(n, dist, rng) for dist in ("uniform", "zipf")})
+        print(json.dumps({k: v for k, v in t.items() if not k.startswith("memory")}))
+        return
+    sizes = [10**5] if args.quick else [int(float(x)) for x in args.sizes.split(",")]
+    dims = [16] if args.quick else [int(x) for x in args.dims.split(",")]
+    print(f"{time.strftime('%Y-%m-%d')}: {BATCH} ids per batch, 2 threads, prefetch "
+          f"{os.environ.get('TFPS_PREFETCH', 'rolling')}")
+    results = []
+    for dim in dims:
+        for n in sizes:
+            ok, why = fits(n, dim)
+            if not ok:
+                print(f"{n:.0e} keys, dim {dim}: skipped, {why}")
+                continue
+            results.append(cell(n, dim))
+            print_cell(results[-1])
+    if args.prefetch_modes:
+        prefetch_modes(10**7, 16)
+    if not args.quick:
+        plot(results, PLOT)
+    print(json.dumps([{k: (v if k in ("n", "dim") else
+                           {name: (x.tolist() if hasattr(x, "tolist") else [y.tolist() for y in x] if isinstance(x, tuple) else x)
+                            for name, x in v.items()}) for k, v in r.items()} for r in results]))
+
+
+if __name__ == "__main__":
+    main()
