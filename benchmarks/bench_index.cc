@@ -1,5 +1,5 @@
 // Index benchmark: the same operation mix on three key -> row indexes, 2 threads.
-//   tfps      core::EmbeddingTable (sharded open addressing under tbb spin_rw_mutex, BucketPool rows)
+//   tfps      core::EmbeddingTable (sharded open addressing under tbb spin_rw_mutex, rows in per-shard arenas)
 //   tbb_chm   tbb::concurrent_hash_map<int64, float*> + rows from new[]
 //   std_mutex std::unordered_map<int64, float*> under one std::mutex + rows from new[]
 // Ops: insert 1M distinct keys (rows initialised to zeros, dim 16); then look up 4M Zipf(1.2)

@@ -5,7 +5,7 @@ structure in memory at a time):
   tfps:      a table filled with the keys (TfpsTableAssign, 2^20 per batch; insert rate), then
              find-or-insert of 2^20 present ids (TfpsTableFind) and TfpsTableApplyAdagrad of
              the distinct ones, uniform and Zipf(1.2) ids; bytes per key and where they go
-             (index, rows, meta, pool slack) before and after Adagrad's slot
+             (index, key and floats, meta, arena slack) before and after Adagrad's slot
   DenseHashTable: the same keys inserted (insert rate), the same 2^20 ids looked up
   Variable:  a tf.Variable of the same row count and its accumulator; the same rows updated
              by TF's ResourceSparseApplyAdagrad (the update path's anchor) and gathered
@@ -177,8 +177,8 @@ def memory_rows(r):
         ideal = 8 + 4 * dim * (1 + slots)
         rows.append((f"  bytes/key, {slots} slot{'s' if slots != 1 else ''}",
                      f"{reserved / count:.1f} reserved = {ideal / 1:.0f} ideal x {reserved / count / ideal:.2f} "
-                     f"(bound 1.25x = {1.25 * ideal:.0f}): index {index / count:.1f} (keys and row pointers), "
-                     f"rows {(row_bytes - meta) / count:.1f} + meta {meta / count:.1f}, pool slack "
+                     f"(bound 1.25x = {1.25 * ideal:.0f}): index {index / count:.1f} (4-byte slots), "
+                     f"key and floats {(row_bytes - meta) / count:.1f}, meta {meta / count:.1f}, arena slack "
                      f"{slack / count:.1f}, side {side / count:.1f}"))
     return rows
 

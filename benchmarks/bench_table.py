@@ -7,7 +7,7 @@ Batch of 1,048,576 Zipf(1.2) ids (~140k unique), dim 16, 2 threads:
   insert:       batches of 2^18 never-seen keys with their rows into a growing table
                 (TfpsTableAssign) vs DenseHashTable.insert of the same keys and rows; also
                 find-or-insert of the same keys, rows from the initializer (TfpsTableFind)
-  memory:       bytes per key (BucketPool blocks + index) vs the ideal 8 + 4*dim*(1+slots)
+  memory:       bytes per key (row arena pages + index) vs the ideal 8 + 4*dim*(1+slots)
 """
 import sys
 import time

@@ -216,7 +216,7 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
         d["pending"] = st.pending;
         d["removed_logged"] = st.removed_logged;
         d["index_bytes"] = st.index_bytes;
-        d["pool_bytes"] = st.pool_bytes;
+        d["arena_bytes"] = st.arena_bytes;
         d["side_bytes"] = st.side_bytes;
         return d;
       });

@@ -466,7 +466,7 @@ class TableMemorySplitOp : public TableOpKernel {
     v(0) = st.index_bytes;
     v(1) = rows_bytes;
     v(2) = st.rows * 2 * static_cast<int64_t>(sizeof(uint32_t));
-    v(3) = st.pool_bytes - rows_bytes;
+    v(3) = st.arena_bytes - rows_bytes;
     v(4) = st.side_bytes;
   }
 };

@@ -185,7 +185,7 @@ REGISTER_OP("TfpsTableRemove")
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(
-Removes keys [N] (absent keys are ignored); their rows return to the BucketPool.
+Removes keys [N] (absent keys are ignored); their rows return to the table's row arena.
 removed: how many keys were present.
 )doc");
 
@@ -256,7 +256,7 @@ REGISTER_OP("TfpsTableEvict")
     .Attr("cap_policy: {'lfu', 'lru'} = 'lfu'")
     .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
-Removes rows for online learning; their memory returns to the BucketPool. A rule < 0 is off;
+Removes rows for online learning; their memory returns to the table's row arena. A rule < 0 is off;
 a row goes if any rule selects it:
 evict_after_steps: not updated for more than this many steps (step - last_step).
 evict_min_freq: fewer training updates than this.
@@ -350,10 +350,11 @@ REGISTER_OP("TfpsTableMemorySplit")
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(
-split: int64 [5] = (index_bytes, row_bytes_in_use, meta_bytes, pool_slack_bytes, side_bytes),
-where TfpsTableMemoryStats' bytes_reserved goes: the index slots (each a key and a row
-pointer); rows * row_bytes (values, optimizer slots and meta); of those, the 8 bytes of each
-row's freq and last step; pool blocks holding no row; the admission sketch and removed-keys log.
+split: int64 [5] = (index_bytes, row_bytes_in_use, meta_bytes, arena_slack_bytes, side_bytes),
+where TfpsTableMemoryStats' bytes_reserved goes: the index (4-byte slots: row id and hash tag);
+rows * row_bytes (key, values, optimizer slots and meta); of those, the 8 bytes of each row's
+freq and last step; arena pages holding no row (freed rows, the last page's tail, live bits);
+the admission sketch and removed-keys log.
 )doc");
 
 REGISTER_OP("TfpsTableMemoryStats")
@@ -365,7 +366,7 @@ REGISTER_OP("TfpsTableMemoryStats")
     })
     .Doc(R"doc(
 stats: int64 [6] = (rows, bytes_reserved, bytes_in_use, row_bytes, pending, removed_logged);
-bytes count the BucketPool blocks, the index, the admission sketch and the removed-keys log;
+bytes count the row arenas (pages touched), the index, the admission sketch and the removed-keys log;
 pending = keys seen but not admitted yet (estimated); removed_logged = keys in the log.
 )doc");
 

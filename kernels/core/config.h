@@ -10,19 +10,19 @@ namespace core {
 // log2 of the number of index shards per table; each shard has its own
 // reader-writer lock, so 64 shards keep two threads from meeting.
 constexpr int kShardBits = 6;
-// Initial capacity (slots) of one index shard; grows by doubling.
+// Initial capacity (slots) of one index shard. An index slot is 4 bytes: a row id and a tag
+// of the key's hash (kTagBits), so a probe rarely reads a row that is not the key's.
 constexpr int64_t kShardInitialCapacity = 16;
-// An index shard doubles when size exceeds this fraction of capacity.
+constexpr int kTagBits = 7;
+constexpr int kIdBits = 32 - kTagBits;
+// Rows one index shard can hold (ids are kIdBits wide, 0 marks an empty slot): with
+// 2^kShardBits shards, 2^31 rows per table. Past it an insert is ResourceExhausted.
+constexpr int64_t kMaxRowsPerShard = (int64_t{1} << kIdBits) - 1;
+// An index shard grows by kIndexGrowth once its size would exceed kMaxLoadFactor of its
+// capacity (any capacity: slots are found by multiply-shift, not a mask), so its load stays
+// between 0.64 and 0.8: 5 to 6.25 bytes of index per key (README "Memory").
 constexpr double kMaxLoadFactor = 0.8;
-// Rows carved from one BucketPool block (a block is rows * stride floats), at most; wide
-// rows get fewer per block so that one block stays under kMaxBlockBytes (at least one row).
-constexpr int64_t kRowsPerBlock = 1024;
-// A pool's first block has this many rows; each next block is 1.25x the last, up to
-// kRowsPerBlock. Every index shard has its own pool (no lock shared between shards): blocks
-// grow slowly and stay small so that 64 partly used blocks cost little (measured in
-// benchmarks/bench_op_mix.cc and README "Memory").
-constexpr int64_t kFirstBlockRows = 16;
-constexpr int64_t kMaxBlockBytes = int64_t{16} << 20;
+constexpr double kIndexGrowth = 1.25;
 // Widest row a table accepts (value dim; slots multiply it): larger is InvalidArgument.
 constexpr int64_t kMaxDim = int64_t{1} << 24;
 // Most floats one output of a kernel may have (a 4 TiB tensor): past it, a size is an error.

@@ -24,8 +24,8 @@ EmbeddingTable::EmbeddingTable(int64_t dim, const InitSpec& init, uint32_t admit
     throw std::invalid_argument("EmbeddingTable: sketch_width must be a power of two >= kMinSketchWidth");
   }
   for (int i = 0; i < kNumShards; ++i) {
-    shards_[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
-    shards_[i].pool = NewPool(0);
+    shards_[i].slots.assign(kShardInitialCapacity, 0);
+    shards_[i].rows = NewArena(0);
     if (admit_min_count_ > 1) shards_[i].sketch.assign(kSketchDepth * (sketch_width_ / kNumShards), 0);
   }
 }
@@ -46,31 +46,36 @@ int64_t EmbeddingTable::size() const {
   return n;
 }
 
+namespace {
+inline int64_t NextSlot(int64_t pos, int64_t capacity) { return pos + 1 == capacity ? 0 : pos + 1; }
+}  // namespace
+
 int64_t EmbeddingTable::Find(const Shard& s, uint64_t h, int64_t key) {
-  const int64_t mask = static_cast<int64_t>(s.slots.size()) - 1;
-  for (int64_t pos = static_cast<int64_t>(h) & mask;; pos = (pos + 1) & mask) {
-    const Slot& slot = s.slots[pos];
-    if (slot.row == nullptr) return -1;
-    if (slot.key == key) return pos;
+  const int64_t capacity = static_cast<int64_t>(s.slots.size());
+  for (int64_t pos = Home(h, s.slots.size());; pos = NextSlot(pos, capacity)) {
+    const Slot e = s.slots[pos];
+    if (e == 0) return -1;
+    if (TagMatches(e, h) && KeyAt(s, e) == key) return pos;
   }
 }
 
-void EmbeddingTable::PrefetchRowAfter(const Shard& s, size_t pos, size_t bytes) {
-  const size_t ahead = pos + kPrefetchDistance;
-  if (ahead < s.slots.size() && s.slots[ahead].row != nullptr && GetPrefetchMode() != PrefetchMode::kOff) {
-    PrefetchLines(s.slots[ahead].row, bytes);
+int64_t EmbeddingTable::Candidate(const Shard& s, uint64_t h) {
+  const int64_t capacity = static_cast<int64_t>(s.slots.size());
+  for (int64_t pos = Home(h, s.slots.size());; pos = NextSlot(pos, capacity)) {
+    const Slot e = s.slots[pos];
+    if (e == 0) return -1;
+    if (TagMatches(e, h)) return pos;
   }
 }
 
 template <typename Visit>
-void EmbeddingTable::Prefetched(const Shard& s, const int64_t* keys, const int64_t* idx, const uint64_t* h,
+void EmbeddingTable::Prefetched(const Shard& s, const int64_t* idx, const uint64_t* h,
                                 int64_t m, size_t row_bytes, const void* batch, size_t batch_bytes,
                                 const Visit& visit) const {
-  const uint64_t mask = s.slots.size() - 1;
-  auto slot_of = [&](int64_t j) { __builtin_prefetch(&s.slots[h[j] & mask]); };
+  auto slot_of = [&](int64_t j) { __builtin_prefetch(&s.slots[Home(h[j], s.slots.size())]); };
   auto row_of = [&](int64_t j) {
-    const int64_t pos = Find(s, h[j], keys[idx[j]]);
-    if (pos >= 0) PrefetchLines(s.slots[pos].row, row_bytes);
+    const int64_t pos = Candidate(s, h[j]);
+    if (pos >= 0) PrefetchLines(s.rows->Row(IdOf(s.slots[pos])), row_bytes);
     if (batch != nullptr) PrefetchLines(static_cast<const char*>(batch) + idx[j] * batch_bytes, batch_bytes);
   };
   constexpr int64_t d = kPrefetchDistance;
@@ -100,33 +105,36 @@ void EmbeddingTable::Prefetched(const Shard& s, const int64_t* keys, const int64
 
 void EmbeddingTable::ReserveLocked(Shard* s, int64_t more) {
   size_t capacity = s->slots.size();
-  while (static_cast<double>(s->size + more) > kMaxLoadFactor * static_cast<double>(capacity)) capacity *= 2;
-  if (capacity == s->slots.size()) return;
-  std::vector<Slot> grown(capacity, Slot{0, nullptr});  // may throw: the index is unchanged
-  const int64_t mask = static_cast<int64_t>(capacity) - 1;
-  for (const Slot& e : s->slots) {
-    if (e.row == nullptr) continue;
-    int64_t pos = static_cast<int64_t>(HashKey(e.key)) & mask;
-    while (grown[pos].row != nullptr) pos = (pos + 1) & mask;
-    grown[pos] = e;
+  while (static_cast<double>(s->size + more) > kMaxLoadFactor * static_cast<double>(capacity)) {
+    capacity = static_cast<size_t>(static_cast<double>(capacity) * kIndexGrowth) + 1;
   }
+  if (capacity == s->slots.size()) return;
+  std::vector<Slot> grown(capacity, 0);  // may throw: the index is unchanged
   s->slots.swap(grown);
+  // Rebuilt from the rows in memory order (no random row reads); ids are unchanged.
+  ForEachRow(*s, [&](uint32_t id, const float* value) {
+    const uint64_t h = HashKey(KeyOfRow(value - kKeyFloats));
+    int64_t pos = Home(h, capacity);
+    while (s->slots[pos] != 0) pos = NextSlot(pos, static_cast<int64_t>(capacity));
+    s->slots[pos] = MakeSlot(h, id);
+  });
 }
 
-void EmbeddingTable::InsertLocked(Shard* s, uint64_t h, int64_t key, float* row) {
-  const int64_t mask = static_cast<int64_t>(s->slots.size()) - 1;
-  int64_t pos = static_cast<int64_t>(h) & mask;
-  while (s->slots[pos].row != nullptr) pos = (pos + 1) & mask;
-  s->slots[pos] = Slot{key, row};
+void EmbeddingTable::InsertLocked(Shard* s, uint64_t h, uint32_t id) {
+  const int64_t capacity = static_cast<int64_t>(s->slots.size());
+  int64_t pos = Home(h, s->slots.size());
+  while (s->slots[pos] != 0) pos = NextSlot(pos, capacity);
+  s->slots[pos] = MakeSlot(h, id);
   ++s->size;
 }
 
 void EmbeddingTable::EraseLocked(Shard* s, int64_t pos) {
   // Backward-shift deletion keeps every probe chain unbroken without tombstones.
-  const int64_t mask = static_cast<int64_t>(s->slots.size()) - 1;
+  const int64_t capacity = static_cast<int64_t>(s->slots.size());
+  const uint32_t freed = IdOf(s->slots[pos]);
   int64_t hole = pos;
-  for (int64_t next = (hole + 1) & mask; s->slots[next].row != nullptr; next = (next + 1) & mask) {
-    const int64_t home = static_cast<int64_t>(HashKey(s->slots[next].key)) & mask;
+  for (int64_t next = NextSlot(hole, capacity); s->slots[next] != 0; next = NextSlot(next, capacity)) {
+    const int64_t home = Home(HashKey(KeyAt(*s, s->slots[next])), s->slots.size());
     // Move the entry into the hole when its home is not in (hole, next].
     const bool stays = (hole < next) ? (home > hole && home <= next) : (home > hole || home <= next);
     if (!stays) {
@@ -134,8 +142,9 @@ void EmbeddingTable::EraseLocked(Shard* s, int64_t pos) {
       hole = next;
     }
   }
-  s->slots[hole] = Slot{0, nullptr};
+  s->slots[hole] = 0;
   --s->size;
+  s->rows->Free(freed);  // after the shifts, which read other rows' keys only
 }
 
 void EmbeddingTable::InitNewRow(int64_t key, float* row) const {
@@ -155,33 +164,39 @@ void EmbeddingTable::InitSlotsAndMeta(float* row) const {
 template <typename Init, typename Use>
 int64_t EmbeddingTable::InsertRowsLocked(Shard* s, const int64_t* keys, const int64_t* idx, const uint64_t* h,
                                          const std::vector<int64_t>& missing, const Init& init, const Use& use) {
-  // Room in the index and rows from the pool first: either may throw std::bad_alloc, and then
+  // Room in the index and rows from the arena first: either may throw std::bad_alloc, and then
   // nothing has changed. After that nothing allocates.
   ReserveLocked(s, static_cast<int64_t>(missing.size()));
-  std::vector<float*> fresh(missing.size());
-  s->pool->Allocate(static_cast<int64_t>(fresh.size()), fresh.data());
-  const int64_t mask = static_cast<int64_t>(s->slots.size()) - 1;
+  std::vector<uint32_t> fresh(missing.size());
+  s->rows->Allocate(static_cast<int64_t>(fresh.size()), fresh.data());
+  const int64_t capacity = static_cast<int64_t>(s->slots.size());
   size_t used = 0;
   const bool ahead = GetPrefetchMode() != PrefetchMode::kOff;
   for (size_t t = 0; t < missing.size(); ++t) {
     if (ahead && t + kPrefetchDistance < missing.size()) {
-      __builtin_prefetch(&s->slots[h[missing[t + kPrefetchDistance]] & mask]);
+      __builtin_prefetch(&s->slots[Home(h[missing[t + kPrefetchDistance]], s->slots.size())]);
     }
     const int64_t j = missing[t];
     const int64_t key = keys[idx[j]];
     // One probe finds the key (repeated in the batch, so in by now) or the empty slot for it.
-    int64_t pos = static_cast<int64_t>(h[j]) & mask;
-    while (s->slots[pos].row != nullptr && s->slots[pos].key != key) pos = (pos + 1) & mask;
-    float* row = s->slots[pos].row;
-    if (row == nullptr) {
-      row = fresh[used++];
+    int64_t pos = Home(h[j], s->slots.size());
+    while (s->slots[pos] != 0 && !(TagMatches(s->slots[pos], h[j]) && KeyAt(*s, s->slots[pos]) == key)) {
+      pos = NextSlot(pos, capacity);
+    }
+    float* row;
+    if (s->slots[pos] == 0) {
+      const uint32_t id = fresh[used++];
+      std::memcpy(s->rows->Row(id), &key, sizeof(key));
+      row = s->rows->Row(id) + kKeyFloats;
       init(j, row);
-      s->slots[pos] = Slot{key, row};
+      s->slots[pos] = MakeSlot(h[j], id);
       ++s->size;
+    } else {
+      row = ValueAt(*s, s->slots[pos]);
     }
     use(j, row);
   }
-  for (size_t k = used; k < fresh.size(); ++k) s->pool->Free(fresh[k]);
+  for (size_t k = used; k < fresh.size(); ++k) s->rows->Free(fresh[k]);
   return static_cast<int64_t>(used);
 }
 
@@ -277,13 +292,13 @@ int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool insert,
     std::vector<int64_t> missing;
     {
       ReadLock lock(s.mu, false);
-      Prefetched(s, keys, idx, h, m, row_bytes, out, row_bytes, [&](int64_t j) {
+      Prefetched(s, idx, h, m, sizeof(int64_t) + row_bytes, out, row_bytes, [&](int64_t j) {
         const int64_t i = idx[j];
         const int64_t pos = Find(s, h[j], keys[i]);
         if (pos < 0) {
           missing.push_back(j);
         } else {
-          std::memcpy(out + i * dim_, s.slots[pos].row, row_bytes);
+          std::memcpy(out + i * dim_, ValueAt(s, s.slots[pos]), row_bytes);
         }
       });
     }
@@ -333,11 +348,11 @@ void EmbeddingTable::Assign(const int64_t* keys, int64_t n, const float* values)
   ForEachShard(keys, n, [&](Shard& s, const int64_t* idx, const uint64_t* h, int64_t m) {
     ReadLock lock(s.mu, true);
     std::vector<int64_t> missing;
-    Prefetched(s, keys, idx, h, m, row_bytes, values, row_bytes, [&](int64_t j) {
+    Prefetched(s, idx, h, m, sizeof(int64_t) + row_bytes, values, row_bytes, [&](int64_t j) {
       const int64_t i = idx[j];
       const int64_t pos = Find(s, h[j], keys[i]);
       if (pos >= 0) {
-        std::memcpy(s.slots[pos].row, values + i * dim_, row_bytes);
+        std::memcpy(ValueAt(s, s.slots[pos]), values + i * dim_, row_bytes);
       } else {
         missing.push_back(j);
       }
@@ -354,12 +369,11 @@ int64_t EmbeddingTable::Remove(const int64_t* keys, int64_t n) {
   ForEachShard(keys, n, [&](Shard& s, const int64_t* idx, const uint64_t* h, int64_t m) {
     ReadLock lock(s.mu, true);
     int64_t local = 0;
-    // The pool writes its free-list link into the first bytes of a freed row.
-    Prefetched(s, keys, idx, h, m, sizeof(float*), nullptr, 0, [&](int64_t j) {
+    // Removing reads the key and writes the free list into the row's first bytes.
+    Prefetched(s, idx, h, m, sizeof(int64_t), nullptr, 0, [&](int64_t j) {
       const int64_t pos = Find(s, h[j], keys[idx[j]]);
       if (pos < 0) return;
       LogRemovedLocked(&s, keys[idx[j]]);
-      s.pool->Free(s.slots[pos].row);
       EraseLocked(&s, pos);
       ++local;
     });
@@ -378,10 +392,10 @@ int64_t EmbeddingTable::Update(const int64_t* keys, int64_t n, int64_t step,
     ReadLock lock(s.mu, true);
     const size_t stride_bytes = sizeof(float) * stride_floats();  // the layout is fixed while a shard is locked
     int64_t local = 0;
-    Prefetched(s, keys, idx, h, m, stride_bytes, batch, batch_bytes, [&](int64_t j) {
+    Prefetched(s, idx, h, m, stride_bytes, batch, batch_bytes, [&](int64_t j) {
       const int64_t pos = Find(s, h[j], keys[idx[j]]);
       if (pos < 0) return;
-      float* row = s.slots[pos].row;
+      float* row = ValueAt(s, s.slots[pos]);
       uint32_t* meta = Meta(row);
       fn(idx[j], row, meta[0]);
       if (meta[0] != UINT32_MAX) ++meta[0];
@@ -416,28 +430,31 @@ bool EmbeddingTable::EnsureSlots(int k, const float* slot_init, std::string* err
     slot_init_.swap(init);
     return true;
   }
-  // Every new row first: running out of memory leaves the table as it was.
-  std::vector<std::unique_ptr<BucketPool>> pools(kNumShards);
-  std::vector<std::vector<float*>> fresh(kNumShards);
+  // Every new arena first: running out of memory leaves the table as it was. A row keeps its
+  // id, so the index stays as it is.
+  std::vector<std::unique_ptr<RowArena>> arenas(kNumShards);
+  std::vector<uint32_t> ids;
   for (int i = 0; i < kNumShards; ++i) {
-    pools[i] = NewPool(k);
-    fresh[i].resize(shards_[i].size);
-    pools[i]->Allocate(shards_[i].size, fresh[i].data());
+    arenas[i] = NewArena(k);
+    ids.resize(shards_[i].rows->end());
+    arenas[i]->Allocate(static_cast<int64_t>(ids.size()), ids.data());  // ids 0, 1, ... in order
   }
-  const int64_t old_meta = dim_;
   for (int i = 0; i < kNumShards; ++i) {
-    size_t next = 0;
-    for (size_t pos = 0; pos < shards_[i].slots.size(); ++pos) {
-      Slot& e = shards_[i].slots[pos];
-      PrefetchRowAfter(shards_[i], pos, sizeof(float) * (dim_ + 2));
-      if (e.row == nullptr) continue;
-      float* row = fresh[i][next++];
-      std::memcpy(row, e.row, sizeof(float) * dim_);
-      for (int j = 0; j < k; ++j) std::fill(row + dim_ * (1 + j), row + dim_ * (2 + j), init[j]);
-      std::memcpy(row + dim_ * (1 + k), e.row + old_meta, 2 * sizeof(uint32_t));
-      e.row = row;
+    const RowArena& old = *shards_[i].rows;
+    RowArena& now = *arenas[i];
+    for (uint32_t id = 0; id < old.end(); ++id) {
+      const float* from = old.Row(id);
+      float* to = now.Row(id);
+      if (!old.Live(id)) continue;
+      std::memcpy(to, from, sizeof(float) * (kKeyFloats + dim_));  // key and value
+      float* value = to + kKeyFloats;
+      for (int j = 0; j < k; ++j) std::fill(value + dim_ * (1 + j), value + dim_ * (2 + j), init[j]);
+      std::memcpy(value + dim_ * (1 + k), from + kKeyFloats + dim_, 2 * sizeof(uint32_t));  // meta
     }
-    shards_[i].pool.swap(pools[i]);
+    for (uint32_t id = old.end(); id-- > 0;) {
+      if (!old.Live(id)) now.Free(id);
+    }
+    shards_[i].rows.swap(arenas[i]);
   }
   num_slots_ = k;
   slot_init_.swap(init);
@@ -453,20 +470,20 @@ TableStats EmbeddingTable::Stats() const {
     index_bytes += static_cast<int64_t>(shards_[i].slots.size() * sizeof(Slot));
   }
   st.row_bytes = stride_floats() * static_cast<int64_t>(sizeof(float));
-  int64_t pool_bytes = 0;
+  int64_t arena_bytes = 0;
   int64_t side_reserved = 0, side_in_use = 0;  // admission sketch and removed-keys log
   for (int i = 0; i < kNumShards; ++i) {
     const Shard& s = shards_[i];
     st.pending += s.pending;
-    pool_bytes += s.pool->bytes_reserved();
+    arena_bytes += s.rows->bytes_reserved();
     st.removed_logged += static_cast<int64_t>(s.removed.size());
     side_reserved += static_cast<int64_t>(s.sketch.capacity() * sizeof(uint16_t) +
                                           s.removed.capacity() * sizeof(s.removed[0]));
     side_in_use += static_cast<int64_t>(s.sketch.size() * sizeof(uint16_t) + s.removed.size() * sizeof(s.removed[0]));
   }
-  st.bytes_reserved = pool_bytes + index_bytes + side_reserved;
+  st.bytes_reserved = arena_bytes + index_bytes + side_reserved;
   st.index_bytes = index_bytes;
-  st.pool_bytes = pool_bytes;
+  st.arena_bytes = arena_bytes;
   st.side_bytes = side_reserved;
   st.bytes_in_use = st.rows * st.row_bytes + index_bytes + side_in_use;
   return st;

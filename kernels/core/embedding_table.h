@@ -1,9 +1,11 @@
-// EmbeddingTable: int64 key -> one row [value dim | slots k*dim | freq | last_step].
+// EmbeddingTable: int64 key -> one row [key | value dim | slots k*dim | freq | last_step].
 //
 // Index: 2^kShardBits shards of open addressing (linear probing, backward-shift
 // deletion), each under a tbb::spin_rw_mutex; the shard is chosen by the high
-// bits of Mix64(key), the slot by the low bits. Rows come from the shard's own BucketPool, so
-// allocation takes no lock that another shard's work holds.
+// bits of Mix64(key), the home slot by its low 32 bits (multiply-shift, any capacity). A slot
+// is 4 bytes: the row's id in the shard's RowArena and a 7-bit tag of the hash, so the index
+// costs 5-6.25 bytes per key and a probe reads a row only on a tag match. The key lives in its
+// row. Each shard has its own arena, so allocation takes no lock that another shard's work holds.
 // Batch operations sort their keys by shard first, so a batch takes each shard's
 // lock once, and shards are processed in parallel (tbb) above kParallelThreshold.
 // (Measured against tbb::concurrent_hash_map and std::unordered_map+mutex in
@@ -24,6 +26,7 @@
 
 #include <cstdint>
 #include <atomic>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -34,9 +37,9 @@
 
 #include <tbb/spin_rw_mutex.h>
 
-#include "kernels/core/bucket_pool.h"
 #include "kernels/core/config.h"
 #include "kernels/core/initializer.h"
+#include "kernels/core/row_arena.h"
 
 namespace tfps {
 namespace core {
@@ -57,11 +60,12 @@ struct TableStats {
   int64_t row_bytes = 0;
   int64_t pending = 0;         // keys seen but not admitted yet (estimate, exact without collisions)
   int64_t removed_logged = 0;  // keys in the removed-keys log (incremental checkpoints)
-  // Where bytes_reserved goes: the index slots (keys and row pointers), the BucketPool blocks
-  // (rows * row_bytes in use, each row's last 8 bytes its meta, and the rest slack: free rows
-  // and the unused tail of the newest blocks), and the admission sketch and removed-keys log.
+  // Where bytes_reserved goes: the index slots (row id and tag), the row arenas (the pages
+  // their rows touched: rows * row_bytes in use -- key, value, slots, 8 bytes of meta -- and
+  // slack: freed rows and the rest of the last page; plus a live bit per row), and the
+  // admission sketch and removed-keys log.
   int64_t index_bytes = 0;
-  int64_t pool_bytes = 0;
+  int64_t arena_bytes = 0;
   int64_t side_bytes = 0;
 };
 
@@ -121,7 +125,7 @@ class EmbeddingTable {
                  const std::function<void(int64_t, float*, uint32_t)>& fn, const void* batch = nullptr,
                  size_t batch_bytes = 0);
 
-  // Removes the rows the policy selects (their memory returns to the BucketPool) and
+  // Removes the rows the policy selects (their memory returns to the shard's arena) and
   // returns how many. `step` is the current global step.
   int64_t Evict(const EvictPolicy& policy, int64_t step);
 
@@ -172,15 +176,14 @@ class EmbeddingTable {
   static constexpr int kNumShards = 1 << kShardBits;
   using ReadLock = tbb::spin_rw_mutex::scoped_lock;
 
-  struct Slot {
-    int64_t key;
-    float* row;  // nullptr: empty slot
-  };
+  // An index slot: 0 when empty, else tag << kIdBits | (row id + 1), the tag being kTagBits
+  // of the key's hash (Tag()); the key itself is in its row.
+  using Slot = uint32_t;
   struct alignas(64) Shard {
     mutable tbb::spin_rw_mutex mu;
     std::vector<Slot> slots;
     int64_t size = 0;
-    std::unique_ptr<BucketPool> pool;  // this shard's rows; replaced only under its lock
+    std::unique_ptr<RowArena> rows;  // this shard's rows; replaced only under its lock
     // Admission: this shard's part of the count-min sketch, [kSketchDepth][sketch_width / kNumShards]
     // (only with admit_min_count > 1), and the number of keys it counts that have no row.
     std::vector<uint16_t> sketch;
@@ -204,27 +207,55 @@ class EmbeddingTable {
   };
 
   static int ShardOf(uint64_t h) { return static_cast<int>(h >> (64 - kShardBits)); }
+  // A key's first slot: the low 32 bits of its hash scaled to the capacity (multiply-shift).
+  static int64_t Home(uint64_t h, size_t capacity) {
+    return static_cast<int64_t>((static_cast<uint64_t>(static_cast<uint32_t>(h)) * capacity) >> 32);
+  }
+  static Slot Tag(uint64_t h) { return static_cast<Slot>((h >> 32) & ((1u << kTagBits) - 1)); }
+  static Slot MakeSlot(uint64_t h, uint32_t id) { return (Tag(h) << kIdBits) | (id + 1); }
+  static uint32_t IdOf(Slot e) { return (e & ((Slot{1} << kIdBits) - 1)) - 1; }
+  static bool TagMatches(Slot e, uint64_t h) { return (e >> kIdBits) == Tag(h); }
+  // A row's layout: [key (8 bytes) | value dim | slots num_slots * dim | freq | last_step].
+  // Every API below and the Update callbacks see `row` = the value (row + kKeyFloats).
+  static constexpr int64_t kKeyFloats = 2;
+  static int64_t KeyOfRow(const float* key_at) {
+    int64_t key;
+    std::memcpy(&key, key_at, sizeof(key));
+    return key;
+  }
+  static int64_t KeyAt(const Shard& s, Slot e) { return KeyOfRow(s.rows->Row(IdOf(e))); }
+  static float* ValueAt(const Shard& s, Slot e) { return s.rows->Row(IdOf(e)) + kKeyFloats; }
   // Groups the keys by shard and calls fn(shard, idx, h, m) once per nonempty shard,
   // where idx[0..m) are positions in keys and h their hashes; shards run in parallel
   // for large batches. fn takes the shard's lock itself.
   void ForEachShard(const int64_t* keys, int64_t n,
                     const std::function<void(Shard&, const int64_t*, const uint64_t*, int64_t)>& fn) const;
   static int64_t Find(const Shard& s, uint64_t h, int64_t key);  // slot index or -1
-  // For scans in slot order (export, eviction, re-layout) at slot pos: prefetches the first
-  // `bytes` of the row kPrefetchDistance slots further, when prefetching is on.
-  static void PrefetchRowAfter(const Shard& s, size_t pos, size_t bytes);
+  // The first slot from the key's home whose tag matches (the key's, unless a rare tag
+  // collision), or -1 at an empty slot: what a prefetch follows without reading a row.
+  static int64_t Candidate(const Shard& s, uint64_t h);
   // Calls visit(j) for j in [0, m) in order, prefetching ahead as GetPrefetchMode() says: the
-  // index slots of keys idx[j + ...], then the first row_bytes of the rows they lead to and,
+  // home slots of the keys idx[j + ...], then the first row_bytes of the rows (from the key) their tags lead to and,
   // with a `batch` (the caller's buffer of batch_bytes per key: output, gradients, values),
   // the key's part of it, which the shard order visits out of the batch's order. visit finds
   // its key itself (a cache hit by then), so it may change the index (Remove).
   template <typename Visit>
-  void Prefetched(const Shard& s, const int64_t* keys, const int64_t* idx, const uint64_t* h, int64_t m,
+  void Prefetched(const Shard& s, const int64_t* idx, const uint64_t* h, int64_t m,
                   size_t row_bytes, const void* batch, size_t batch_bytes, const Visit& visit) const;
-  // Inserts a key known to be absent; the caller made room with ReserveLocked (never throws).
-  void InsertLocked(Shard* s, uint64_t h, int64_t key, float* row);
-  // Grows the shard's index so that `more` inserts fit under kMaxLoadFactor (may throw).
+  // Puts row `id` (its key written) in the index; the key is known to be absent and the
+  // caller made room with ReserveLocked (never throws).
+  static void InsertLocked(Shard* s, uint64_t h, uint32_t id);
+  // Grows the shard's index so that `more` inserts fit under kMaxLoadFactor (may throw). The
+  // new index is built from the rows, read in id order.
   static void ReserveLocked(Shard* s, int64_t more);
+  // Calls fn(id, row value) for every live row of the shard, in id order (memory order).
+  template <typename Fn>
+  static void ForEachRow(const Shard& s, const Fn& fn) {
+    const uint32_t end = s.rows->end();
+    for (uint32_t id = 0; id < end; ++id) {
+      if (s.rows->Live(id)) fn(id, s.rows->Row(id) + kKeyFloats);
+    }
+  }
   // Rows for the keys idx[missing[..]] not in the shard yet: room and rows first (may throw,
   // nothing changed), then init(j, row) and insertion; a key repeated in the batch gets one row.
   // Calls use(j, row) for every missing[..] with its (new or found) row. Returns rows added.
@@ -232,6 +263,7 @@ class EmbeddingTable {
   template <typename Init, typename Use>
   int64_t InsertRowsLocked(Shard* s, const int64_t* keys, const int64_t* idx, const uint64_t* h,
                            const std::vector<int64_t>& missing, const Init& init, const Use& use);
+  // Takes slot pos out of the index and frees its row.
   void EraseLocked(Shard* s, int64_t pos);
   void InitNewRow(int64_t key, float* row) const;  // initialiser values, slot init, zero meta
   void InitSlotsAndMeta(float* row) const;          // slot init, zero meta
@@ -240,9 +272,12 @@ class EmbeddingTable {
   static void WriteMeta(uint32_t* meta, int64_t freq, int64_t last_step);  // clamped to uint32
   // Adds count sightings of a key without a row; returns its estimate before and after.
   std::pair<uint32_t, uint32_t> CountSightingLocked(Shard* s, uint64_t h, uint32_t count) const;
-  int64_t stride_floats() const { return dim_ * (1 + num_slots_) + 2; }
-  // A shard's empty pool for rows of `slots` optimizer slots.
-  std::unique_ptr<BucketPool> NewPool(int slots) const { return std::make_unique<BucketPool>(dim_ * (1 + slots) + 2); }
+  // Floats per row with `slots` optimizer slots: key, value, slots, meta; even, so that every
+  // row's key is 8-byte aligned.
+  int64_t StrideFor(int slots) const { return (kKeyFloats + dim_ * (1 + slots) + 2 + 1) / 2 * 2; }
+  int64_t stride_floats() const { return StrideFor(num_slots_); }
+  // A shard's empty arena for rows of `slots` optimizer slots.
+  std::unique_ptr<RowArena> NewArena(int slots) const { return std::make_unique<RowArena>(StrideFor(slots)); }
   uint32_t* Meta(float* row) const {
     return reinterpret_cast<uint32_t*>(row + dim_ * (1 + num_slots_));
   }

@@ -26,37 +26,31 @@ int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
     }
     return false;
   };
-  auto erase_if = [&](Shard& s, const std::function<bool(int64_t, float*)>& pred) {
-    int64_t n = 0;
-    for (int64_t pos = 0; pos < static_cast<int64_t>(s.slots.size());) {
-      PrefetchRowAfter(s, static_cast<size_t>(pos), sizeof(float) * stride_floats());
-      Slot& e = s.slots[pos];
-      if (e.row != nullptr && pred(e.key, e.row)) {
-        LogRemovedLocked(&s, e.key);
-        s.pool->Free(e.row);
-        EraseLocked(&s, pos);  // backward shift may move another entry into pos: look again
-        ++n;
-      } else {
-        ++pos;
-      }
+  auto erase_if = [&](Shard& s, const std::function<bool(float*)>& pred) {
+    // The rows in memory order; a doomed row's key is then found in the index and erased.
+    std::vector<int64_t> doomed_keys;
+    ForEachRow(s, [&](uint32_t, float* row) {
+      if (pred(row)) doomed_keys.push_back(KeyOfRow(row - kKeyFloats));
+    });
+    for (int64_t key : doomed_keys) {
+      LogRemovedLocked(&s, key);
+      EraseLocked(&s, Find(s, HashKey(key), key));
     }
-    return n;
+    return static_cast<int64_t>(doomed_keys.size());
   };
   const bool rules = policy.after_steps >= 0 || policy.min_freq >= 0 || policy.l2_below >= 0.f;
   for (int i = 0; rules && i < kNumShards; ++i) {
     ReadLock lock(shards_[i].mu, true);
-    evicted += erase_if(shards_[i], [&](int64_t, float* row) { return doomed(row); });
+    evicted += erase_if(shards_[i], [&](float* row) { return doomed(row); });
   }
   if (policy.max_rows < 0) return evicted;
   // Size cap: rank all rows by (freq or last_step) and drop the lowest until max_rows remain.
   AllShardsLock lock(*this);
   std::vector<std::pair<uint32_t, int64_t>> score;
   for (int i = 0; i < kNumShards; ++i) {
-    for (size_t pos = 0; pos < shards_[i].slots.size(); ++pos) {
-      PrefetchRowAfter(shards_[i], pos, sizeof(float) * stride_floats());
-      const Slot& e = shards_[i].slots[pos];
-      if (e.row != nullptr) score.push_back({Meta(e.row)[policy.lru ? 1 : 0], e.key});
-    }
+    ForEachRow(shards_[i], [&](uint32_t, float* row) {
+      score.push_back({Meta(row)[policy.lru ? 1 : 0], KeyOfRow(row - kKeyFloats)});
+    });
   }
   const int64_t excess = static_cast<int64_t>(score.size()) - policy.max_rows;
   if (excess > 0) {
@@ -68,7 +62,6 @@ int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
       Shard& s = shards_[ShardOf(h)];
       const int64_t pos = Find(s, h, key);
       LogRemovedLocked(&s, key);
-      s.pool->Free(s.slots[pos].row);
       EraseLocked(&s, pos);
     }
     evicted += excess;
@@ -90,18 +83,15 @@ void EmbeddingTable::ExportRowsLocked(int64_t since_step, bool updated_only, Tab
   for (int i = 0; i < kNumShards; ++i) {
     Shard& s = shards_[i];
     ReadLock lock(s.mu, /*write=*/take_removed);
-    for (size_t pos = 0; pos < s.slots.size(); ++pos) {
-      const Slot& e = s.slots[pos];
-      PrefetchRowAfter(s, pos, sizeof(float) * stride_floats());
-      if (e.row == nullptr) continue;
-      const uint32_t* meta = Meta(e.row);
-      if (updated_only && (static_cast<int64_t>(meta[1]) < since_step || meta[0] == 0)) continue;
-      snap->keys.push_back(e.key);
-      snap->values.insert(snap->values.end(), e.row, e.row + dim_);
-      snap->slots.insert(snap->slots.end(), e.row + dim_, e.row + dim_ + slot_floats);
+    ForEachRow(s, [&](uint32_t, float* row) {
+      const uint32_t* meta = Meta(row);
+      if (updated_only && (static_cast<int64_t>(meta[1]) < since_step || meta[0] == 0)) return;
+      snap->keys.push_back(KeyOfRow(row - kKeyFloats));
+      snap->values.insert(snap->values.end(), row, row + dim_);
+      snap->slots.insert(snap->slots.end(), row + dim_, row + dim_ + slot_floats);
       snap->freq.push_back(meta[0]);
       snap->last_step.push_back(meta[1]);
-    }
+    });
     if (!take_removed) continue;
     for (const auto& [key, stamp] : s.removed) {
       if (stamp >= since_step) removed->push_back(key);  // older ones the last delta carried
@@ -186,7 +176,7 @@ bool EmbeddingTable::ImportDelta(const TableSnapshot& snap, const std::vector<in
       const int64_t i = idx[j];
       const int64_t pos = Find(s, h[j], snap.keys[i]);
       if (pos < 0) continue;
-      float* row = s.slots[pos].row;
+      float* row = ValueAt(s, s.slots[pos]);
       if (slot_floats > 0) std::memcpy(row + dim_, &snap.slots[i * slot_floats], sizeof(float) * slot_floats);
       WriteMeta(Meta(row), snap.freq[i], snap.last_step[i]);
     }
@@ -197,18 +187,18 @@ bool EmbeddingTable::ImportDelta(const TableSnapshot& snap, const std::vector<in
 bool EmbeddingTable::Import(const TableSnapshot& snap, std::string* error) {
   if (!CheckSnapshot(snap, dim_, error)) return false;
   const int64_t n = static_cast<int64_t>(snap.keys.size());
-  // The new contents are built aside -- index, pools, rows -- before the table changes, so a
+  // The new contents are built aside -- index, arenas, rows -- before the table changes, so a
   // bad snapshot or running out of memory (std::bad_alloc) leaves it as it was.
   std::unique_ptr<Shard[]> fresh(new Shard[kNumShards]);
   std::vector<int64_t> per_shard(kNumShards, 0);
   for (int64_t i = 0; i < n; ++i) ++per_shard[ShardOf(HashKey(snap.keys[i]))];
-  std::vector<std::vector<float*>> rows(kNumShards);
+  std::vector<std::vector<uint32_t>> ids(kNumShards);
   for (int i = 0; i < kNumShards; ++i) {
-    fresh[i].slots.assign(kShardInitialCapacity, Slot{0, nullptr});
+    fresh[i].slots.assign(kShardInitialCapacity, 0);
+    fresh[i].rows = std::make_unique<RowArena>(StrideFor(snap.num_slots));
     ReserveLocked(&fresh[i], per_shard[i]);
-    fresh[i].pool = NewPool(snap.num_slots);
-    rows[i].resize(per_shard[i]);
-    fresh[i].pool->Allocate(per_shard[i], rows[i].data());
+    ids[i].resize(per_shard[i]);
+    fresh[i].rows->Allocate(per_shard[i], ids[i].data());
   }
   std::vector<float> slot_init = snap.slot_init;
   const int64_t slot_floats = dim_ * snap.num_slots;
@@ -223,23 +213,25 @@ bool EmbeddingTable::Import(const TableSnapshot& snap, std::string* error) {
       *error = "key " + std::to_string(key) + " appears twice in the snapshot";
       return false;
     }
-    float* row = rows[shard][used[shard]++];
+    const uint32_t id = ids[shard][used[shard]++];
+    std::memcpy(s.rows->Row(id), &key, sizeof(key));
+    float* row = s.rows->Row(id) + kKeyFloats;
     std::memcpy(row, &snap.values[i * dim_], sizeof(float) * dim_);
     if (slot_floats > 0) std::memcpy(row + dim_, &snap.slots[i * slot_floats], sizeof(float) * slot_floats);
     WriteMeta(reinterpret_cast<uint32_t*>(row + dim_ * (1 + snap.num_slots)), snap.freq[i], snap.last_step[i]);
     latest = std::max(latest, snap.last_step[i]);
-    InsertLocked(&s, h, key, row);
+    InsertLocked(&s, h, id);
   }
   std::unique_lock<std::shared_mutex> layout(layout_mu_);
   AllShardsLock lock(*this);
-  // The old rows die with the old pools; the snapshot fixes the row layout. The admission
+  // The old rows die with the old arenas; the snapshot fixes the row layout. The admission
   // sketch and the removed-keys log are kept (the sketch has its own import).
   num_slots_ = snap.num_slots;
   slot_init_.swap(slot_init);
   for (int i = 0; i < kNumShards; ++i) {
     shards_[i].slots.swap(fresh[i].slots);
     shards_[i].size = fresh[i].size;
-    shards_[i].pool.swap(fresh[i].pool);
+    shards_[i].rows.swap(fresh[i].rows);
   }
   NoteStep(latest);
   return true;

@@ -1,4 +1,4 @@
-// Unit tests of kernels/core: BucketPool, initializer, EmbeddingTable, UniqueWithCounts.
+// Unit tests of kernels/core: RowArena, initializer, EmbeddingTable, UniqueWithCounts.
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "kernels/core/bucket_pool.h"
+#include "kernels/core/row_arena.h"
 #include "kernels/core/embedding_table.h"
 #include "kernels/core/gather.h"
 #include "kernels/core/id_set.h"
@@ -17,17 +17,28 @@
 
 using namespace tfps::core;
 
-TEST(PoolRecyclesFreedRows) {
-  BucketPool pool(4, 8);
-  std::set<float*> rows;
-  for (int i = 0; i < 20; ++i) rows.insert(pool.Allocate());
-  CHECK_EQ(rows.size(), 20u);
-  CHECK_EQ(pool.rows_in_use(), 20);
-  CHECK_EQ(pool.bytes_reserved(), 3 * 8 * 4 * 4);  // 3 blocks of 8 rows
-  float* freed = *rows.begin();
-  pool.Free(freed);
-  CHECK_EQ(pool.Allocate(), freed);
-  CHECK_EQ(pool.bytes_reserved(), 3 * 8 * 4 * 4);
+TEST(ArenaRecyclesFreedRowsAndKeepsIdsAcrossGrowth) {
+  RowArena arena(6);
+  std::vector<uint32_t> ids(5000);
+  arena.Allocate(10, ids.data());
+  for (uint32_t i = 0; i < 10; ++i) CHECK_EQ(ids[i], i);
+  for (uint32_t i = 0; i < 10; ++i) arena.Row(ids[i])[5] = static_cast<float>(i);
+  arena.Allocate(4990, ids.data() + 10);  // grows the mapping (it may move): ids keep their rows
+  for (uint32_t i = 0; i < 10; ++i) CHECK(arena.Row(i)[5] == static_cast<float>(i));
+  CHECK_EQ(arena.rows_in_use(), 5000);
+  CHECK_EQ(arena.end(), 5000u);
+  const int64_t reserved = arena.bytes_reserved();
+  CHECK(reserved >= 5000 * 6 * 4 && reserved <= 5000 * 6 * 4 + 4096 + 1024);  // touched pages, live bits
+  arena.Free(7);
+  arena.Free(3);
+  CHECK(!arena.Live(7) && !arena.Live(3) && arena.Live(4));
+  uint32_t again[3];
+  arena.Allocate(3, again);  // the freed ids first (last freed first), then a new one
+  CHECK_EQ(again[0], 3u);
+  CHECK_EQ(again[1], 7u);
+  CHECK_EQ(again[2], 5000u);
+  CHECK(arena.Live(3) && arena.Live(7));
+  CHECK_EQ(arena.rows_in_use(), 5001);
 }
 
 TEST(InitializerIsDeterministicAndShaped) {

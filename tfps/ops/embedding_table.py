@@ -104,10 +104,10 @@ def table_memory_stats(table, name=None):
 
 
 def table_memory_split(table, name=None):
-    """-> int64 [5]: where table_memory_stats' bytes_reserved goes: index_bytes (slots: key and
-    row pointer), row_bytes_in_use (rows * row_bytes: values, optimizer slots, meta), meta_bytes
-    (8 per row, part of the rows), pool_slack_bytes (pool blocks holding no row), side_bytes
-    (admission sketch, removed-keys log)."""
+    """-> int64 [5]: where table_memory_stats' bytes_reserved goes: index_bytes (4-byte slots: row
+    id and hash tag), row_bytes_in_use (rows * row_bytes: key, values, optimizer slots, meta),
+    meta_bytes (8 per row, part of the rows), arena_slack_bytes (arena pages holding no row),
+    side_bytes (admission sketch, removed-keys log)."""
     return load().tfps_table_memory_split(table, name=name)
 
 
