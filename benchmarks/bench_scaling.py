@@ -16,6 +16,7 @@ Ratios are tfps / built-in in the same run. The table's prefetching follows TFPS
 Draws throughput against table size to docs/scaling.png (matplotlib).
 
 Usage: python benchmarks/bench_scaling.py [--quick] [--sizes 1e5,1e6] [--dims 16] [--prefetch-modes]
+                                           [--baseline OTHER_CHECKOUT]
 A cell that does not fit in memory (5*10^7 keys at dim 64: ~27 GB for tfps with its Adagrad slot
 alone) is skipped with the reason.
 """
@@ -229,17 +230,35 @@ def plot(results, path):
     print(f"throughput vs table size drawn to {os.path.relpath(path, ROOT)}")
 
 
+RATES = ("insert", "lookup_uniform", "adagrad_uniform", "lookup_zipf", "adagrad_zipf")
+
+
+def tfps_only(n, dim, tree=ROOT, mode=None):
+    """tfps's rates at (n, dim) measured in a fresh process, with `tree`'s build (another
+    checkout of tfps: the baseline) and TFPS_PREFETCH=mode."""
+    env = dict(os.environ, **({"TFPS_PREFETCH": mode} if mode else {}))
+    env["PYTHONPATH"] = tree
+    out = subprocess.run([sys.executable, os.path.join(tree, "benchmarks", "bench_scaling.py"), "--tfps-only",
+                          f"{n}", f"{dim}"], env=env, cwd=tree, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def prefetch_modes(n, dim):
     """tfps alone at (n, dim) in each prefetch mode, each in a fresh process."""
     rows = []
     for mode in ("off", "group", "rolling"):
-        env = dict(os.environ, TFPS_PREFETCH=mode)
-        out = subprocess.run([sys.executable, __file__, "--tfps-only", f"{n}", f"{dim}"], env=env,
-                             capture_output=True, text=True, check=True)
-        t = json.loads(out.stdout.strip().splitlines()[-1])
-        rows.append((f"prefetch {mode:7s} {n:.0e} keys dim {dim}",
-                     ", ".join(f"{k} {t[k] / 1e6:.2f} M/s" for k in ("lookup_uniform", "adagrad_uniform",
-                                                                        "lookup_zipf", "adagrad_zipf"))))
+        t = tfps_only(n, dim, mode=mode)
+        rows.append((f"prefetch {mode:7s} {n:.0e} keys dim {dim}", ", ".join(f"{k} {t[k] / 1e6:.2f} M/s" for k in RATES)))
+    report(rows)
+
+
+def against(baseline, cells):
+    """This tree's tfps against the baseline tree's, cell by cell, each in fresh processes."""
+    rows = []
+    for n, dim in cells:
+        old, new = tfps_only(n, dim, baseline), tfps_only(n, dim)
+        rows.append((f"{n:.0e} keys dim {dim}: now / baseline",
+                     ", ".join(f"{k} {new[k] / 1e6:.1f}/{old[k] / 1e6:.1f} = {new[k] / old[k]:.2f}x" for k in RATES)))
     report(rows)
 
 
@@ -249,6 +268,8 @@ def main():
     parser.add_argument("--sizes", default="1e5,1e6,1e7,5e7")
     parser.add_argument("--dims", default="16,64")
     parser.add_argument("--prefetch-modes", action="store_true", help="also time tfps at 10^7 keys in each mode")
+    parser.add_argument("--baseline", metavar="TREE", help="also time tfps of another built checkout (e.g. the "
+                        "last release) in each cell: this tree / that tree")
     parser.add_argument("--tfps-only", nargs=2, type=float, metavar=("N", "DIM"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tfps_only:
@@ -272,6 +293,8 @@ def main():
             print_cell(results[-1])
     if args.prefetch_modes:
         prefetch_modes(10**7, 16)
+    if args.baseline:
+        against(os.path.abspath(args.baseline), [(r["n"], r["dim"]) for r in results])
     if not args.quick:
         plot(results, PLOT)
     print(json.dumps([{k: (v if k in ("n", "dim") else

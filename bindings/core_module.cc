@@ -239,6 +239,17 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
       "depend on it; the TF ops' tables follow TFPS_PREFETCH). Returns the mode it replaced.");
 
   m.def(
+      "set_prefetch_min_shard_bytes",
+      [](int64_t bytes) {
+        const int64_t before = tfps::core::GetPrefetchMinShardBytes();
+        tfps::core::SetPrefetchMinShardBytes(bytes);
+        return before;
+      },
+      py::arg("bytes"),
+      "Index shards whose rows take fewer bytes do not prefetch (config.h: kPrefetchMinShardBytes); "
+      "returns the value it replaced. Tests set 0.");
+
+  m.def(
       "unique_partition",
       [](const py::array& raw, int64_t num_partitions, const std::string& strategy) {
         const Keys ids = AsKeys(raw, "ids");

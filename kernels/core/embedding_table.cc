@@ -79,7 +79,8 @@ void EmbeddingTable::Prefetched(const Shard& s, const int64_t* idx, const uint64
     if (batch != nullptr) PrefetchLines(static_cast<const char*>(batch) + idx[j] * batch_bytes, batch_bytes);
   };
   constexpr int64_t d = kPrefetchDistance;
-  switch (GetPrefetchMode()) {
+  const int64_t shard_bytes = static_cast<int64_t>(s.rows->end()) * s.rows->stride() * static_cast<int64_t>(sizeof(float));
+  switch (shard_bytes < GetPrefetchMinShardBytes() ? PrefetchMode::kOff : GetPrefetchMode()) {
     case PrefetchMode::kOff:
       for (int64_t j = 0; j < m; ++j) visit(j);
       return;

@@ -21,7 +21,16 @@ std::atomic<int>& Mode() {
   return mode;
 }
 
+std::atomic<int64_t>& MinShardBytes() {
+  static std::atomic<int64_t> bytes{kPrefetchMinShardBytes};
+  return bytes;
+}
+
 }  // namespace
+
+int64_t GetPrefetchMinShardBytes() { return MinShardBytes().load(std::memory_order_relaxed); }
+
+void SetPrefetchMinShardBytes(int64_t bytes) { MinShardBytes().store(bytes, std::memory_order_relaxed); }
 
 PrefetchMode GetPrefetchMode() { return static_cast<PrefetchMode>(Mode().load(std::memory_order_relaxed)); }
 

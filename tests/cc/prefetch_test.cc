@@ -79,11 +79,13 @@ std::vector<unsigned char> Transcript(PrefetchMode mode) {
 
 TEST(PrefetchModesGiveIdenticalResultsOnEveryBatchPath) {
   const PrefetchMode before = GetPrefetchMode();
+  SetPrefetchMinShardBytes(0);  // this table's shards are small: prefetch them all the same
   const std::vector<unsigned char> off = Transcript(PrefetchMode::kOff);
   CHECK(off.size() > 1000000);
   CHECK(Transcript(PrefetchMode::kGroup) == off);
   CHECK(Transcript(PrefetchMode::kRolling) == off);
   SetPrefetchMode(before);
+  SetPrefetchMinShardBytes(kPrefetchMinShardBytes);
 }
 
 TEST(PrefetchedPathsStayExactWhileOtherThreadsRemoveInATableLargerThanTheCache) {
@@ -114,6 +116,7 @@ TEST(PrefetchedPathsStayExactWhileOtherThreadsRemoveInATableLargerThanTheCache) 
     }
   }
   CHECK_EQ(t.size(), kStable);
+  SetPrefetchMinShardBytes(0);  // the TSan size stays under the threshold: prefetch it anyway
   for (PrefetchMode mode : {PrefetchMode::kRolling, PrefetchMode::kGroup, PrefetchMode::kOff}) {
     SetPrefetchMode(mode);
     std::atomic<bool> bad{false};
@@ -159,4 +162,5 @@ TEST(PrefetchedPathsStayExactWhileOtherThreadsRemoveInATableLargerThanTheCache) 
     CHECK_EQ(t.size(), kStable);
   }
   SetPrefetchMode(PrefetchMode::kRolling);
+  SetPrefetchMinShardBytes(kPrefetchMinShardBytes);
 }
