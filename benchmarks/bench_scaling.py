@@ -1,7 +1,7 @@
 """Lookups and sparse Adagrad updates as the table grows: tfps against TF's built-ins, one process.
 
-For each dim (16, 64) and table size (10^5, 10^6, 10^7, 5*10^7 keys), each phase in turn (one
-structure in memory at a time):
+For each dim (16, 64) and table size (10^5, 10^6, 10^7, 5*10^7 keys), in one process per cell,
+each phase in turn (one structure in memory at a time):
   tfps:      a table filled with the keys (TfpsTableAssign, 2^20 per batch; insert rate), then
              find-or-insert of 2^20 present ids (TfpsTableFind) and TfpsTableApplyAdagrad of
              the distinct ones, uniform and Zipf(1.2) ids; bytes per key and where they go
@@ -170,6 +170,15 @@ def cell(n, dim):
     return result
 
 
+def jsonable(r):
+    """A cell's results with numpy arrays as lists."""
+    def plain(x):
+        if hasattr(x, "tolist"):
+            return x.tolist()
+        return [plain(y) for y in x] if isinstance(x, (tuple, list)) else x
+    return {k: v if k in ("n", "dim") else {name: plain(x) for name, x in v.items()} for k, v in r.items()}
+
+
 def memory_rows(r):
     n, dim = r["n"], r["dim"]
     rows = []
@@ -270,8 +279,12 @@ def main():
     parser.add_argument("--prefetch-modes", action="store_true", help="also time tfps at 10^7 keys in each mode")
     parser.add_argument("--baseline", metavar="TREE", help="also time tfps of another built checkout (e.g. the "
                         "last release) in each cell: this tree / that tree")
+    parser.add_argument("--cell", nargs=2, type=float, metavar=("N", "DIM"), help=argparse.SUPPRESS)
     parser.add_argument("--tfps-only", nargs=2, type=float, metavar=("N", "DIM"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.cell:
+        print(json.dumps(jsonable(cell(int(args.cell[0]), int(args.cell[1])))))
+        return
     if args.tfps_only:
         n, dim = int(args.tfps_only[0]), int(args.tfps_only[1])
         rng = np.random.default_rng(n + dim)
@@ -289,7 +302,12 @@ def main():
             if not ok:
                 print(f"{n:.0e} keys, dim {dim}: skipped, {why}")
                 continue
-            results.append(cell(n, dim))
+            # Each cell in a fresh process (its three phases in that one process): memory one
+            # cell's structures left behind never weighs on the next.
+            out = subprocess.run([sys.executable, __file__, "--cell", f"{n}", f"{dim}"], capture_output=True, text=True)
+            if out.returncode != 0:
+                raise SystemExit(f"cell {n:.0e} keys, dim {dim} failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
+            results.append(json.loads(out.stdout.strip().splitlines()[-1]))
             print_cell(results[-1])
     if args.prefetch_modes:
         prefetch_modes(10**7, 16)
@@ -297,9 +315,7 @@ def main():
         against(os.path.abspath(args.baseline), [(r["n"], r["dim"]) for r in results])
     if not args.quick:
         plot(results, PLOT)
-    print(json.dumps([{k: (v if k in ("n", "dim") else
-                           {name: (x.tolist() if hasattr(x, "tolist") else [y.tolist() for y in x] if isinstance(x, tuple) else x)
-                            for name, x in v.items()}) for k, v in r.items()} for r in results]))
+    print(json.dumps(results))
 
 
 if __name__ == "__main__":

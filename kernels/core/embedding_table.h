@@ -4,7 +4,7 @@
 // deletion), each under a tbb::spin_rw_mutex; the shard is chosen by the high
 // bits of Mix64(key), the home slot by its low 32 bits (multiply-shift, any capacity). A slot
 // is 4 bytes: the row's id in the shard's RowArena and a 7-bit tag of the hash, so the index
-// costs 5-6.25 bytes per key and a probe reads a row only on a tag match. The key lives in its
+// costs 5-7.5 bytes per key and a probe reads a row only on a tag match. The key lives in its
 // row. Each shard has its own arena, so allocation takes no lock that another shard's work holds.
 // Batch operations sort their keys by shard first, so a batch takes each shard's
 // lock once, and shards are processed in parallel (tbb) above kParallelThreshold.
