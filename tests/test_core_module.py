@@ -178,3 +178,29 @@ def test_prefetch_modes_give_identical_tables_and_a_bad_mode_is_refused():
             np.testing.assert_array_equal(snap[part], results[0][1][part])
     with pytest.raises(ValueError, match="prefetch mode must be off, group or rolling"):
         _core.set_prefetch_mode("fast")
+
+
+@pytest.mark.parametrize("dim,slots", [(16, 0), (16, 1), (64, 1)])
+def test_reserved_bytes_per_key_stay_within_a_quarter_of_the_ideal(dim, slots):
+    """Key and floats (8 + 4*dim*(1+slots)) are the ideal; index, meta and arena slack add at
+    most a quarter from 10^5 keys up, at every size the index passes through (its load swings
+    0.53-0.8) and after removals and re-insertion (freed rows are reused)."""
+    t = _core.Table(dim)
+    if slots:
+        t.ensure_slots([0.0] * slots)
+    ideal = 8 + 4 * dim * (1 + slots)
+    added, checked = 0, 0
+    for step in range(28):
+        n = int(3000 * 1.2**step) if step < 22 else 20000
+        keys = np.arange(added, added + n, dtype=np.int64) * 2654435761 + 7
+        t.lookup(keys)
+        added += n
+        if step >= 22:   # churn: remove as many as were added; the freed rows come back
+            t.remove(keys)
+        st = t.stats()
+        assert st["rows"] == t.size()
+        assert st["bytes_reserved"] == st["index_bytes"] + st["arena_bytes"] + st["side_bytes"]
+        if st["rows"] >= 10**5:
+            assert st["bytes_reserved"] <= 1.25 * ideal * st["rows"], (step, st)
+            checked += 1
+    assert checked >= 10
