@@ -63,6 +63,7 @@ bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_
 	$(CC_BIN)/bench_op_mix
 	$(PY) -m pip install -q -r benchmarks/requirements.txt
 	$(PY) benchmarks/bench_table.py
+	$(PY) benchmarks/bench_scaling.py --prefetch-modes
 	$(PY) benchmarks/bench_unique_partition.py
 	$(PY) benchmarks/bench_step.py
 	$(PY) benchmarks/bench_merge.py
