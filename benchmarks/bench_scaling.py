@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import pyplot, report, session  # noqa: E402
+from common import pyplot, report, session, time_op  # noqa: E402
 
 tf.compat.v1.disable_eager_execution()
 from tfps.ops import embedding_table as et  # noqa: E402
@@ -79,16 +79,6 @@ def distinct(positions):
     return positions[np.sort(first)]
 
 
-def timed(sess, op, feed=None, repeats=REPEATS):
-    sess.run(op, feed)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        sess.run(op, feed)
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
-
-
 def fill_rate(sess, insert, keys_ph, n):
     """Inserts keys_of(0..n) in batches of FILL; returns keys per second."""
     sess.run(insert, {keys_ph: np.zeros([0], np.int64)})   # the op's first run sets up its executor
@@ -117,9 +107,9 @@ def tfps_phase(n, dim, ids):
             out["insert"] = fill_rate(s, insert, keys_ph, n)
             out["memory"] = (s.run(stats), s.run(split))
             for dist, (lookup, _, _) in ops.items():
-                out[f"lookup_{dist}"] = BATCH / timed(s, lookup)
+                out[f"lookup_{dist}"] = BATCH / time_op(s, lookup, repeats=REPEATS, warmup=1)
             for dist, (_, apply, u) in ops.items():
-                out[f"adagrad_{dist}"] = u / timed(s, apply)
+                out[f"adagrad_{dist}"] = u / time_op(s, apply, repeats=REPEATS, warmup=1)
             out["memory_slot"] = (s.run(stats), s.run(split))
     return out
 
@@ -135,7 +125,7 @@ def dht_phase(n, dim, ids):
         with session() as s:
             out["insert"] = fill_rate(s, insert, keys_ph, n)
             for dist, op in lookups.items():
-                out[f"lookup_{dist}"] = BATCH / timed(s, op)
+                out[f"lookup_{dist}"] = BATCH / time_op(s, op, repeats=REPEATS, warmup=1)
     return out
 
 
@@ -153,8 +143,8 @@ def variable_phase(n, dim, ids):
         with session() as s:
             s.run(tf.compat.v1.global_variables_initializer())
             for dist, (apply, gather, u) in ops.items():
-                out[f"adagrad_{dist}"] = u / timed(s, apply)
-                out[f"gather_{dist}"] = BATCH / timed(s, gather)
+                out[f"adagrad_{dist}"] = u / time_op(s, apply, repeats=REPEATS, warmup=1)
+                out[f"gather_{dist}"] = BATCH / time_op(s, gather, repeats=REPEATS, warmup=1)
     return out
 
 

@@ -1,5 +1,7 @@
 // Kernels of the TfpsTable* ops: thin adapters from tensors to core::EmbeddingTable.
+#include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 #include "kernels/core/gather.h"
@@ -437,20 +439,19 @@ class TableEvictOp : public TableOpKernel {
   core::EvictPolicy policy_;
 };
 
+// Writes `values` as the op's output 0, an int64 vector.
+void OutputVector(OpKernelContext* ctx, std::initializer_list<int64_t> values) {
+  Tensor* out = nullptr;
+  OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(values.size())}), &out));
+  std::copy(values.begin(), values.end(), out->vec<int64_t>().data());
+}
+
 class TableMemoryStatsOp : public TableOpKernel {
  public:
   using TableOpKernel::TableOpKernel;
   void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     const core::TableStats st = table.Stats();
-    Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({6}), &out));
-    auto v = out->vec<int64_t>();
-    v(0) = st.rows;
-    v(1) = st.bytes_reserved;
-    v(2) = st.bytes_in_use;
-    v(3) = st.row_bytes;
-    v(4) = st.pending;
-    v(5) = st.removed_logged;
+    OutputVector(ctx, {st.rows, st.bytes_reserved, st.bytes_in_use, st.row_bytes, st.pending, st.removed_logged});
   }
 };
 
@@ -459,15 +460,9 @@ class TableMemorySplitOp : public TableOpKernel {
   using TableOpKernel::TableOpKernel;
   void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     const core::TableStats st = table.Stats();
-    Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({5}), &out));
-    auto v = out->vec<int64_t>();
     const int64_t rows_bytes = st.rows * st.row_bytes;
-    v(0) = st.index_bytes;
-    v(1) = rows_bytes;
-    v(2) = st.rows * 2 * static_cast<int64_t>(sizeof(uint32_t));
-    v(3) = st.arena_bytes - rows_bytes;
-    v(4) = st.side_bytes;
+    OutputVector(ctx, {st.index_bytes, rows_bytes, st.rows * 2 * static_cast<int64_t>(sizeof(uint32_t)),
+                       st.arena_bytes - rows_bytes, st.side_bytes});
   }
 };
 
