@@ -1,4 +1,4 @@
-"""Lookups and sparse Adagrad updates as the table grows: tfps against TF's built-ins, one process.
+"""Lookups and sparse Adagrad updates as the table grows: tfps against TF's built-ins.
 
 For each dim (16, 64) and table size (10^5, 10^6, 10^7, 5*10^7 keys), in one process per cell,
 each phase in turn (one structure in memory at a time):
@@ -11,8 +11,9 @@ each phase in turn (one structure in memory at a time):
              by TF's ResourceSparseApplyAdagrad (the update path's anchor) and gathered
 Both sparse applies get a batch's distinct ids in order of first appearance (what tf.unique
 gives a training step), not sorted: sorted indices would let the Variable stream its memory.
-Ratios are tfps / built-in in the same run. The table's prefetching follows TFPS_PREFETCH
-(off | group | rolling, the default); --prefetch-modes also times tfps in each mode (subprocesses).
+Ratios are tfps / built-in in the same run. Tables prefetch in their default mode (rolling);
+--prefetch-modes also times tfps with each mode (off | group | rolling, set by the op
+tfps.ops.embedding_table.set_prefetch_mode), each in a fresh process.
 Draws throughput against table size to docs/scaling.png (matplotlib).
 
 Usage: python benchmarks/bench_scaling.py [--quick] [--sizes 1e5,1e6] [--dims 16] [--prefetch-modes]
@@ -89,10 +90,12 @@ def fill_rate(sess, insert, keys_ph, n):
     return n / (time.perf_counter() - t)
 
 
-def tfps_phase(n, dim, ids):
-    """Insert rate, lookup and Adagrad rates per distribution, memory before and after the slot."""
+def tfps_phase(n, dim, ids, prefetch=None):
+    """Insert rate, lookup and Adagrad rates per distribution, memory before and after the slot;
+    with `prefetch`, the tables' prefetch mode is set first."""
     out = {}
     with tf.Graph().as_default():
+        set_mode = et.set_prefetch_mode(prefetch) if prefetch else None
         h = et.table_handle(dim, "zeros", shared_name=f"scaling_{n}_{dim}")
         keys_ph = tf.compat.v1.placeholder(tf.int64, [None])
         insert = et.table_assign(h, keys_ph, tf.zeros(tf.stack([tf.size(keys_ph), dim])))
@@ -104,6 +107,8 @@ def tfps_phase(n, dim, ids):
                          tr.table_apply_adagrad(h, tf.constant(keys_of(uniq)), tf.fill([len(uniq), dim], 0.01),
                                                 LR, tf.constant(1, tf.int64)), len(uniq))
         with session() as s:
+            if set_mode is not None:
+                s.run(set_mode)
             out["insert"] = fill_rate(s, insert, keys_ph, n)
             out["memory"] = (s.run(stats), s.run(split))
             for dist, (lookup, _, _) in ops.items():
@@ -234,11 +239,11 @@ RATES = ("insert", "lookup_uniform", "adagrad_uniform", "lookup_zipf", "adagrad_
 
 def tfps_only(n, dim, tree=ROOT, mode=None):
     """tfps's rates at (n, dim) measured in a fresh process, with `tree`'s build (another
-    checkout of tfps: the baseline) and TFPS_PREFETCH=mode."""
-    env = dict(os.environ, **({"TFPS_PREFETCH": mode} if mode else {}))
-    env["PYTHONPATH"] = tree
+    checkout of tfps: the baseline) and the prefetch mode `mode` (None: the build's default)."""
+    env = dict(os.environ, PYTHONPATH=tree)
     out = subprocess.run([sys.executable, os.path.join(tree, "benchmarks", "bench_scaling.py"), "--tfps-only",
-                          f"{n}", f"{dim}"], env=env, cwd=tree, capture_output=True, text=True, check=True)
+                          f"{n}", f"{dim}"] + (["--prefetch", mode] if mode else []), env=env, cwd=tree,
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -271,6 +276,7 @@ def main():
                         "last release) in each cell: this tree / that tree")
     parser.add_argument("--cell", nargs=2, type=float, metavar=("N", "DIM"), help=argparse.SUPPRESS)
     parser.add_argument("--tfps-only", nargs=2, type=float, metavar=("N", "DIM"), help=argparse.SUPPRESS)
+    parser.add_argument("--prefetch", choices=("off", "group", "rolling"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cell:
         print(json.dumps(jsonable(cell(int(args.cell[0]), int(args.cell[1])))))
@@ -278,13 +284,12 @@ def main():
     if args.tfps_only:
         n, dim = int(args.tfps_only[0]), int(args.tfps_only[1])
         rng = np.random.default_rng(n + dim)
-        t = tfps_phase(n, dim, {dist: draws(n, dist, rng) for dist in ("uniform", "zipf")})
+        t = tfps_phase(n, dim, {dist: draws(n, dist, rng) for dist in ("uniform", "zipf")}, args.prefetch)
         print(json.dumps({k: v for k, v in t.items() if not k.startswith("memory")}))
         return
     sizes = [10**5] if args.quick else [int(float(x)) for x in args.sizes.split(",")]
     dims = [16] if args.quick else [int(x) for x in args.dims.split(",")]
-    print(f"{time.strftime('%Y-%m-%d')}: {BATCH} ids per batch, 2 threads, prefetch "
-          f"{os.environ.get('TFPS_PREFETCH', 'rolling')}")
+    print(f"{time.strftime('%Y-%m-%d')}: {BATCH} ids per batch, 2 threads, prefetch rolling (the default)")
     results = []
     for dim in dims:
         for n in sizes:

@@ -236,7 +236,7 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
       },
       py::arg("mode"),
       "Sets how this module's tables prefetch on their batch paths (off | group | rolling; results never "
-      "depend on it; the TF ops' tables follow TFPS_PREFETCH). Returns the mode it replaced.");
+      "depend on it; the TF ops set theirs with tfps.ops.embedding_table.set_prefetch_mode). Returns the mode it replaced.");
 
   m.def(
       "set_prefetch_min_shard_bytes",

@@ -439,6 +439,26 @@ class TableEvictOp : public TableOpKernel {
   core::EvictPolicy policy_;
 };
 
+class SetPrefetchModeOp : public OpKernel {
+ public:
+  explicit SetPrefetchModeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::string mode;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("mode", &mode));
+    mode_ = mode == "off" ? core::PrefetchMode::kOff
+            : mode == "group" ? core::PrefetchMode::kGroup : core::PrefetchMode::kRolling;
+  }
+  void Compute(OpKernelContext* ctx) override {
+    static const char* const kNames[] = {"off", "group", "rolling"};
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<tensorflow::tstring>()() = kNames[static_cast<int>(core::GetPrefetchMode())];
+    core::SetPrefetchMode(mode_);
+  }
+
+ private:
+  core::PrefetchMode mode_ = core::PrefetchMode::kRolling;
+};
+
 // Writes `values` as the op's output 0, an int64 vector.
 void OutputVector(OpKernelContext* ctx, std::initializer_list<int64_t> values) {
   Tensor* out = nullptr;
@@ -482,6 +502,7 @@ TFPS_CPU_KERNEL("TfpsTableInitialize", TableInitializeOp);
 TFPS_CPU_KERNEL("TfpsTableIsInitialized", TableIsInitializedOp);
 TFPS_CPU_KERNEL("TfpsTableMemoryStats", TableMemoryStatsOp);
 TFPS_CPU_KERNEL("TfpsTableMemorySplit", TableMemorySplitOp);
+TFPS_CPU_KERNEL("TfpsSetPrefetchMode", SetPrefetchModeOp);
 TFPS_CPU_KERNEL("TfpsTableEvict", TableEvictOp);
 TFPS_CPU_KERNEL("TfpsTableExportDelta", TableExportDeltaOp);
 TFPS_CPU_KERNEL("TfpsTableImportDelta", TableImportDeltaOp);

@@ -342,6 +342,21 @@ Replaces the admission sketch with a TfpsTableExportAdmission output (counts cli
 InvalidArgument.
 )doc");
 
+REGISTER_OP("TfpsSetPrefetchMode")
+    .Attr("mode: {'off', 'group', 'rolling'}")
+    .Output("previous: string")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Scalar());
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Sets how every table of this process prefetches on its batch paths (lookup, find-or-insert,
+sparse apply, assign, remove) once a shard's rows pass 512 KiB: 'rolling' (the default),
+'group', or 'off'. Results never depend on it; benchmarks compare the modes. previous: the
+mode it replaced.
+)doc");
+
 REGISTER_OP("TfpsTableMemorySplit")
     .Input("table: resource")
     .Output("split: int64")

@@ -110,7 +110,7 @@ def test_assign_remove_size_and_memory(graph):
 
 
 def test_memory_split_adds_up_to_the_reserved_bytes(graph):
-    """table_memory_split: index, rows (with their meta), pool slack and side structures are
+    """table_memory_split: index, rows (with their meta), arena slack and side structures are
     exactly what table_memory_stats reserves, through growth, removal and a slot re-layout."""
     h = et.table_handle(16, shared_name="split")
     keys = tf.compat.v1.placeholder(tf.int64, [None])
@@ -269,3 +269,30 @@ def test_the_scaling_benchmark_runs_its_smallest_cell():
     for key in ("memory", "memory_slot"):
         (rows, reserved, *_), split = cell["tfps"][key]
         assert rows == 10**5 and split[0] + split[1] + split[3] + split[4] == reserved
+
+
+def test_prefetch_mode_op_switches_modes_and_results_stay_identical(graph):
+    """set_prefetch_mode: on a table past the prefetch threshold (512 KiB of rows per shard),
+    every mode reads the same rows and applies the same update (checked against numpy), and
+    the op returns the mode it replaced."""
+    h = et.table_handle(16, "uniform", -1.0, 1.0, seed=3, shared_name="prefetched")
+    keys = np.random.default_rng(0).permutation(600_000).astype(np.int64) * 7919 + 1
+    batch = tf.constant(keys[:200_000])
+    find = et.table_find(h, batch)
+    sgd = tr.table_apply_gradient_descent(h, batch, tf.fill([200_000, 16], 0.5), 0.1, tf.constant(1, tf.int64))
+    modes = {m: et.set_prefetch_mode(m) for m in ("off", "group", "rolling")}
+    with tf.compat.v1.Session() as s:
+        s.run(et.table_find(h, keys).op)   # 600k rows of 80 bytes: ~730 KiB per shard
+        original = s.run(modes["off"]).decode()
+        expected = s.run(find)
+        last = "off"
+        for mode in ("group", "rolling", "off"):
+            assert s.run(modes[mode]).decode() == last
+            last = mode
+            np.testing.assert_array_equal(s.run(find), expected)
+            s.run(sgd)
+            expected = expected - np.float32(0.1) * np.float32(0.5)
+            np.testing.assert_array_equal(s.run(find), expected)
+        s.run(modes[original])
+    with pytest.raises(ValueError, match="off, group or rolling"):
+        et.set_prefetch_mode("fast")

@@ -61,12 +61,13 @@ constexpr int64_t kParallelUniqueMinNDistinct = 1 << 20;
 // A pass over the inverse (one gather from a small table per id) is split over threads
 // only from this many ids: below, waking the workers costs more than it saves.
 constexpr int64_t kParallelRemapMinN = 1 << 18;
-// Prefetching on the table's batch paths (lookup, find-or-insert, sparse apply, assign, remove,
-// export, eviction): each key's index slot is fetched 2 * kPrefetchDistance keys ahead and the
-// row it leads to kPrefetchDistance keys ahead, so that the misses of many keys overlap.
-// kGroup does it per window of 2 * kPrefetchDistance keys (slots, then rows, then the work).
-// Results never depend on it. The mode starts from TFPS_PREFETCH (off | group | rolling, the
-// default rolling) and SetPrefetchMode changes it (tests and benchmarks compare the modes).
+// Prefetching on the table's batch paths (lookup, find-or-insert, sparse apply, assign,
+// remove): each key's index slot is fetched 2 * kPrefetchDistance keys ahead and the row it
+// leads to kPrefetchDistance keys ahead, so that the misses of many keys overlap. kGroup does
+// it per window of 2 * kPrefetchDistance keys (slots, then rows, then the work). (Export,
+// eviction, index growth and slot re-layout read rows in memory order instead.) Results never
+// depend on it. kRolling is the default; SetPrefetchMode (the op TfpsSetPrefetchMode,
+// _core.set_prefetch_mode) changes it for the process, so tests and benchmarks compare modes.
 // A shard prefetches only once its rows take kPrefetchMinShardBytes (a table of 64 shards:
 // 32 MiB): below, its rows stay in cache and the prefetches only cost (10^5 keys, dim 16:
 // 52-53 M lookups/s off, 30-32 rolling; 10^6: 31-39 off, 37-40 rolling; bench_scaling).

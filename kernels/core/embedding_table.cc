@@ -172,7 +172,8 @@ int64_t EmbeddingTable::InsertRowsLocked(Shard* s, const int64_t* keys, const in
   s->rows->Allocate(static_cast<int64_t>(fresh.size()), fresh.data());
   const int64_t capacity = static_cast<int64_t>(s->slots.size());
   size_t used = 0;
-  const bool ahead = GetPrefetchMode() != PrefetchMode::kOff;
+  const int64_t shard_bytes = static_cast<int64_t>(s->rows->end()) * s->rows->stride() * static_cast<int64_t>(sizeof(float));
+  const bool ahead = GetPrefetchMode() != PrefetchMode::kOff && shard_bytes >= GetPrefetchMinShardBytes();
   for (size_t t = 0; t < missing.size(); ++t) {
     if (ahead && t + kPrefetchDistance < missing.size()) {
       __builtin_prefetch(&s->slots[Home(h[missing[t + kPrefetchDistance]], s->slots.size())]);

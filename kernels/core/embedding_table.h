@@ -14,7 +14,9 @@
 // Thread-safety: every public method may be called concurrently. Row contents
 // are read and written only under their shard's lock (reads under the shared
 // lock, updates through Update()'s callback under the exclusive lock); no row
-// pointer escapes the table. Lookups only read rows (no write under the shared
+// pointer escapes the table but the one Update() hands its callback, valid only during that
+// call (the arena may move once the lock is released; the callback must not call back into
+// the table). Lookups only read rows (no write under the shared
 // lock); freq and last_step change only in Update(), under the exclusive lock.
 // EnsureSlots() and Import() take the layout lock and then every shard lock exclusively;
 // exports hold the layout lock shared and take the shard locks one at a time, so a snapshot
@@ -55,8 +57,8 @@ struct EvictPolicy {
 
 struct TableStats {
   int64_t rows = 0;
-  int64_t bytes_reserved = 0;  // pool blocks + index slots
-  int64_t bytes_in_use = 0;    // rows * row bytes + index slots
+  int64_t bytes_reserved = 0;  // row arenas (pages touched) + index slots + side structures
+  int64_t bytes_in_use = 0;    // rows * row bytes + index slots + side structures in use
   int64_t row_bytes = 0;
   int64_t pending = 0;         // keys seen but not admitted yet (estimate, exact without collisions)
   int64_t removed_logged = 0;  // keys in the removed-keys log (incremental checkpoints)
@@ -111,7 +113,7 @@ class EmbeddingTable {
   // Inserts or overwrites the value of each key (slots of new rows get their init).
   void Assign(const int64_t* keys, int64_t n, const float* values);
 
-  // Removes the keys present; their rows go back to the pool. Returns how many.
+  // Removes the keys present; their rows go back to the shard's arena. Returns how many.
   int64_t Remove(const int64_t* keys, int64_t n);
 
   // Calls fn(i, row, updates) under the exclusive lock of keys[i]'s shard for every

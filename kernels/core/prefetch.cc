@@ -1,23 +1,13 @@
 #include "kernels/core/prefetch.h"
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 namespace tfps {
 namespace core {
 namespace {
 
-PrefetchMode FromEnvironment() {
-  const char* v = std::getenv("TFPS_PREFETCH");
-  if (v == nullptr) return PrefetchMode::kRolling;
-  if (std::strcmp(v, "off") == 0) return PrefetchMode::kOff;
-  if (std::strcmp(v, "group") == 0) return PrefetchMode::kGroup;
-  return PrefetchMode::kRolling;  // "rolling", or a value it does not know: the default
-}
-
 std::atomic<int>& Mode() {
-  static std::atomic<int> mode{static_cast<int>(FromEnvironment())};
+  static std::atomic<int> mode{static_cast<int>(PrefetchMode::kRolling)};
   return mode;
 }
 

@@ -33,9 +33,20 @@ void RowArena::Reserve(int64_t rows) {
   const size_t need = static_cast<size_t>(rows) * static_cast<size_t>(stride_) * sizeof(float);
   if (need <= mapped_) return;
   const size_t bytes = RoundUpToPage(std::max(need, mapped_ + mapped_ / 4));
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer does not follow mremap: a range one arena gave up and another got reads
+  // as a race. Under it the arena maps anew and copies (the same contents and ids).
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  if (base_ != nullptr) {
+    std::memcpy(p, base_, mapped_);
+    munmap(base_, mapped_);
+  }
+#else
   void* p = base_ == nullptr ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
                              : mremap(base_, mapped_, bytes, MREMAP_MAYMOVE);
   if (p == MAP_FAILED) throw std::bad_alloc();
+#endif
   base_ = static_cast<float*>(p);
   mapped_ = bytes;
 }

@@ -44,7 +44,7 @@ class RowArena {
  private:
   static constexpr uint32_t kNoFree = UINT32_MAX;
   void Reserve(int64_t rows);  // mapping for `rows` ids (may throw)
-  void Populate(uint32_t from, uint32_t to);  // pre-faults the pages of rows [from, to)
+  void Populate(uint32_t from, uint32_t to);  // pre-faults the whole pages rows [from, to) start on
 
   const int64_t stride_;
   float* base_ = nullptr;

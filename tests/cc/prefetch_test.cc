@@ -66,7 +66,7 @@ std::vector<unsigned char> Transcript(PrefetchMode mode) {
   }
   TableSnapshot snap;
   t.Export(&snap);
-  // Export walks the index in slot order; the same table gives the same order.
+  // Export walks each shard's rows in id order; the same operations give the same order.
   record(snap.keys.data(), snap.keys.size() * sizeof(int64_t));
   record(snap.values.data(), snap.values.size() * sizeof(float));
   record(snap.slots.data(), snap.slots.size() * sizeof(float));
@@ -89,7 +89,7 @@ TEST(PrefetchModesGiveIdenticalResultsOnEveryBatchPath) {
 }
 
 TEST(PrefetchedPathsStayExactWhileOtherThreadsRemoveInATableLargerThanTheCache) {
-  // 2^21 rows of dim 32 (136 bytes each, with the index about 330 MB): past this machine's
+  // 2^21 rows of dim 32 (144 bytes each, with the index about 310 MB): past this machine's
   // last-level cache, so prefetched rows really come from memory while others are freed.
   // Under ThreadSanitizer (races, which do not depend on the size; 10x slower) 2^17 rows.
 #if defined(__SANITIZE_THREAD__)
@@ -116,6 +116,7 @@ TEST(PrefetchedPathsStayExactWhileOtherThreadsRemoveInATableLargerThanTheCache) 
     }
   }
   CHECK_EQ(t.size(), kStable);
+  const PrefetchMode before = GetPrefetchMode();
   SetPrefetchMinShardBytes(0);  // the TSan size stays under the threshold: prefetch it anyway
   for (PrefetchMode mode : {PrefetchMode::kRolling, PrefetchMode::kGroup, PrefetchMode::kOff}) {
     SetPrefetchMode(mode);
@@ -161,6 +162,6 @@ TEST(PrefetchedPathsStayExactWhileOtherThreadsRemoveInATableLargerThanTheCache) 
     CHECK(!bad.load());
     CHECK_EQ(t.size(), kStable);
   }
-  SetPrefetchMode(PrefetchMode::kRolling);
+  SetPrefetchMode(before);
   SetPrefetchMinShardBytes(kPrefetchMinShardBytes);
 }

@@ -10,7 +10,7 @@ _INITIALIZERS = ("zeros", "constant", "uniform", "normal", "truncated_normal")
 
 for _op in ("TfpsTableHandle", "TfpsTableFind", "TfpsTableLookupUnique", "TfpsTableAssign", "TfpsScatterAddRows",
             "TfpsTableRemove", "TfpsTableSize", "TfpsTableExport", "TfpsTableImport",
-            "TfpsTableMemoryStats", "TfpsTableMemorySplit", "TfpsTableEvict", "TfpsTableExportDelta", "TfpsTableImportDelta",
+            "TfpsTableMemoryStats", "TfpsTableMemorySplit", "TfpsSetPrefetchMode", "TfpsTableEvict", "TfpsTableExportDelta", "TfpsTableImportDelta",
             "TfpsTableInitialize", "TfpsTableIsInitialized", "TfpsTableTrackRemoved",
             "TfpsTableExportAdmission", "TfpsTableImportAdmission"):
     tf.no_gradient(_op)
@@ -101,6 +101,15 @@ def table_memory_stats(table, name=None):
     """-> int64 [6]: rows, bytes_reserved, bytes_in_use, row_bytes, pending (not yet admitted),
     removed_logged (keys in the removed-keys log of incremental checkpoints)."""
     return load().tfps_table_memory_stats(table, name=name)
+
+
+def set_prefetch_mode(mode, name=None):
+    """An op that sets how every table of this process prefetches on its batch paths: "rolling"
+    (the default), "group" or "off" (results never depend on it; benchmarks compare them).
+    Running it returns the mode it replaced."""
+    if mode not in ("off", "group", "rolling"):
+        raise ValueError(f"set_prefetch_mode: mode must be off, group or rolling, got {mode!r}")
+    return load().tfps_set_prefetch_mode(mode=mode, name=name)
 
 
 def table_memory_split(table, name=None):
