@@ -68,6 +68,11 @@ int64_t EmbeddingTable::Candidate(const Shard& s, uint64_t h) {
   }
 }
 
+PrefetchMode EmbeddingTable::PrefetchModeOf(const Shard& s) {
+  const int64_t bytes = static_cast<int64_t>(s.rows->end()) * s.rows->stride() * static_cast<int64_t>(sizeof(float));
+  return bytes < GetPrefetchMinShardBytes() ? PrefetchMode::kOff : GetPrefetchMode();
+}
+
 template <typename Visit>
 void EmbeddingTable::Prefetched(const Shard& s, const int64_t* idx, const uint64_t* h,
                                 int64_t m, size_t row_bytes, const void* batch, size_t batch_bytes,
@@ -79,8 +84,7 @@ void EmbeddingTable::Prefetched(const Shard& s, const int64_t* idx, const uint64
     if (batch != nullptr) PrefetchLines(static_cast<const char*>(batch) + idx[j] * batch_bytes, batch_bytes);
   };
   constexpr int64_t d = kPrefetchDistance;
-  const int64_t shard_bytes = static_cast<int64_t>(s.rows->end()) * s.rows->stride() * static_cast<int64_t>(sizeof(float));
-  switch (shard_bytes < GetPrefetchMinShardBytes() ? PrefetchMode::kOff : GetPrefetchMode()) {
+  switch (PrefetchModeOf(s)) {
     case PrefetchMode::kOff:
       for (int64_t j = 0; j < m; ++j) visit(j);
       return;
@@ -172,8 +176,7 @@ int64_t EmbeddingTable::InsertRowsLocked(Shard* s, const int64_t* keys, const in
   s->rows->Allocate(static_cast<int64_t>(fresh.size()), fresh.data());
   const int64_t capacity = static_cast<int64_t>(s->slots.size());
   size_t used = 0;
-  const int64_t shard_bytes = static_cast<int64_t>(s->rows->end()) * s->rows->stride() * static_cast<int64_t>(sizeof(float));
-  const bool ahead = GetPrefetchMode() != PrefetchMode::kOff && shard_bytes >= GetPrefetchMinShardBytes();
+  const bool ahead = PrefetchModeOf(*s) != PrefetchMode::kOff;
   for (size_t t = 0; t < missing.size(); ++t) {
     if (ahead && t + kPrefetchDistance < missing.size()) {
       __builtin_prefetch(&s->slots[Home(h[missing[t + kPrefetchDistance]], s->slots.size())]);

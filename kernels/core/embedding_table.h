@@ -236,7 +236,10 @@ class EmbeddingTable {
   // The first slot from the key's home whose tag matches (the key's, unless a rare tag
   // collision), or -1 at an empty slot: what a prefetch follows without reading a row.
   static int64_t Candidate(const Shard& s, uint64_t h);
-  // Calls visit(j) for j in [0, m) in order, prefetching ahead as GetPrefetchMode() says: the
+  // How the shard's batch paths prefetch: GetPrefetchMode(), or kOff while its rows take less
+  // than GetPrefetchMinShardBytes() (they stay in cache).
+  static PrefetchMode PrefetchModeOf(const Shard& s);
+  // Calls visit(j) for j in [0, m) in order, prefetching ahead as PrefetchModeOf() says: the
   // home slots of the keys idx[j + ...], then the first row_bytes of the rows (from the key) their tags lead to and,
   // with a `batch` (the caller's buffer of batch_bytes per key: output, gradients, values),
   // the key's part of it, which the shard order visits out of the batch's order. visit finds
