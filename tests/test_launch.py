@@ -145,6 +145,12 @@ def _checkpoint_steps(model_dir):
     return sorted(int(p.name[len("model.ckpt-"):-len(".index")]) for p in model_dir.glob("model.ckpt-*.index"))
 
 
+def _latest_step(model_dir):
+    """The step of the newest complete checkpoint (the one the state file names), or -1."""
+    latest = tf.train.latest_checkpoint(str(model_dir))
+    return int(latest.rsplit("-", 1)[1]) if latest else -1
+
+
 def _kill(model_dir, task):
     pid = int((model_dir / "logs" / f"{task}.pid").read_text())
     os.kill(pid, signal.SIGKILL)
@@ -167,9 +173,10 @@ def test_killed_ps_and_worker_are_restarted_and_every_restored_key_survives(tmp_
     job = _launch(tmp_path, ["train.steps=3000", "train.save_checkpoints_steps=200", "train.keep_checkpoint_max=100",
                              "data.vocab_max=100000"], "--max-restarts", "2")
     try:
-        _wait_for(lambda: [s for s in _checkpoint_steps(tmp_path) if s >= 200], "a checkpoint past step 200")
-        # The newest complete checkpoint (the state file is written last). The chief restores
-        # this one or a later one that training derived from it.
+        # The newest complete checkpoint (the state file is written last, so wait on it, not on
+        # the files: the step-0 checkpoint, with empty tables, is the latest until then). The
+        # chief restores this one or a later one that training derived from it.
+        _wait_for(lambda: _latest_step(tmp_path) >= 200, "a complete checkpoint past step 200")
         saved = tf.train.latest_checkpoint(str(tmp_path))
         saved_step = int(saved.rsplit("-", 1)[1])
         _kill(tmp_path, "ps1")
