@@ -195,7 +195,7 @@ bool EmbeddingTable::Import(const TableSnapshot& snap, std::string* error) {
   std::vector<std::vector<uint32_t>> ids(kNumShards);
   for (int i = 0; i < kNumShards; ++i) {
     fresh[i].slots.assign(kShardInitialCapacity, 0);
-    fresh[i].rows = std::make_unique<RowArena>(StrideFor(snap.num_slots));
+    fresh[i].rows = NewArena(snap.num_slots);
     ReserveLocked(&fresh[i], per_shard[i]);
     ids[i].resize(per_shard[i]);
     fresh[i].rows->Allocate(per_shard[i], ids[i].data());
