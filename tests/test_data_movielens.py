@@ -44,6 +44,20 @@ def test_features_and_time_split_match_a_python_featurization(tmp_path, split):
         assert g_dense == pytest.approx(math.log1p(earlier), rel=1e-6)
 
 
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_validation_splits_the_ratings_before_the_test_share_and_never_reads_it(tmp_path, split):
+    """Oracle: the python featurization of the ratings with each user's test share deleted."""
+    directory = ml_tiny.write(tmp_path)
+    rest = ml_tiny.without_test_share(ml_tiny.RATINGS)
+    assert len(rest) < len(ml_tiny.RATINGS)
+    want = {k: v for k, v in ml_tiny.expected(rest).items() if v[0] == split}
+    got = _rows(_read(directory, split, validation=True))
+    assert set(got) == set(want) and want
+    for key, (_, label, ids, genres, earlier) in want.items():
+        assert got[key][0] == label and got[key][1] == ids and got[key][2] == _hash(genres), key
+        assert got[key][3] == pytest.approx(math.log1p(earlier), rel=1e-6)
+
+
 def test_every_users_latest_ratings_are_eval_and_no_feature_sees_a_later_rating(tmp_path):
     directory = ml_tiny.write(tmp_path)
     by_key = {(u, m): ts for u, m, _, ts in ml_tiny.RATINGS}

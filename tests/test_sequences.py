@@ -63,6 +63,22 @@ def test_each_rating_is_a_candidate_once_across_the_splits(data, raw):
     assert sorted(got) == sorted(zip(user.tolist(), movie.tolist(), ts.tolist()))
 
 
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_validation_samples_are_those_of_the_ratings_without_the_test_share(tmp_path, split):
+    """Oracle: the samples of a directory whose ratings.csv lacks each user's test share."""
+    import ml_tiny
+    ratings, movies = ml_tiny.planted()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "cut").mkdir()
+    full = ml_tiny.write(tmp_path / "full", ratings, movies)
+    cut = ml_tiny.write(tmp_path / "cut", ml_tiny.without_test_share(ratings), movies)
+    got = movielens_user_samples(full, split=split, window=8, validation=True)
+    want = movielens_user_samples(cut, split=split, window=8)
+    assert len(got) == len(want) > 0
+    for g, w in zip(got, want):
+        assert g.keys() == w.keys() and all(np.array_equal(g[k], w[k]) for k in g)
+
+
 def test_the_dataset_and_token_count(data, graph):
     samples = movielens_user_samples(data, split="eval", window=4, history_len=8, realtime_len=4)[:5]
     it = tf.compat.v1.data.make_one_shot_iterator(sample_dataset(samples)).get_next()

@@ -55,6 +55,8 @@ class DataConfig(SyntheticConfig):
     eval_path: Optional[str] = None      # criteo, tfrecord: the eval files (movielens splits by time itself)
     skip_bad_rows: bool = False          # text formats: drop malformed rows (counted in the JSON's bad_rows)
     eval_fraction: float = 0.2           # movielens: each user's latest share of ratings that is evaluation
+    validation: bool = False             # movielens(_sequences): leave out that share (the test set, never read)
+                                         # and evaluate on the latest eval_fraction of the rest (for tuning)
     features: List[FeatureSpec] = dataclasses.field(default_factory=list)   # tfrecord (or DIR/tfps_features.yaml)
     label: str = "label"                 # tfrecord: the float label feature
     user: Optional[str] = None           # tfrecord: the int user-id feature (GAUC); not a model input
@@ -265,6 +267,8 @@ def validate(cfg):
         (cfg.data.format != "tfrecord" or not cfg.data.skip_bad_rows,
          "data.skip_bad_rows applies to the text formats (criteo, movielens); TFRecord parse errors always stop"),
         (0.0 < cfg.data.eval_fraction < 1.0, "data.eval_fraction must be in (0, 1)"),
+        (not cfg.data.validation or cfg.data.format in ("movielens", "movielens_sequences"),
+         "data.validation applies to the movielens and movielens_sequences formats (they split by time themselves)"),
         (all(f.type in FEATURE_TYPES for f in cfg.data.features),
          f"data.features: each type must be one of {', '.join(FEATURE_TYPES)}"),
         (all(f.length > 0 and (f.names is None or len(f.names) == f.length) for f in cfg.data.features),

@@ -97,24 +97,34 @@ def _first_of_runs(new_run):
     return tf.gather(starts, tf.cumsum(tf.cast(new_run, tf.int64)) - 1)
 
 
-def load(directory, split, eval_fraction=0.2, skip_bad_rows=False):
+def _latest_share(user, fraction):
+    """For ratings sorted by (user, time): bool [N], whether a rating is among its user's last
+    floor(fraction * count); and the start index of each rating's user."""
+    new_user = tf.concat([[True], tf.not_equal(user[1:], user[:-1])], 0)
+    user_start = _first_of_runs(new_user)
+    user_index = tf.cumsum(tf.cast(new_user, tf.int64)) - 1
+    count = tf.gather(tf.math.bincount(user_index, dtype=tf.int64), user_index)
+    n_latest = tf.cast(tf.floor(tf.cast(count, tf.float64) * fraction), tf.int64)
+    return tf.range(tf.size(user, out_type=tf.int64)) - user_start >= count - n_latest, new_user, user_start
+
+
+def load(directory, split, eval_fraction=0.2, skip_bad_rows=False, validation=False):
     """One split of a MovieLens directory as whole columns: dict of ids [N, 5], genres ragged
-    [N, ?], dense [N, 1], user [N], label [N], bad_rows [] (in both files, whichever split)."""
+    [N, ?], dense [N, 1], user [N], label [N], bad_rows [] (in both files, whichever split).
+    validation: drop each user's last eval_fraction of ratings (the test share, never read),
+    then split the rest the same way (for tuning without looking at the test share)."""
     user, movie, rating, ts, bad_r = _ratings(os.path.join(directory, "ratings.csv"), skip_bad_rows)
     movie_ids, genre_ids, bad_m = _movies(os.path.join(directory, "movies.csv"), skip_bad_rows)
     by_time = tf.argsort(ts, stable=True)
     order = tf.gather(by_time, tf.argsort(tf.gather(user, by_time), stable=True))   # by (user, ts)
     user, movie, rating, ts = (tf.gather(t, order) for t in (user, movie, rating, ts))
-    n = tf.size(user, out_type=tf.int64)
-    index = tf.range(n)
-    new_user = tf.concat([[True], tf.not_equal(user[1:], user[:-1])], 0)
+    if validation:
+        rest = tf.logical_not(_latest_share(user, eval_fraction)[0])
+        user, movie, rating, ts = (tf.boolean_mask(t, rest) for t in (user, movie, rating, ts))
+    latest, new_user, user_start = _latest_share(user, eval_fraction)
     new_time = tf.concat([[True], tf.not_equal(ts[1:], ts[:-1])], 0)
-    user_start = _first_of_runs(new_user)
     earlier = _first_of_runs(new_user | new_time) - user_start           # ratings strictly before
-    user_index = tf.cumsum(tf.cast(new_user, tf.int64)) - 1
-    count = tf.gather(tf.math.bincount(user_index, dtype=tf.int64), user_index)
-    n_eval = tf.cast(tf.floor(tf.cast(count, tf.float64) * eval_fraction), tf.int64)
-    keep = (index - user_start >= count - n_eval) if split == "eval" else (index - user_start < count - n_eval)
+    keep = latest if split == "eval" else tf.logical_not(latest)
     # the movie's genres (none for a movie missing from movies.csv)
     by_id = tf.argsort(movie_ids)
     sorted_ids = tf.gather(movie_ids, by_id)
@@ -163,7 +173,7 @@ def check_directory(directory):
 
 
 def movielens_dataset(directory, batch_size, split="train", eval_fraction=0.2, skip_bad_rows=False, repeat=False,
-                      seed=0, start=0, shard_index=0, num_shards=1):
+                      seed=0, start=0, shard_index=0, num_shards=1, validation=False):
     """Batches (features, labels) of one split of a MovieLens directory (see the module docstring).
 
     Args:
@@ -173,13 +183,15 @@ def movielens_dataset(directory, batch_size, split="train", eval_fraction=0.2, s
       skip_bad_rows: drop malformed lines (counted) instead of failing.
       repeat: pass over the split forever.
       start, shard_index, num_shards: a trainer's share of the batches (tfps.data.schema.share).
+      validation: leave out each user's last eval_fraction (the test share) and split the rest
+        the same way: "eval" is then a validation share for tuning (see load).
     """
     if split not in ("train", "eval"):
         raise ValueError(f"movielens_dataset: split must be train or eval, got {split!r}")
     if not 0.0 <= eval_fraction < 1.0:
         raise ValueError(f"movielens_dataset: eval_fraction must be in [0, 1), got {eval_fraction}")
     check_directory(directory)
-    table = tf.data.Dataset.from_tensors(0).map(lambda _: load(directory, split, eval_fraction, skip_bad_rows))
+    table = tf.data.Dataset.from_tensors(0).map(lambda _: load(directory, split, eval_fraction, skip_bad_rows, validation))
     table = table.cache()
     if split == "eval":
         return table.flat_map(lambda c: _batches_of(c, batch_size, count_bad=False)).prefetch(tf.data.AUTOTUNE)

@@ -71,11 +71,26 @@ def _movie_before(movie, rating, ts):
     return count, total
 
 
-def movielens_user_samples(path, split="train", window=8, history_len=64, realtime_len=16, eval_fraction=0.2):
+def _drop_latest(user, movie, rating, ts, fraction):
+    """The ratings without each user's last floor(fraction * count) by time."""
+    order = np.lexsort((ts, user))
+    u = user[order]
+    starts = np.flatnonzero(np.r_[True, u[1:] != u[:-1]])
+    ends = np.r_[starts[1:], len(u)]
+    keep = np.concatenate([order[a:b - int(np.floor(fraction * (b - a)))] for a, b in zip(starts, ends)]
+                          or [np.zeros(0, np.int64)])
+    keep.sort()
+    return user[keep], movie[keep], rating[keep], ts[keep]
+
+
+def movielens_user_samples(path, split="train", window=8, history_len=64, realtime_len=16, eval_fraction=0.2,
+                           validation=False):
     """The samples of one split, as dicts of numpy arrays (see the module docstring):
       user int64 [], profile int64 [3], history_movie / history_rating / history_time [H],
       realtime_movie / realtime_rating / realtime_time [R], candidate_movie / candidate_time /
       label [K], candidate_genres int64 [K, NUM_GENRES] (multi-hot), cross float32 [K, len(CROSS)].
+    validation: leave out each user's last eval_fraction of ratings (the test share: no feature
+    reads them) and split the rest the same way, for tuning (as movielens.load).
     """
     if split not in ("train", "eval"):
         raise ValueError(f"movielens_user_samples: split must be 'train' or 'eval', got {split!r}")
@@ -83,6 +98,8 @@ def movielens_user_samples(path, split="train", window=8, history_len=64, realti
         if not isinstance(v, int) or v < (1 if name == "window" else 0):
             raise ValueError(f"movielens_user_samples: {name} must be an int >= {1 if name == 'window' else 0}, got {v!r}")
     user, movie, rating, ts, genres = read_movielens(path)
+    if validation:
+        user, movie, rating, ts = _drop_latest(user, movie, rating, ts, eval_fraction)
     movie_count, movie_total = _movie_before(movie, rating, ts)
     hot = np.zeros([len(movie), NUM_GENRES], np.float32)
     for i, m in enumerate(movie):

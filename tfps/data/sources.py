@@ -168,6 +168,14 @@ class CriteoSource(_FileSource):
         return min(lines, self.cfg.eval.examples or lines)
 
 
+def _split_of(d):
+    """How a MovieLens config splits each user's ratings by time, in words."""
+    if d.validation:
+        return (f"validation: each user's last {d.eval_fraction:.0%} by time left out as the test share, "
+                f"the last {d.eval_fraction:.0%} of the rest for eval")
+    return f"each user's last {d.eval_fraction:.0%} by time for eval"
+
+
 class MovieLensSource(_FileSource):
     """A MovieLens directory, split by time per user (tfps.data.movielens)."""
     schema = movielens.SCHEMA
@@ -177,13 +185,12 @@ class MovieLensSource(_FileSource):
         movielens.check_directory(cfg.data.path)
 
     def describe(self):
-        return f"MovieLens ratings in {self.cfg.data.path} (each user's last {self.cfg.data.eval_fraction:.0%} " \
-               f"by time for eval)"
+        return f"MovieLens ratings in {self.cfg.data.path} ({_split_of(self.cfg.data)})"
 
     def _dataset(self, batch_size, split, **kwargs):
         d = self.cfg.data
         return movielens.movielens_dataset(d.path, batch_size, split, d.eval_fraction, d.skip_bad_rows, seed=d.seed,
-                                           **kwargs)
+                                           validation=d.validation, **kwargs)
 
     def train_input_fn(self, batch_size, start=0, shard_index=0, num_shards=1):
         return lambda: self._dataset(batch_size, "train", repeat=True, start=start, shard_index=shard_index,
@@ -195,7 +202,7 @@ class MovieLensSource(_FileSource):
     def eval_size(self):
         d = self.cfg.data
         with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-            n = int(session.run(tf.size(movielens.load(d.path, "eval", d.eval_fraction, d.skip_bad_rows)["label"])))
+            n = int(session.run(tf.size(movielens.load(d.path, "eval", d.eval_fraction, d.skip_bad_rows, d.validation)["label"])))
         return min(n, self.cfg.eval.examples or n)
 
 
@@ -260,6 +267,9 @@ class SequenceSource(_FileSource):
         if self.written is None:
             movielens.check_directory(d.path)
             return
+        if d.validation:
+            raise ValueError(f"data.validation needs the MovieLens CSVs; {d.path} holds converted samples, cut for "
+                             f"test-set evaluation: point data.path at the MovieLens directory")
         asked = {"window": d.window, "history_len": d.history_len, "realtime_len": d.realtime_len,
                  "eval_fraction": d.eval_fraction}
         differ = {k: (v, self.written.get(k)) for k, v in asked.items() if self.written.get(k) != v}
@@ -271,8 +281,7 @@ class SequenceSource(_FileSource):
     def describe(self):
         d = self.cfg.data
         where = "TFRecords of user samples" if self.written else "MovieLens user samples"
-        return (f"{where} in {d.path} (windows of {d.window} candidates; each user's last "
-                f"{d.eval_fraction:.0%} by time for eval)")
+        return f"{where} in {d.path} (windows of {d.window} candidates; {_split_of(d)})"
 
     def samples(self, split, limit=None):
         """The split's samples as numpy dicts (the first `limit` of them)."""
@@ -285,7 +294,7 @@ class SequenceSource(_FileSource):
     def _csv_samples(self, split):
         d = self.cfg.data
         return sequences.movielens_user_samples(d.path, split, d.window, d.history_len, d.realtime_len,
-                                                d.eval_fraction)
+                                                d.eval_fraction, d.validation)
 
     def _samples_dataset(self, split):
         if self.written is None:
