@@ -54,13 +54,15 @@ def _input(batches, depth, defer, start=0, repeat=False):
     return input_fn
 
 
-def _counts(est):
+def _counts(est, part="values"):
+    """{key: the first column of its row} of the latest checkpoint, or {key: its last_step}."""
     ckpt = est.latest_checkpoint()
     reader = tf.train.load_checkpoint(ckpt)
     keys = [n for n in reader.get_variable_to_shape_map() if n.startswith("counts") and n.endswith("keys")]
-    values = [n for n in reader.get_variable_to_shape_map() if n.startswith("counts") and n.endswith("values")]
+    values = [n for n in reader.get_variable_to_shape_map() if n.startswith("counts") and n.endswith(part)]
     assert len(keys) == 1 and len(values) == 1, reader.get_variable_to_shape_map()
-    return dict(zip(reader.get_tensor(keys[0]).tolist(), reader.get_tensor(values[0])[:, 0].tolist()))
+    got = reader.get_tensor(values[0])
+    return dict(zip(reader.get_tensor(keys[0]).tolist(), (got[:, 0] if got.ndim == 2 else got).tolist()))
 
 
 @pytest.mark.parametrize("depth,defer", [(1, False), (2, False), (1, True), (3, True), (5, True), (8, True)])
@@ -75,6 +77,11 @@ def test_every_gradient_is_applied_once_and_rows_are_at_most_depth_steps_old(tmp
         for x in b.tolist():
             occurrences[x] = occurrences.get(x, 0) + 1
     assert _counts(est) == {x: float(c) for x, c in occurrences.items()}
+    # Each row is stamped with the global step of the run that applied its last update: batch t
+    # is pushed in the run that starts at global step t (with defer_push too, one run after the
+    # one that computed it, and the initializer's batch 0 in the first run).
+    last = {x: t for t, b in enumerate(batches) for x in b.tolist()}
+    assert _counts(est, "last_step") == last
     # With defer_push a step's probes of the batch `depth` ahead run after that step's push
     # (the previous batch's gradients), so a row holds exactly the batches before t - depth.
     bound = depth

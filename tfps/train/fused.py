@@ -97,70 +97,113 @@ class FusedDense:
     def _device(var):
         return var.device or ""
 
-    def push(self, dense, tables):
-        """Gradients moved to their PS in one message per PS and dtype.
+    def pack(self, dense, tables, stamp):
+        """The gradients for each device as few tensors as carry them, built on the worker: per
+        device, one int64 tensor [stamp, the rows of each table shard there, the shards' keys]
+        (when it holds table shards) and one tensor per dtype of dense gradients and table rows.
 
         Args:
           dense: [(grad Tensor, variable)] of variables with copies.
           tables: [(IndexedSlices(rows [U, dim], keys [U]), TableShard)].
-        Returns:
-          (dense, tables) with the same structure, the gradients now split on the PS."""
-        groups = {}
+          stamp: int64 scalar, the step the table updates are stamped with.
+        Returns (tensors, plan): unpack(tensors, plan) splits them where they are applied. The
+        plan holds only static facts (devices, shapes, variables), so tensors of another step
+        (a queue's) unpack with it."""
+        groups = {}   # device -> {"keys": [table index], dtype: [("dense" | "table", index)]}
         for i, (g, v) in enumerate(dense):
-            groups.setdefault((self._device(v), g.dtype), []).append(("dense", i, g, v.op))
+            groups.setdefault(self._device(v), {}).setdefault(g.dtype, []).append(("dense", i))
         for i, (g, shard) in enumerate(tables):
-            groups.setdefault((shard.handle.device or "", g.values.dtype), []).append(("table", i, g.values,
-                                                                                        shard.handle.op))
-        dense, tables = list(dense), list(tables)
-        for members in groups.values():
-            if len(members) == 1:
-                continue
-            # Static sizes and shapes are rebuilt on the PS from constants; one dynamic part (a
-            # table's rows) goes last and takes the rest; more than one sends its sizes along.
-            members.sort(key=lambda m: not m[2].shape.is_fully_defined())
-            dynamic = sum(not m[2].shape.is_fully_defined() for m in members)
-            flat = tf.concat([tf.reshape(g, [-1]) for _, _, g, _ in members], 0, name="tfps_fused_gradients")
-            sizes = ([tf.size(g) for _, _, g, _ in members] if dynamic > 1 else
-                     [g.shape.num_elements() for _, _, g, _ in members[:-1]] +
-                     [members[-1][2].shape.num_elements() if not dynamic else -1])
-            if dynamic > 1:
-                sizes = tf.stack(sizes)
-            with tf.compat.v1.colocate_with(members[0][3]):
-                parts = tf.split(tf.identity(flat), tf.identity(sizes) if dynamic > 1 else sizes, num=len(members))
-                for (kind, i, g, _), part in zip(members, parts):
-                    part = tf.reshape(part, [-1] + g.shape.as_list()[1:])
-                    part.set_shape(g.shape)
-                    if kind == "dense":
-                        dense[i] = (part, dense[i][1])
-                    else:
-                        old = tables[i][0]
-                        tables[i] = (tf.IndexedSlices(part, old.indices, old.dense_shape), tables[i][1])
-        return dense, tables
-
-    def stage(self, dense, tables, after):
-        """Defers the push by one step: this step's gradients go into a worker-local queue, and
-        the previous step's come out of it (once the ops `after` ran) to be pushed now.
-
-        Returns (the enqueue op, dense, tables) with dense and tables as given but holding the
-        previous step's gradients."""
-        flat = [g for g, _ in dense]
-        for g, _ in tables:
-            flat += [g.indices, g.values]
-        if not flat:
-            return tf.no_op(), dense, tables
+            group = groups.setdefault(shard.handle.device or "", {})
+            group.setdefault("keys", []).append(i)
+            group.setdefault(g.values.dtype, []).append(("table", i))
+        tensors = []
         with tf.compat.v1.colocate_with(self._anchor, ignore_existing=True):
-            queue = tf.queue.FIFOQueue(2, [t.dtype for t in flat], name="tfps_deferred_gradients")
-            enqueue = queue.enqueue(flat)
+            for group in groups.values():
+                if "keys" in group:
+                    keys = [tables[i][0].indices for i in group["keys"]]
+                    parts = [tf.reshape(tf.cast(stamp, tf.int64), [1]),
+                             tf.stack([tf.size(k, out_type=tf.int64) for k in keys])] + keys
+                    tensors.append(tf.concat(parts, 0, name="tfps_fused_keys"))
+                for members in (m for kind, m in group.items() if kind != "keys"):
+                    parts = [tf.reshape(dense[i][0] if what == "dense" else tables[i][0].values, [-1])
+                             for what, i in members]
+                    tensors.append(parts[0] if len(parts) == 1 else tf.concat(parts, 0, name="tfps_fused_gradients"))
+        plan = (groups, [(g.shape, v) for g, v in dense],
+                [(g.values.shape, g.dense_shape, shard) for g, shard in tables])
+        return tensors, plan
+
+    @staticmethod
+    def unpack(tensors, plan):
+        """What pack() packed, split on each device: (dense, tables, stamps) with dense and
+        tables as given to pack() and stamps[i] the stamp of table i's update."""
+        groups, dense_facts, table_facts = plan
+        dense, tables, stamps = [None] * len(dense_facts), [None] * len(table_facts), [None] * len(table_facts)
+        it = iter(tensors)
+        for group in groups.values():
+            first = next(m for kind, m in group.items() if kind != "keys")[0]
+            where = table_facts[first[1]][2].handle.op if first[0] == "table" else dense_facts[first[1]][1].op
+            with tf.compat.v1.colocate_with(where):
+                counts = {}
+                if "keys" in group:
+                    members = group["keys"]
+                    packed = tf.identity(next(it))
+                    n = packed[1:1 + len(members)]
+                    for j, (i, keys) in enumerate(zip(members, tf.split(packed[1 + len(members):], n,
+                                                                        num=len(members)))):
+                        stamps[i], counts[i] = packed[0], n[j]
+                        tables[i] = keys
+                for members in (m for kind, m in group.items() if kind != "keys"):
+                    flat = tf.identity(next(it))
+                    if any(what == "table" for what, _ in members):
+                        sizes = tf.stack([tf.constant(dense_facts[i][0].num_elements(), tf.int64) if what == "dense"
+                                          else counts[i] * table_facts[i][0][1] for what, i in members])
+                    else:
+                        sizes = [dense_facts[i][0].num_elements() for _, i in members]
+                    parts = [flat] if len(members) == 1 else tf.split(flat, sizes, num=len(members))
+                    for (what, i), part in zip(members, parts):
+                        if what == "dense":
+                            shape, var = dense_facts[i]
+                            part = tf.reshape(part, shape)
+                            dense[i] = (part, var)
+                        else:
+                            shape, dense_shape, shard = table_facts[i]
+                            part = tf.reshape(part, [-1, shape[1]])
+                            part.set_shape(shape)
+                            tables[i] = (tf.IndexedSlices(part, tables[i], dense_shape), shard)
+        return dense, tables, stamps
+
+    def stage(self, dense, tables, stamps, after):
+        """Defers the push by one step: this step's gradients, packed (pack()), go into a
+        worker-local queue, and the previous step's come out of it (once the ops `after` ran),
+        unpacked where they are applied. Packing at the end of the step that computed them lets
+        the next step send them at its start, with no op to wait for in between.
+
+        Args:
+          dense: [(grad Tensor, variable)], with or without copies (those without travel as they are).
+          tables: as for pack().
+          stamps: (the stamp of gradients computed in a step, of those the initializer computes).
+        Returns (the enqueue a step runs, the one the initializer runs, dense, tables, table stamps)
+        with dense and tables as given but holding the previous step's gradients."""
+        copied = [(g, v) for g, v in dense if v in self.copies]
+        raw = [(g, v) for g, v in dense if v not in self.copies]
+        if not copied and not raw and not tables:
+            return tf.no_op(), tf.no_op(), dense, tables, []
+        items = []
+        for stamp in stamps:
+            tensors, plan = self.pack(copied, tables, stamp)
+            items.append(tensors + [g for g, _ in raw])
+        with tf.compat.v1.colocate_with(self._anchor, ignore_existing=True):
+            queue = tf.queue.FIFOQueue(2, [t.dtype for t in items[0]], name="tfps_deferred_gradients")
+            enqueue, enqueue_first = (queue.enqueue(item) for item in items)
             with tf.control_dependencies(after):
                 prev = queue.dequeue()
         prev = prev if isinstance(prev, (list, tuple)) else [prev]
-        for t, now in zip(prev, flat):
+        for t, now in zip(prev, items[0]):
             t.set_shape(now.shape)
-        out_dense = [(t, v) for t, (_, v) in zip(prev, dense)]
-        rest = prev[len(dense):]
-        out_tables = [(tf.IndexedSlices(rest[2 * i + 1], rest[2 * i], g.dense_shape), shard)
-                      for i, (g, shard) in enumerate(tables)]
-        return enqueue, out_dense, out_tables
+        n = len(items[0]) - len(raw)
+        out_copied, out_tables, out_stamps = self.unpack(prev[:n], plan)
+        return (enqueue, enqueue_first, out_copied + [(t, v) for t, (_, v) in zip(prev[n:], raw)],
+                out_tables, out_stamps)
 
     def step_stamp(self, global_step_value):
         """The step that table updates are stamped with, kept on the worker: (stamp, advance).

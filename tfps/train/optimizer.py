@@ -99,42 +99,45 @@ class TableOptimizerMixin:
         graph = tf.compat.v1.get_default_graph()
         fused = FusedDense.of()
         stager = stager_of()
-        computed = None
+        computed, stamps, after_stamp = None, None, []
         if fused is not None:
+            # Table updates are stamped with a step kept on the worker (fused.step_stamp), sent in
+            # the keys' message: the keys wait on no PS.
+            gs = graph.as_graph_element(global_step) if global_step is not None else None
+            zero = tf.constant(0, tf.int64)
+            copied = [(g, v) for g, v in dense if g is not None and v in fused.copies]
             if stager is not None and stager.defer_push:
-                # This step's gradients wait on the worker; the previous step's are pushed now.
+                # This step's gradients wait on the worker, packed; the previous step's are pushed
+                # now. Those computed in a step are pushed in the next, whose stamp is this step's
+                # read of the global step plus one; the initializer's, in the first step (the
+                # global step at its start).
                 present = [(g, v) for g, v in dense if g is not None]
-                computed, present, tables = fused.stage(present, tables, after=[stager.staged_batch()])
-                stager.first_step(computed)
+                stamp_of = ((tf.cast(gs, tf.int64) + 1, tf.cast(gs, tf.int64)) if gs is not None else (zero, zero))
+                computed, first, present, tables, stamps = fused.stage(present, tables, stamp_of,
+                                                                       after=[stager.staged_batch()])
+                stager.first_step(first)
                 # A variable without a worker copy is read by this step's model directly: its
                 # previous gradient is applied once the step's gradients are computed (its reads
                 # done), not racing them -- one step stale, as the copies are.
-                present = [(_after(g, computed), v) if v not in fused.copies else (g, v) for g, v in present]
-                dense = present + [(g, v) for g, v in dense if g is None]
-            copied = [(g, v) for g, v in dense if g is not None and v in fused.copies]
-            copied, tables = fused.push(copied, tables)
-            dense = copied + [(g, v) for g, v in dense if g is None or v not in fused.copies]
-        updates, after_stamp, pushed = [], [], []
-        if tables:
-            if global_step is None:
-                step = tf.constant(0, tf.int64)
-            elif fused is not None:   # kept on the worker: the keys' message waits on no PS
-                step, advance = fused.step_stamp(graph.as_graph_element(global_step))
-                after_stamp.append(advance)
+                dense = [(_after(g, computed), v) if v not in fused.copies else (g, v) for g, v in present]
             else:
-                step = tf.cast(tf.identity(global_step), tf.int64)
+                stamp = zero
+                if tables and gs is not None:
+                    stamp, advance = fused.step_stamp(gs)
+                    after_stamp.append(advance)
+                copied, tables, stamps = fused.unpack(*fused.pack(copied, tables, stamp))
+                dense = copied + [(g, v) for g, v in dense if g is not None and v not in fused.copies]
+        updates, pushed = [], []
+        if tables:
+            if fused is None:
+                step = tf.constant(0, tf.int64) if global_step is None else tf.cast(tf.identity(global_step), tf.int64)
             # tf.compat.v1.train optimizers keep it as _learning_rate, except Adam (_lr).
             lr = self._learning_rate if hasattr(self, "_learning_rate") else self._lr
             lr = tf.cast(self._call_if_callable(lr), tf.float32)
-            for grad, shard in tables:
-                keys, shard_step = grad.indices, step
-                if fused is not None:   # the step travels in the keys' message
-                    packed = tf.concat([tf.reshape(step, [1]), keys], 0)
+            for i, (grad, shard) in enumerate(tables):
                 with graph.colocate_with(shard.handle.op):
-                    if fused is not None:
-                        packed = tf.identity(packed)
-                        shard_step, keys = packed[0], packed[1:]
-                    updates.append(self._apply_table(shard, keys, grad.values, lr, shard_step))
+                    updates.append(self._apply_table(shard, grad.indices, grad.values, lr,
+                                                     stamps[i] if fused is not None else step))
                 pushed.append((shard.handle, updates[-1]))
         if any(g is not None for g, _ in dense):
             updates.append(super().apply_gradients(dense, name=name + "_dense"))
