@@ -29,6 +29,7 @@ def test_demo_config_and_overrides(tmp_path):
     ("data.format=movielens_sequences", "model.name mtgr reads data.format movielens_sequences"),
     ("model.heads=3", "must divide model.d_model"),
     ("data.max_tokens=0", "data.max_tokens must be null or >= 1"),
+    ("data.validation=true", "data.validation applies to the movielens and movielens_sequences formats"),
 ])
 def test_bad_config_is_named(override, match):
     with pytest.raises(ConfigError, match=match):

@@ -129,6 +129,9 @@ def test_tfrecords_of_the_samples_read_back_the_same_and_feed_the_source(data, t
     # a config that asks for other samples than the files hold is refused, naming the field
     with pytest.raises(ValueError, match="data.window=8"):
         make_source(load_config("configs/movielens_mtgr.yaml", [s for s in sets if not s.startswith("data.window")]))
+    # they were cut for the test share: a validation run needs the CSVs
+    with pytest.raises(ValueError, match="data.validation needs the MovieLens CSVs"):
+        make_source(load_config("configs/movielens_mtgr.yaml", sets + ["data.validation=true"]))
 
 
 def test_a_record_whose_lists_disagree_is_an_error_naming_the_feature(tmp_path):
