@@ -10,14 +10,15 @@ gradient back as its own: 2 messages per variable and step. With a FusedDense on
          PS concatenates its variables into one tensor; the worker splits it into the copies the
          next step reads. The copies start from the variables at session start (local init,
          after restore).
-  push:  the gradients for one PS travel concatenated (dense gradients and table-row gradients,
-         float32 flat) and are split on the PS, then applied by the optimizer as usual.
+  push:  the gradients for one PS travel as one tensor per dtype (dense gradients and table
+         rows, flat) and one int64 tensor (the step stamp, each table shard's row count, the
+         shards' keys); they are split on the PS, then applied by the optimizer as usual.
 
 A step reads exactly the values it would read unfused (the state after the previous step's
 updates), so training is numerically identical. Only variables placed on a PS task get copies;
 those the model code builds otherwise (tf.Variable, Keras layers) are read the usual way.
 stage() (the pipeline's defer_push) trades that identity for a step that never waits on the
-PS: gradients pushed one step later, dense values one step old.
+PS: gradients pushed one step later (packed when computed), dense values one step old.
 """
 import weakref
 
