@@ -142,3 +142,48 @@ def test_a_width_the_heads_do_not_divide_is_refused(graph):
     t = tf.zeros([1, 3], tf.int64)
     with pytest.raises(ValueError, match="divisible by heads"):
         hstu_block(x, g, t, mtgr_mask(g, t), 4, "b")
+
+
+def _bias_and_norm_gradients(values=None, ps=False):
+    """Gradients of a loss through relative_bias and group_layer_norm w.r.t. their four tables.
+    ps: built under a replica_device_setter; returns (gradient tensors, ops placed on the PS).
+    Else returns (gradient tensors, their values as dense arrays, the tables' values)."""
+    from tfps.models.hstu import relative_bias
+    rng = np.random.default_rng(5)
+    n = 7
+    with tf.Graph().as_default() as graph:
+        time = tf.constant(rng.integers(0, 10**6, size=[3, n]), tf.int64)
+        position = tf.constant(np.sort(rng.integers(0, 20, size=[3, n]), 1), tf.int64)
+        group = tf.constant(rng.integers(0, 4, size=[3, n]), tf.int32)
+        x = tf.constant(rng.normal(size=[3, n, D]), tf.float32)
+        weights = tf.constant(rng.normal(size=[3, HEADS, n, n]), tf.float32)
+        with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(ps_tasks=1) if ps else None):
+            bias = relative_bias(time, position, HEADS, "rab")
+            normed = group_layer_norm(x, group, "gln")
+            loss = tf.reduce_sum(bias * weights) + tf.reduce_sum(tf.square(normed) * tf.range(1.0, D + 1.0))
+        tables = sorted(tf.compat.v1.global_variables(), key=lambda v: v.op.name)
+        grads = tf.compat.v1.gradients(loss, tables)
+        if ps:
+            return grads, [op for op in graph.get_operations() if op.device.startswith("/job:ps")]
+        with tf.compat.v1.Session() as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            values = values or {v.op.name: rng.normal(size=v.shape.as_list()).astype(np.float32) for v in tables}
+            s.run([v.assign(values[v.op.name]) for v in tables])
+            return grads, s.run([tf.convert_to_tensor(g) for g in grads]), values
+
+
+def test_small_tables_are_read_whole_and_get_dense_gradients_equal_to_a_gathers(monkeypatch):
+    """The bias and norm tables cross to a PS once each way (the table, its gradient), not as a
+    row per token pair. Oracle: the gradients of a plain tf.gather of the same tables."""
+    from tfps.models import hstu
+    grads, on_ps = _bias_and_norm_gradients(ps=True)
+    assert len(grads) == 4 and all(isinstance(g, tf.Tensor) for g in grads)   # dense, the tables' shapes
+    assert on_ps and not [op for op in on_ps if "Gather" in op.type or "Segment" in op.type]
+    _, got, values = _bias_and_norm_gradients()
+    assert sorted(values) == ["gln/offset", "gln/scale", "rab/position", "rab/time_gap"]
+    monkeypatch.setattr(hstu, "small_gather", tf.gather)
+    plain, _ = _bias_and_norm_gradients(ps=True)
+    assert any(isinstance(g, tf.IndexedSlices) for g in plain)    # a row per token (pair): what it replaces
+    _, want, _ = _bias_and_norm_gradients(values)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

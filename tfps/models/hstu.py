@@ -59,6 +59,22 @@ def mtgr_mask(group, time):
     return tf.logical_and(valid, tf.logical_or(visible, tf.equal(qp, kp)))
 
 
+def small_gather(params, index):
+    """tf.gather(params, index) from a small parameter table (a bias or norm table of a few
+    rows), with the table read whole and a dense gradient.
+
+    A plain gather of a PS variable runs on the PS and sends back one row per index (B x N x N
+    for the relative bias), and its gradient travels back as as many rows. Here the table
+    crosses once each way: read whole (one small tensor), gathered on the worker, and its
+    gradient summed there into the table's own shape.
+
+    params: a variable or tensor [R, ...]; index: int [...]. Returns [..., ...] as tf.gather."""
+    @tf.custom_gradient
+    def whole(table):
+        return tf.identity(table), lambda dy: tf.convert_to_tensor(dy)
+    return tf.gather(whole(tf.convert_to_tensor(params)), index)
+
+
 def group_layer_norm(x, group, name, enabled=True, epsilon=1e-6):
     """LayerNorm over the last axis with a scale and offset per token group (one shared pair
     when not enabled: plain LayerNorm, for the ablation).
@@ -77,7 +93,7 @@ def group_layer_norm(x, group, name, enabled=True, epsilon=1e-6):
     var = tf.maximum(tf.reduce_mean(tf.square(x), -1, keepdims=True) - tf.square(mean), 0.0)
     normed = (x - mean) * tf.math.rsqrt(var + epsilon)
     index = tf.maximum(group, 0) if enabled else tf.zeros_like(group)
-    return normed * tf.gather(scale, index) + tf.gather(offset, index)
+    return normed * small_gather(scale, index) + small_gather(offset, index)
 
 
 def _buckets(values, count):
@@ -105,7 +121,7 @@ def relative_bias(time, position, heads, name, buckets=16):
     with tf.compat.v1.variable_scope(name):
         by_pos = tf.compat.v1.get_variable("position", [buckets, heads], initializer=tf.compat.v1.zeros_initializer())
         by_time = tf.compat.v1.get_variable("time_gap", [buckets, heads], initializer=tf.compat.v1.zeros_initializer())
-    bias = tf.gather(by_pos, _buckets(distance, buckets)) + tf.gather(by_time, _buckets(gap, buckets))
+    bias = small_gather(by_pos, _buckets(distance, buckets)) + small_gather(by_time, _buckets(gap, buckets))
     return tf.transpose(bias, [0, 3, 1, 2])
 
 
