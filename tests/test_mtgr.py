@@ -73,6 +73,21 @@ def test_one_pass_scores_each_candidate_as_alone(tmp_path, samples):
     np.testing.assert_allclose(batched["logits"][:n], alone["logits"][:n], rtol=1e-4, atol=1e-5)
 
 
+def test_progress_counts_the_ratings_of_token_budget_batches(tmp_path, samples):
+    """Token-budget batches vary in size: the rates count each step's ratings, not steps x
+    batch_size. Oracle: the ratings (candidates) of the samples, trained once each."""
+    from tfps.data.balance import balance_by_tokens
+    from tfps.data.sequences import tokens
+    from tfps.estimator.hooks import ProgressHook
+
+    def input_fn():
+        return balance_by_tokens(sample_dataset(samples), 400, tokens).map(lambda x: (x, x["label"]))
+    hook = ProgressHook(batch_size=16, every_n_steps=1000, printer=lambda *a, **k: None)
+    _estimator(tmp_path).train(input_fn, hooks=[hook])
+    assert hook.local_examples == sum(len(s["label"]) for s in samples)
+    assert hook.local_steps > 1 and hook.examples_per_step == hook.local_examples / hook.local_steps != 16
+
+
 def _constant_logloss(data):
     """The eval logloss of always predicting the training labels' mean (what a model that
     learned nothing reaches)."""

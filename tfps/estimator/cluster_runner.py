@@ -28,8 +28,8 @@ from tfps.cluster.placement import LoadBalancedStrategy, replica_device_setter
 from tfps.cluster.tf_config import ClusterConfigError, check_protocol
 from tfps.data.sources import make_source
 from tfps.estimator.hooks import EvalProgressHook, ProgressHook, StepStatsHook
-from tfps.estimator.runner import (check_reached, checkpoint_every, final_metrics, json_metric, make_estimator,
-                                   pipelined, table_hooks)
+from tfps.estimator.runner import (batch_fields, check_reached, checkpoint_every, final_metrics, json_metric,
+                                   make_estimator, pipelined, table_hooks)
 
 FIRST_CHECKPOINT_POLL_SECS = 0.5
 
@@ -255,8 +255,8 @@ def run_task(cfg, cluster_config, printer=print):
     os.environ.pop("TF_CONFIG", None)
     return {**final_metrics(cfg, source, printer, name="final"), **task, "model": cfg.model.name,
             # every worker's steps count in the shared global step
-            "examples_per_sec_overall": round((cfg.train.steps - start) * cfg.train.batch_size / seconds, 1),
-            "steps": cfg.train.steps, "batch_size": cfg.train.batch_size, "train_seconds": round(seconds, 1),
+            "examples_per_sec_overall": round((cfg.train.steps - start) * progress.examples_per_step / seconds, 1),
+            "steps": cfg.train.steps, **batch_fields(cfg), "train_seconds": round(seconds, 1),
             "model_dir": cfg.model_dir, "cluster": {k: len(v) for k, v in cluster_config.cluster.items()}}
 
 

@@ -3,7 +3,7 @@ import time
 
 import tensorflow as tf
 
-from tfps.models.common import EVAL_EXAMPLES_COLLECTION, LOSS_COLLECTION   # what model_fns put there
+from tfps.models.common import EVAL_EXAMPLES_COLLECTION, LOSS_COLLECTION, TRAIN_EXAMPLES_COLLECTION
 
 
 def duration(seconds):
@@ -22,6 +22,10 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     counts every worker's steps: `examples/s` is the job's rate, and with task_rate=True the line
     also gives this task's own (`this task Y`). Rates exclude the first logging window (graph
     warm-up). After a session is re-created (a PS restarted) the windows start again.
+
+    Examples are counted per step when the model_fn puts its batch's count in
+    TRAIN_EXAMPLES_COLLECTION (token-budget batches vary in size); other workers' steps are
+    taken to hold as many as this task's on average. Without it a step is `batch_size` examples.
     """
 
     def __init__(self, batch_size, every_n_steps, printer=print, task_rate=False, max_steps=None):
@@ -30,6 +34,7 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         self.examples_per_sec = None        # all workers (global steps)
         self.task_examples_per_sec = None   # this task's own steps
         self.local_steps = 0
+        self.local_examples = 0
         self.last_loss = None
 
     def begin(self):
@@ -39,28 +44,32 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
             raise ValueError(f"ProgressHook: the model_fn must add exactly one loss to the "
                              f"'{LOSS_COLLECTION}' collection, found {len(losses)}")
         self._loss = losses[0]
+        counts = tf.compat.v1.get_collection(TRAIN_EXAMPLES_COLLECTION)
+        self._count = counts[-1] if counts else tf.constant(self._batch)
 
     def after_create_session(self, session, coord):
         step = int(session.run(self._gs))
-        # (global step, local steps, time) at the session start, the last log line and the last step
-        self._start = self._window = self._last = (step, self.local_steps, time.time())
+        # (global step, local steps, time, local examples) at the session start, the last log line
+        # and the last step
+        self._start = self._window = self._last = (step, self.local_steps, time.time(), self.local_examples)
         self._steady = None
         self._logged = step // self._every
 
     def before_run(self, run_context):
-        return tf.compat.v1.train.SessionRunArgs([self._gs, self._loss])
+        return tf.compat.v1.train.SessionRunArgs([self._gs, self._loss, self._count])
 
     def after_run(self, run_context, run_values):
-        step, loss = run_values.results
+        step, loss, count = run_values.results
         step = int(step) + 1
         self.local_steps += 1
+        self.local_examples += int(count)
         self.last_loss = float(loss)
-        self._last = (step, self.local_steps, time.time())
+        self._last = (step, self.local_steps, time.time(), self.local_examples)
         if step // self._every > self._logged:
             self._logged = step // self._every
             global_rate, task_rate = self._rates(self._window, self._last)
             if self._max_steps:
-                eta = (self._max_steps - step) * self._batch / max(global_rate, 1e-9)
+                eta = (self._max_steps - step) * self.examples_per_step / max(global_rate, 1e-9)
                 line = (f"step {step}/{self._max_steps} ({100 * step / self._max_steps:.0f}%) loss {loss:.4f} "
                         f"examples/s {global_rate:.0f}" + (f" (this task {task_rate:.0f})" if self._task_rate else "")
                         + f" eta {duration(eta)}")
@@ -72,9 +81,15 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
                 self._steady = self._last
             self._window = self._last
 
+    @property
+    def examples_per_step(self):
+        """This task's mean examples per step (batch_size before its first step)."""
+        return self.local_examples / self.local_steps if self.local_steps else float(self._batch)
+
     def _rates(self, a, b):
         seconds = max(b[2] - a[2], 1e-9)
-        return (b[0] - a[0]) * self._batch / seconds, (b[1] - a[1]) * self._batch / seconds
+        per_step = (b[3] - a[3]) / (b[1] - a[1]) if b[1] > a[1] else self.examples_per_step
+        return (b[0] - a[0]) * per_step / seconds, (b[3] - a[3]) / seconds
 
     def end(self, session):
         first = self._steady if self._steady is not None and self._last[1] > self._steady[1] else self._start

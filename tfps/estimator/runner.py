@@ -130,6 +130,17 @@ def table_hooks(cfg, printer):
     return hooks, listeners
 
 
+def batch_words(cfg):
+    """A training batch, in words: `1024`, or `at most 4096 tokens` (data.max_tokens)."""
+    return f"at most {cfg.data.max_tokens} tokens" if cfg.data.max_tokens else f"{cfg.train.batch_size}"
+
+
+def batch_fields(cfg):
+    """The final JSON's batch fields: batch_size (null for token-budget batches, whose sizes
+    vary) and max_tokens."""
+    return {"batch_size": None if cfg.data.max_tokens else cfg.train.batch_size, "max_tokens": cfg.data.max_tokens}
+
+
 def json_metric(value, digits=5):
     """A JSON-safe rounded metric: None when undefined (NaN) or absent."""
     return None if value is None or math.isnan(float(value)) else round(float(value), digits)
@@ -168,7 +179,7 @@ def run(cfg, printer=print):
     source = make_source(cfg)
     est = make_estimator(cfg)
     printer(f"model_dir {cfg.model_dir}; training {cfg.model.name} for {cfg.train.steps} steps of "
-            f"{cfg.train.batch_size} on {source.describe()} (dim {cfg.model.embedding_dim}, "
+            f"{batch_words(cfg)} on {source.describe()} (dim {cfg.model.embedding_dim}, "
             f"{'one merged table' if cfg.model.merge_tables else 'a table each'})", flush=True)
     if hasattr(source, "describe_cost"):
         printer(source.describe_cost(), flush=True)
@@ -190,11 +201,11 @@ def run(cfg, printer=print):
     return {
         **final_metrics(cfg, source, printer, est),
         "examples_per_sec": round(hook.examples_per_sec, 1) if hook.examples_per_sec else None,
-        "examples_per_sec_overall": round(trained_steps * cfg.train.batch_size / max(train_seconds, 1e-9), 1),
+        "examples_per_sec_overall": round(trained_steps * hook.examples_per_step / max(train_seconds, 1e-9), 1),
         "final_loss": round(hook.last_loss, 5) if hook.last_loss is not None else None,
         "model": cfg.model.name,
         "steps": cfg.train.steps,
-        "batch_size": cfg.train.batch_size,
+        **batch_fields(cfg),
         "train_seconds": round(train_seconds, 1),
         "model_dir": cfg.model_dir,
     }

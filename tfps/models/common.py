@@ -1,5 +1,5 @@
 """What every tfps model shares: input embedding, MLP, the head (loss, metrics, training), and
-what the runners read back (LOSS_COLLECTION, EVAL_EXAMPLES_COLLECTION).
+what the runners read back (LOSS_COLLECTION, TRAIN_EXAMPLES_COLLECTION, EVAL_EXAMPLES_COLLECTION).
 
 A model is logits(rows, dense, model) where rows [B, fields, width] are the embeddings of a
 batch's features (embed_inputs) and dense [B, num_dense] its dense values (dense_input).
@@ -15,6 +15,9 @@ from tfps.metrics import streaming_metrics, streaming_sum
 
 # The training loss (a float32 scalar) a model_fn adds here, for the runners' progress hooks.
 LOSS_COLLECTION = "tfps_training_loss"
+# The examples (labels) of each training batch (int32 scalar), for the progress hooks' rates:
+# batches of a token budget (data.max_tokens) vary in size.
+TRAIN_EXAMPLES_COLLECTION = "tfps_train_batch_examples"
 # The examples of each evaluation batch (int32 scalar), for the eval progress hook.
 EVAL_EXAMPLES_COLLECTION = "tfps_eval_batch_examples"
 BAD_ROWS_VARIABLE = "tfps_bad_rows"   # malformed training rows the readers skipped (global, checkpointed)
@@ -129,6 +132,7 @@ def estimator_spec(mode, logits, labels, features, schema, train):
         if "bad_rows" in features:
             metrics["bad_rows"] = streaming_sum(features["bad_rows"])
         return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
+    tf.compat.v1.add_to_collection(TRAIN_EXAMPLES_COLLECTION, tf.size(labels))
     gs = tf.compat.v1.train.get_or_create_global_step()
     train_op = make_optimizer(train).minimize(loss, global_step=gs)
     counted = _count_bad_rows(features)
