@@ -36,6 +36,11 @@ def test_bad_config_is_named(override, match):
         load_config("configs/demo.yaml", [override])
 
 
+def test_skipping_bad_rows_of_sequences_is_refused():
+    with pytest.raises(ConfigError, match="data.skip_bad_rows is not supported with movielens_sequences"):
+        load_config("configs/movielens_mtgr.yaml", ["data.skip_bad_rows=true"])
+
+
 def test_bad_yaml_file(tmp_path):
     p = tmp_path / "bad.yaml"
     p.write_text("train: [unclosed\n")

@@ -96,8 +96,33 @@ def test_bad_arguments(data, tmp_path):
     with pytest.raises(ValueError, match="window must be an int >= 1"):
         movielens_user_samples(data, window=0)
     (tmp_path / "ratings.csv").write_text("user,movie\n1,2\n")
-    with pytest.raises(ValueError, match="expected the header"):
+    (tmp_path / "movies.csv").write_text("movieId,title,genres\n")
+    with pytest.raises(ValueError, match="ratings.csv line 1: has header 'user,movie'"):
         read_movielens(str(tmp_path))
+
+
+@pytest.mark.parametrize("ratings,movies,where,reason", [
+    (["1,2,3"], [], "ratings.csv line {r}", "has 3 comma-separated fields, expected 4"),
+    (["1,2,3.0,100,7"], [], "ratings.csv line {r}", "has 5 comma-separated fields, expected 4"),
+    ([""], [], "ratings.csv line {r}", "has 1 comma-separated fields, expected 4"),
+    (["1.5,2,3.0,100"], [], "ratings.csv line {r}", "has a userId that is not a non-negative integer"),
+    (["1,2,nan,100"], [], "ratings.csv line {r}", "has a rating that is not a number"),
+    (["1,2,3.0,soon"], [], "ratings.csv line {r}", "has a timestamp that is not an integer"),
+    ([], ["100"], "movies.csv line {m}", "is not movieId,title,genres with an integer movieId"),
+    ([], ["abc,Foo (1999),Comedy"], "movies.csv line {m}", "is not movieId,title,genres with an integer movieId"),
+])
+def test_a_malformed_line_is_an_error_naming_the_file_and_line(tmp_path, ratings, movies, where, reason):
+    """As movielens_dataset's reader (the same checks of ratings.csv), for both files."""
+    import ml_tiny
+    rows, titles = ml_tiny.planted(users=3, movies=10, per_user=5)
+    directory = ml_tiny.write(tmp_path, rows, titles, extra_rating_lines=ratings + ["1,1,4.0,5"])
+    if movies:
+        with open(os.path.join(directory, "movies.csv"), "a") as f:
+            f.write("\n".join(movies) + "\n")
+    line = where.format(r=len(rows) + 2, m=len(titles) + 2)
+    with pytest.raises(ValueError) as err:
+        movielens_user_samples(directory, split="train")
+    assert f"{line}: {reason}" in str(err.value), str(err.value)
 
 
 def test_tfrecords_of_the_samples_read_back_the_same_and_feed_the_source(data, tmp_path):

@@ -267,6 +267,9 @@ def validate(cfg):
         (cfg.data.format != "tfrecord" or not cfg.data.skip_bad_rows,
          "data.skip_bad_rows applies to the text formats (criteo, movielens); TFRecord parse errors always stop"),
         (0.0 < cfg.data.eval_fraction < 1.0, "data.eval_fraction must be in (0, 1)"),
+        (not (cfg.data.skip_bad_rows and cfg.data.format == "movielens_sequences"),
+         "data.skip_bad_rows is not supported with movielens_sequences: a user's sequence with a line left out "
+         "would be another sequence; fix the line the error names"),
         (not cfg.data.validation or cfg.data.format in ("movielens", "movielens_sequences"),
          "data.validation applies to the movielens and movielens_sequences formats (they split by time themselves)"),
         (all(f.type in FEATURE_TYPES for f in cfg.data.features),

@@ -25,7 +25,7 @@ import os
 import tensorflow as tf
 
 from tfps.data.schema import PAD_ID, Schema, share
-from tfps.ops.data import check_rows
+from tfps.ops.data import SKIP_HINT, check_rows
 
 ID_FEATURES = ("user_id", "movie_id", "hour", "weekday", "history_len")
 SCHEMA = Schema(num_dense=1, id_features=ID_FEATURES, list_features=("genres",), has_users=True)
@@ -48,17 +48,20 @@ def _lines(path, header):
     return rows, tf.range(2, tf.size(rows, out_type=tf.int64) + 2)
 
 
-def _check(ok, path, numbers, reasons, skip_bad_rows):
+def _check(ok, path, numbers, reasons, skip_bad_rows, hint=SKIP_HINT):
     """ok rows mask; fails on the first bad row unless skip_bad_rows. Returns (mask, bad count)."""
     if skip_bad_rows:
         return ok, tf.reduce_sum(tf.cast(~ok, tf.int64))
     reasons = tf.broadcast_to(reasons, tf.shape(ok))
-    passed = check_rows(ok, tf.fill(tf.shape(ok), path), numbers, reasons, reader="movielens")
+    passed = check_rows(ok, tf.fill(tf.shape(ok), path), numbers, reasons, reader="movielens", hint=hint)
     with tf.control_dependencies([passed]):
         return tf.identity(ok), tf.constant(0, tf.int64)
 
 
-def _ratings(path, skip_bad_rows):
+def ratings_columns(path, skip_bad_rows, hint=SKIP_HINT):
+    """(user, movie int64 [N], rating float32 [N], timestamp int64 [N], skipped lines) of a
+    ratings.csv, each line checked: InvalidArgumentError naming the file, the line and what is
+    wrong (ending with `hint`), unless skip_bad_rows."""
     rows, numbers = _lines(path, RATINGS_HEADER)
     fields = tf.strings.split(rows, ",")
     count_ok = tf.equal(fields.row_lengths(), 4)
@@ -73,7 +76,7 @@ def _ratings(path, skip_bad_rows):
     for good, why in reversed(checks):
         reason = tf.where(good, reason, why)
     ok = tf.reduce_all(tf.stack([c for c, _ in checks], 1), 1)
-    ok, bad = _check(ok, path, numbers, reason, skip_bad_rows)
+    ok, bad = _check(ok, path, numbers, reason, skip_bad_rows, hint)
     p = tf.boolean_mask(p, ok)
     return (tf.strings.to_number(p[:, 0], tf.int64), tf.strings.to_number(p[:, 1], tf.int64),
             tf.strings.to_number(p[:, 2], tf.float32), tf.strings.to_number(p[:, 3], tf.int64), bad)
@@ -113,7 +116,7 @@ def load(directory, split, eval_fraction=0.2, skip_bad_rows=False, validation=Fa
     [N, ?], dense [N, 1], user [N], label [N], bad_rows [] (in both files, whichever split).
     validation: drop each user's last eval_fraction of ratings (the test share, never read),
     then split the rest the same way (for tuning without looking at the test share)."""
-    user, movie, rating, ts, bad_r = _ratings(os.path.join(directory, "ratings.csv"), skip_bad_rows)
+    user, movie, rating, ts, bad_r = ratings_columns(os.path.join(directory, "ratings.csv"), skip_bad_rows)
     movie_ids, genre_ids, bad_m = _movies(os.path.join(directory, "movies.csv"), skip_bad_rows)
     by_time = tf.argsort(ts, stable=True)
     order = tf.gather(by_time, tf.argsort(tf.gather(user, by_time), stable=True))   # by (user, ts)

@@ -34,27 +34,29 @@ NUM_GENRES = 20           # MovieLens genres plus "(no genres listed)"; more are
 
 
 def read_movielens(path):
-    """(user, movie, rating, timestamp) int64/float32 arrays and {movie: genre index list}."""
-    with open(os.path.join(path, "ratings.csv"), newline="") as f:
-        rows = list(csv.reader(f))
-    if not rows or rows[0] != ["userId", "movieId", "rating", "timestamp"]:
-        raise ValueError(f"{path}/ratings.csv: expected the header userId,movieId,rating,timestamp")
-    try:
-        data = np.array(rows[1:], dtype=np.float64)
-    except ValueError as e:
-        raise ValueError(f"{path}/ratings.csv: a malformed line ({e})") from None
-    if data.ndim != 2 or data.shape[1] != 4:
-        raise ValueError(f"{path}/ratings.csv: every line needs 4 fields")
+    """(user, movie, rating, timestamp) int64/float32 arrays and {movie: genre index list}.
+    A malformed line of either file is a ValueError naming the file, the line and what is wrong
+    (the ratings are checked as movielens_dataset checks them)."""
+    from tfps.data.movielens import ratings_columns
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        try:
+            user, movie, rating, ts, _ = session.run(ratings_columns(os.path.join(path, "ratings.csv"), False,
+                                                                     hint="movielens_sequences reads every line"))
+        except tf.errors.InvalidArgumentError as e:
+            from tfps.serving.errors import error_line   # the telling line of TF's message
+            raise ValueError(error_line(e)) from None
     genres, names = {}, {}
-    with open(os.path.join(path, "movies.csv"), newline="") as f:
+    where = os.path.join(path, "movies.csv")
+    with open(where, newline="") as f:
         reader = csv.reader(f)
         if next(reader, None) != ["movieId", "title", "genres"]:
-            raise ValueError(f"{path}/movies.csv: expected the header movieId,title,genres")
+            raise ValueError(f"{where}: expected the header movieId,title,genres")
         for row in reader:
-            ids = [names.setdefault(g, len(names)) % NUM_GENRES for g in row[2].split("|")]
+            if len(row) < 3 or not row[0].isdigit():
+                raise ValueError(f"{where} line {reader.line_num}: is not movieId,title,genres with an integer movieId")
+            ids = [names.setdefault(g, len(names)) % NUM_GENRES for g in row[-1].split("|")]
             genres[int(row[0])] = sorted(set(ids))
-    return (data[:, 0].astype(np.int64), data[:, 1].astype(np.int64), data[:, 2].astype(np.float32),
-            data[:, 3].astype(np.int64), genres)
+    return user, movie, rating, ts, genres
 
 
 def _movie_before(movie, rating, ts):
