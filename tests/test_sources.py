@@ -79,3 +79,22 @@ def test_eval_examples_takes_exactly_the_first_rows_of_the_eval_files(tmp_path):
     assert len(everything) == 600
     np.testing.assert_array_equal(labels_of(450), everything[:450])
     np.testing.assert_array_equal(labels_of(256), everything[:256])
+
+
+def test_eval_examples_takes_the_first_user_samples_up_to_that_many_candidates(tmp_path):
+    """MTGR's eval set in whole samples: the first ones until their candidates reach
+    eval.examples. Oracle: the samples of movielens_user_samples, counted in numpy."""
+    import ml_tiny
+    from tfps.data.sequences import movielens_user_samples
+    from tfps.data.sources import make_source
+    directory = ml_tiny.write_planted(tmp_path)
+    everything = movielens_user_samples(directory, "eval")
+    sizes = np.cumsum([len(s["label"]) for s in everything])
+    for examples in (5, int(sizes[3]), int(sizes[-1]) + 10):
+        cfg = load_config("configs/movielens_mtgr.yaml", [f"data.path={directory}", f"eval.examples={examples}"])
+        source = make_source(cfg)
+        batches = list(numpy_batches(source.eval_input_fn(4)))
+        users = np.concatenate([b[0]["user"] for b in batches])
+        taken = min(int(np.searchsorted(sizes, examples)) + 1, len(everything))
+        np.testing.assert_array_equal(users, [s["user"] for s in everything[:taken]])
+        assert source.eval_size() == int(sizes[taken - 1]) >= min(examples, int(sizes[-1]))

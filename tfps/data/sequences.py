@@ -41,7 +41,7 @@ def read_movielens(path):
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         try:
             user, movie, rating, ts, _ = session.run(ratings_columns(os.path.join(path, "ratings.csv"), False,
-                                                                     hint="movielens_sequences reads every line"))
+                                                                     hint="fix the line: movielens_sequences does not skip lines"))
         except tf.errors.InvalidArgumentError as e:
             from tfps.serving.errors import error_line   # the telling line of TF's message
             raise ValueError(error_line(e)) from None

@@ -325,12 +325,26 @@ class SequenceSource(_FileSource):
     def eval_input_fn(self, batch_size):
         if self.written is None:
             self.samples("eval")
-        return lambda: self._batched(self._samples_dataset("eval")[0], batch_size)
+        return lambda: self._batched(self._first_samples(self._samples_dataset("eval")[0]), batch_size)
+
+    def _first_samples(self, ds):
+        """The eval samples up to the one whose candidates reach eval.examples (all when null):
+        whole samples, so the last may carry a few candidates more."""
+        n = self.cfg.eval.examples
+        if n is None:
+            return ds
+        counted = ds.scan(tf.constant(0, tf.int64),
+                          lambda seen, s: (seen + tf.size(s["label"], out_type=tf.int64), (seen, s)))
+        return counted.take_while(lambda seen, s: seen < n).map(lambda seen, s: s)
 
     def eval_size(self):
+        """The candidates evaluated (None when unknown before reading: converted samples, cut)."""
+        n = self.cfg.eval.examples
         if self.written is not None:
-            return self.written["splits"]["eval"]["candidates"]
-        return sum(len(s["label"]) for s in self.samples("eval"))   # candidates
+            return self.written["splits"]["eval"]["candidates"] if n is None else None
+        sizes = np.cumsum([len(s["label"]) for s in self.samples("eval")])
+        taken = sizes if n is None else sizes[:int(np.searchsorted(sizes, n, side="left")) + 1]
+        return int(taken[-1]) if len(taken) else 0
 
     def describe_cost(self):
         """The model's forward FLOPs per sample (TF profiler, 64 training samples padded into one batch)."""
