@@ -105,6 +105,7 @@ def test_mtgr_learns_in_one_process_and_on_the_local_cluster(data, tmp_path, mod
     import json
     import subprocess
     import sys
+    import urllib.request
     path = data
     if mode == "tfrecords":
         path = str(tmp_path / "records")
@@ -139,19 +140,30 @@ def test_mtgr_learns_in_one_process_and_on_the_local_cluster(data, tmp_path, mod
                          capture_output=True, text=True, timeout=600, cwd=os.path.join(os.path.dirname(__file__), ".."))
     assert out.returncode == 0, out.stderr[-3000:]
     cfg = load_config(os.path.join(os.path.dirname(__file__), "..", "configs/movielens_mtgr.yaml"), sets)
-    chosen = evaluation[:12]
+    # a cold user (no history, no real-time ratings yet): scored alone through REST, whose JSON
+    # lists then carry no type of their own
+    cold = {**evaluation[0], **{k: evaluation[0][k][:0] for k in ("history_movie", "history_rating", "history_time",
+                                                                  "realtime_movie", "realtime_rating", "realtime_time")}}
+    chosen = evaluation[:12] + [cold]
     want = np.concatenate([p["probabilities"] for p in make_estimator(cfg).predict(
         _input(chosen, False), yield_single_examples=False)])
     with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
-        rows = sess.run(tf.compat.v1.data.make_one_shot_iterator(sample_dataset(chosen).padded_batch(12)).get_next())
+        rows = sess.run(tf.compat.v1.data.make_one_shot_iterator(sample_dataset(chosen[:12]).padded_batch(12)).get_next())
     rows = {k: v for k, v in rows.items() if k not in ("label", "user")}
-    server = ModelServer(str(tmp_path / "export"), "mtgr", port=0, rest_api_port=None, host="127.0.0.1",
+    server = ModelServer(str(tmp_path / "export"), "mtgr", port=0, rest_api_port=0, host="127.0.0.1",
                          printer=lambda *a, **k: None).start()
     try:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{server.port}"))
         got = stub.Predict(_request(rows, name="mtgr"), timeout=60)
+        instance = {k: v.tolist() for k, v in cold.items() if k not in ("label", "user")}
+        req = urllib.request.Request(f"http://127.0.0.1:{server.rest_api_port}/v1/models/mtgr:predict",
+                                     data=json.dumps({"instances": [instance]}).encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            cold_scores = np.array(json.loads(r.read())["predictions"][0]["probabilities"])
     finally:
         server.stop()
     valid = rows["candidate_movie"] > 0
-    np.testing.assert_allclose(tf.make_ndarray(got.outputs["probabilities"])[valid], want[valid], rtol=1e-5,
+    np.testing.assert_allclose(tf.make_ndarray(got.outputs["probabilities"])[valid], want[:12][valid], rtol=1e-5,
                                atol=1e-6)
+    n = len(cold["label"])
+    np.testing.assert_allclose(cold_scores[:n], want[12][:n], rtol=1e-5, atol=1e-6)

@@ -72,6 +72,8 @@ def _as_array(alias, value, dtype):
         raise ServingError("INVALID_ARGUMENT", f"input {alias!r} is ragged or not numeric; the signature expects "
                            f"a {dtype.name} tensor")
     want = np.dtype(dtype.as_numpy_dtype)
+    if array.size == 0:   # an empty JSON list has no type of its own (numpy makes it float64)
+        return array.astype(want)
     if array.dtype.kind in "USV":
         raise ServingError("INVALID_ARGUMENT", f"input {alias!r} holds strings; the signature expects {dtype.name}")
     if array.dtype.kind == "u" and array.size and want.kind == "i" and array.max() > np.iinfo(want).max:
