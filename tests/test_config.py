@@ -28,6 +28,8 @@ def test_demo_config_and_overrides(tmp_path):
     ("model.name=mtgr", "model.name mtgr reads data.format movielens_sequences"),
     ("data.format=movielens_sequences", "model.name mtgr reads data.format movielens_sequences"),
     ("model.heads=3", "must divide model.d_model"),
+    ("model.d_model=0", "model.d_model must be > 0"),
+    ("model.heads=0", "model.heads must be > 0"),
     ("data.max_tokens=0", "data.max_tokens must be null or >= 1"),
     ("data.validation=true", "data.validation applies to the movielens and movielens_sequences formats"),
 ])

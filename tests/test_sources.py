@@ -98,3 +98,17 @@ def test_eval_examples_takes_the_first_user_samples_up_to_that_many_candidates(t
         taken = min(int(np.searchsorted(sizes, examples)) + 1, len(everything))
         np.testing.assert_array_equal(users, [s["user"] for s in everything[:taken]])
         assert source.eval_size() == int(sizes[taken - 1]) >= min(examples, int(sizes[-1]))
+
+
+def test_a_token_budget_below_the_longest_sample_is_refused_before_training(tmp_path):
+    import ml_tiny
+    from tfps.data.sequences import movielens_user_samples
+    from tfps.data.sources import make_source
+    directory = ml_tiny.write_planted(tmp_path)
+    longest = max(3 + len(s["history_movie"]) + len(s["realtime_movie"]) + len(s["candidate_movie"])
+                  for s in movielens_user_samples(directory, "train"))
+    cfg = load_config("configs/movielens_mtgr.yaml", [f"data.path={directory}", f"data.max_tokens={longest - 1}"])
+    with pytest.raises(ValueError, match=f"below the longest train sample \\({longest} tokens"):
+        make_source(cfg).train_input_fn(32)
+    ok = load_config("configs/movielens_mtgr.yaml", [f"data.path={directory}", f"data.max_tokens={longest}"])
+    assert next(numpy_batches(make_source(ok).train_input_fn(32)))[0]["profile"].shape[0] >= 1

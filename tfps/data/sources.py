@@ -302,6 +302,18 @@ class SequenceSource(_FileSource):
         return (sequences.tfrecord_samples(os.path.join(self.cfg.data.path, split)),
                 self.written["splits"][split]["samples"])
 
+    def _check_budget(self, split):
+        """ValueError when a sample in memory is longer than data.max_tokens (before training,
+        not as an assertion in the input pipeline; converted samples are checked as read)."""
+        budget = self.cfg.data.max_tokens
+        if not budget or self.written is not None:
+            return
+        longest = max((3 + len(s["history_movie"]) + len(s["realtime_movie"]) + len(s["candidate_movie"])
+                       for s in self.samples(split)), default=0)
+        if longest > budget:
+            raise ValueError(f"data.max_tokens ({budget}) is below the longest {split} sample ({longest} tokens: the "
+                             f"profile's 3, history, real-time and candidates); set it to at least {longest}")
+
     def _batched(self, ds, batch_size):
         if self.cfg.data.max_tokens:
             ds = balance_by_tokens(ds, self.cfg.data.max_tokens, sequences.tokens)
@@ -313,6 +325,7 @@ class SequenceSource(_FileSource):
         seed = self.cfg.data.seed
         if self.written is None:
             self.samples("train")   # read (and checked) once, before the graph is built
+        self._check_budget("train")
 
         def input_fn():
             ds, count = self._samples_dataset("train")
@@ -325,6 +338,7 @@ class SequenceSource(_FileSource):
     def eval_input_fn(self, batch_size):
         if self.written is None:
             self.samples("eval")
+        self._check_budget("eval")
         return lambda: self._batched(self._first_samples(self._samples_dataset("eval")[0]), batch_size)
 
     def _first_samples(self, ds):
