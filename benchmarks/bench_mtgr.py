@@ -117,7 +117,7 @@ def batching(steps):
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
     from tfps.data.balance import balance_by_tokens
-    from tfps.data.sequences import movielens_user_samples, sample_dataset, tokens
+    from tfps.data.sequences import movielens_user_samples, sample_dataset, token_count, tokens
     from tfps.models.mtgr import mtgr_model_fn
     base = movielens_user_samples(os.path.join(ROOT, "..", "shared", "data", "movielens-small"), "train",
                                   window=8, history_len=1024, realtime_len=16)
@@ -127,16 +127,14 @@ def batching(steps):
         n = int(min(np.exp(rng.normal(4.0, 1.3)), 1024))
         samples.append({**s, **{k: s[k][-n:] if n else s[k][:0] for k in ("history_movie", "history_rating",
                                                                           "history_time")}})
-    mean_tokens = float(np.mean([3 + len(s["history_movie"]) + len(s["realtime_movie"]) + len(s["candidate_movie"])
-                                 for s in samples]))
+    lengths = np.array([token_count(s) for s in samples])
+    mean_tokens = float(lengths.mean())
     fixed = 32
     budget = int(fixed * mean_tokens)
 
     def cost(x):   # tokens plus the attention's quadratic part (the blocks' L^2 work per sample)
         n = tokens(x)
         return n + n * n // COST_WIDTH
-    lengths = np.array([3 + len(s["history_movie"]) + len(s["realtime_movie"]) + len(s["candidate_movie"])
-                        for s in samples])
     costs = lengths + lengths ** 2 // COST_WIDTH
     cost_budget = int(max(fixed * costs.mean(), costs.max()))
     params = {"model": {"d_model": 32, "heads": 2, "blocks": 2, "gln": True, "dynamic_mask": True,

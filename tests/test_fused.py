@@ -75,3 +75,49 @@ def test_fused_dense_traffic_trains_exactly_as_unfused_with_the_same_names():
         # counted from the partition graphs: the trace of a remote task can miss a RecvTensor
         assert fused_stats["messages"] < plain_stats["messages"]
     del servers
+
+
+def test_pack_and_unpack_carry_every_gradient_key_and_stamp_to_its_ps():
+    """Several table shards on one PS, a PS with dense variables only, a dense gradient whose
+    static shape is partly unknown, a shard with no rows: each value arrives where its variable
+    lives, unchanged. Oracle: the values fed."""
+    import types
+    spec = tf.train.ClusterSpec(cluster_spec(2, 1))
+    servers = [tf.distribute.Server(spec, job_name="ps", task_index=i) for i in range(2)]
+    chief = tf.distribute.Server(spec, job_name="chief", task_index=0)
+    rng = np.random.default_rng(1)
+    feeds, want = {}, {}
+    with tf.Graph().as_default() as graph:
+        with tf.compat.v1.device("/job:chief/task:0"):
+            anchor = tf.no_op()
+        fused = FusedDense(anchor=anchor)
+        with tf.compat.v1.device("/job:ps/task:0"):
+            w0 = tf.Variable(tf.zeros([3, 4]), name="w0")
+            handle = tf.Variable(0, name="table_stand_in")   # stands for a table shard's handle
+        with tf.compat.v1.device("/job:ps/task:1"):
+            w1 = tf.Variable(tf.zeros([5]), name="w1")
+        with tf.compat.v1.device("/job:chief/task:0"):
+            g0 = tf.compat.v1.placeholder(tf.float32, [None, 4])       # the static shape is partly unknown
+            g1 = tf.compat.v1.placeholder(tf.float32, [5])
+            feeds[g0], feeds[g1] = rng.normal(size=[3, 4]), rng.normal(size=[5])
+            tables = []
+            for rows in (4, 0, 2):                                     # three shards on ps 0, one empty
+                values = tf.compat.v1.placeholder(tf.float32, [None, 2])
+                keys = tf.compat.v1.placeholder(tf.int64, [None])
+                feeds[values], feeds[keys] = rng.normal(size=[rows, 2]), rng.integers(0, 10**12, size=rows)
+                tables.append((tf.IndexedSlices(values, keys), types.SimpleNamespace(handle=handle)))
+            tensors, packing = fused.pack([(g0, w0), (g1, w1)], tables, tf.constant(7, tf.int64))
+        dense, out_tables, stamps = FusedDense.unpack(tensors, packing)
+        assert [v for _, v in dense] == [w0, w1] and dense[0][0].shape == w0.shape
+        assert dense[0][0].device.endswith("ps/task:0") and dense[1][0].device.endswith("ps/task:1")
+        assert all(t[0].values.device.endswith("ps/task:0") for t in out_tables)
+        assert len(tensors) == 3             # ps 0: keys and float32 values; ps 1: float32 values
+        with tf.compat.v1.Session(chief.target, graph=graph) as s:
+            got = s.run([[g for g, _ in dense], [(t.values, t.indices) for t, _ in out_tables], stamps], feeds)
+    np.testing.assert_array_equal(got[0][0], feeds[g0].astype(np.float32))
+    np.testing.assert_array_equal(got[0][1], feeds[g1].astype(np.float32))
+    for (values, keys), (slices, _) in zip(got[1], tables):
+        np.testing.assert_array_equal(values, feeds[slices.values].astype(np.float32))
+        np.testing.assert_array_equal(keys, feeds[slices.indices])
+    assert got[2] == [7, 7, 7]
+    del servers

@@ -101,8 +101,9 @@ def _first_of_runs(new_run):
 
 
 def _latest_share(user, fraction):
-    """For ratings sorted by (user, time): bool [N], whether a rating is among its user's last
-    floor(fraction * count); and the start index of each rating's user."""
+    """For ratings sorted by (user, time): (bool [N], whether a rating is among its user's last
+    floor(fraction * count); bool [N], whether it is its user's first; int64 [N], the index of
+    its user's first)."""
     new_user = tf.concat([[True], tf.not_equal(user[1:], user[:-1])], 0)
     user_start = _first_of_runs(new_user)
     user_index = tf.cumsum(tf.cast(new_user, tf.int64)) - 1
@@ -194,7 +195,8 @@ def movielens_dataset(directory, batch_size, split="train", eval_fraction=0.2, s
     if not 0.0 <= eval_fraction < 1.0:
         raise ValueError(f"movielens_dataset: eval_fraction must be in [0, 1), got {eval_fraction}")
     check_directory(directory)
-    table = tf.data.Dataset.from_tensors(0).map(lambda _: load(directory, split, eval_fraction, skip_bad_rows, validation))
+    table = tf.data.Dataset.from_tensors(0).map(
+        lambda _: load(directory, split, eval_fraction, skip_bad_rows, validation))
     table = table.cache()
     if split == "eval":
         return table.flat_map(lambda c: _batches_of(c, batch_size, count_bad=False)).prefetch(tf.data.AUTOTUNE)

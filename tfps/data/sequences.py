@@ -20,6 +20,7 @@ floor(eval_fraction * count) ratings are the evaluation candidates.
     ds = sample_dataset(samples)                                           # unbatched tf.data
 """
 import csv
+import re
 import json
 import os
 
@@ -40,8 +41,9 @@ def read_movielens(path):
     from tfps.data.movielens import ratings_columns
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         try:
-            user, movie, rating, ts, _ = session.run(ratings_columns(os.path.join(path, "ratings.csv"), False,
-                                                                     hint="fix the line: movielens_sequences does not skip lines"))
+            columns = ratings_columns(os.path.join(path, "ratings.csv"), False,
+                                      hint="fix the line: movielens_sequences does not skip lines")
+            user, movie, rating, ts, _ = session.run(columns)
         except tf.errors.InvalidArgumentError as e:
             from tfps.serving.errors import error_line   # the telling line of TF's message
             raise ValueError(error_line(e)) from None
@@ -52,7 +54,7 @@ def read_movielens(path):
         if next(reader, None) != ["movieId", "title", "genres"]:
             raise ValueError(f"{where}: expected the header movieId,title,genres")
         for row in reader:
-            if len(row) < 3 or not row[0].isdigit():
+            if len(row) < 3 or not re.fullmatch("[0-9]{1,18}", row[0]):
                 raise ValueError(f"{where} line {reader.line_num}: is not movieId,title,genres with an integer movieId")
             ids = [names.setdefault(g, len(names)) % NUM_GENRES for g in row[-1].split("|")]
             genres[int(row[0])] = sorted(set(ids))
@@ -149,6 +151,11 @@ SPEC = {"user": tf.TensorSpec([], tf.int64), "profile": tf.TensorSpec([3], tf.in
         "candidate_movie": tf.TensorSpec([None], tf.int64), "candidate_time": tf.TensorSpec([None], tf.int64),
         "candidate_genres": tf.TensorSpec([None, NUM_GENRES], tf.int64),
         "label": tf.TensorSpec([None], tf.float32), "cross": tf.TensorSpec([None, len(CROSS)], tf.float32)}
+
+
+def token_count(sample):
+    """A sample's token count (int), as tokens() counts it in the graph."""
+    return 3 + len(sample["history_movie"]) + len(sample["realtime_movie"]) + len(sample["candidate_movie"])
 
 
 def tokens(sample):

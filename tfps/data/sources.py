@@ -202,7 +202,8 @@ class MovieLensSource(_FileSource):
     def eval_size(self):
         d = self.cfg.data
         with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-            n = int(session.run(tf.size(movielens.load(d.path, "eval", d.eval_fraction, d.skip_bad_rows, d.validation)["label"])))
+            labels = movielens.load(d.path, "eval", d.eval_fraction, d.skip_bad_rows, d.validation)["label"]
+            n = int(session.run(tf.size(labels)))
         return min(n, self.cfg.eval.examples or n)
 
 
@@ -308,8 +309,7 @@ class SequenceSource(_FileSource):
         budget = self.cfg.data.max_tokens
         if not budget or self.written is not None:
             return
-        longest = max((3 + len(s["history_movie"]) + len(s["realtime_movie"]) + len(s["candidate_movie"])
-                       for s in self.samples(split)), default=0)
+        longest = max((sequences.token_count(s) for s in self.samples(split)), default=0)
         if longest > budget:
             raise ValueError(f"data.max_tokens ({budget}) is below the longest {split} sample ({longest} tokens: the "
                              f"profile's 3, history, real-time and candidates); set it to at least {longest}")
@@ -355,7 +355,8 @@ class SequenceSource(_FileSource):
         """The candidates evaluated (None when unknown before reading: converted samples, cut)."""
         n = self.cfg.eval.examples
         if self.written is not None:
-            return self.written["splits"]["eval"]["candidates"] if n is None else None
+            total = self.written["splits"]["eval"]["candidates"]
+            return total if n is None or n >= total else None
         sizes = np.cumsum([len(s["label"]) for s in self.samples("eval")])
         taken = sizes if n is None else sizes[:int(np.searchsorted(sizes, n, side="left")) + 1]
         return int(taken[-1]) if len(taken) else 0

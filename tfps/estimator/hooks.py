@@ -45,7 +45,10 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
                              f"'{LOSS_COLLECTION}' collection, found {len(losses)}")
         self._loss = losses[0]
         counts = tf.compat.v1.get_collection(TRAIN_EXAMPLES_COLLECTION)
-        self._count = counts[-1] if counts else tf.constant(self._batch)
+        if len(counts) > 1:
+            raise ValueError(f"ProgressHook: the model_fn added {len(counts)} batch counts to the "
+                             f"'{TRAIN_EXAMPLES_COLLECTION}' collection; at most one")
+        self._count = counts[0] if counts else tf.constant(self._batch)
 
     def after_create_session(self, session, coord):
         step = int(session.run(self._gs))

@@ -20,11 +20,29 @@ those the model code builds otherwise (tf.Variable, Keras layers) are read the u
 stage() (the pipeline's defer_push) trades that identity for a step that never waits on the
 PS: gradients pushed one step later (packed when computed), dense values one step old.
 """
+import dataclasses
 import weakref
 
 import tensorflow as tf
 
 _FUSED = weakref.WeakKeyDictionary()   # graph -> FusedDense
+
+
+@dataclasses.dataclass
+class _Group:
+    """The gradients bound for one device."""
+    where: tf.Operation            # an op there: the gradients are split colocated with it
+    shards: list = dataclasses.field(default_factory=list)     # tables whose keys ride in its int64 tensor
+    by_dtype: dict = dataclasses.field(default_factory=dict)   # dtype -> [("dense" | "table", index)]
+
+
+@dataclasses.dataclass
+class Packing:
+    """How pack() laid a step's gradients out. Static facts only (devices, shapes, variables),
+    so the tensors of another step (out of a queue) unpack with it."""
+    groups: list      # [_Group], in the order of the tensors
+    variables: list   # the dense gradients' variables, in pack()'s order
+    tables: list      # [(row width, dense_shape, TableShard)], in pack()'s order
 
 
 def _add_regularization(regularizer, var):
@@ -104,73 +122,64 @@ class FusedDense:
         (when it holds table shards) and one tensor per dtype of dense gradients and table rows.
 
         Args:
-          dense: [(grad Tensor, variable)] of variables with copies.
+          dense: [(grad Tensor, variable)] of variables with copies (their shapes are known).
           tables: [(IndexedSlices(rows [U, dim], keys [U]), TableShard)].
           stamp: int64 scalar, the step the table updates are stamped with.
-        Returns (tensors, plan): unpack(tensors, plan) splits them where they are applied. The
-        plan holds only static facts (devices, shapes, variables), so tensors of another step
-        (a queue's) unpack with it."""
-        groups = {}   # device -> {"keys": [table index], dtype: [("dense" | "table", index)]}
+        Returns (tensors, Packing): unpack(tensors, packing) splits them where they are applied."""
+        groups = {}
         for i, (g, v) in enumerate(dense):
-            groups.setdefault(self._device(v), {}).setdefault(g.dtype, []).append(("dense", i))
+            group = groups.setdefault(self._device(v), _Group(v.op))
+            group.by_dtype.setdefault(v.dtype.base_dtype, []).append(("dense", i))
         for i, (g, shard) in enumerate(tables):
-            group = groups.setdefault(shard.handle.device or "", {})
-            group.setdefault("keys", []).append(i)
-            group.setdefault(g.values.dtype, []).append(("table", i))
+            group = groups.setdefault(shard.handle.device or "", _Group(shard.handle.op))
+            group.shards.append(i)
+            group.by_dtype.setdefault(g.values.dtype, []).append(("table", i))
         tensors = []
         with tf.compat.v1.colocate_with(self._anchor, ignore_existing=True):
             for group in groups.values():
-                if "keys" in group:
-                    keys = [tables[i][0].indices for i in group["keys"]]
+                if group.shards:
+                    keys = [tables[i][0].indices for i in group.shards]
                     parts = [tf.reshape(tf.cast(stamp, tf.int64), [1]),
                              tf.stack([tf.size(k, out_type=tf.int64) for k in keys])] + keys
                     tensors.append(tf.concat(parts, 0, name="tfps_fused_keys"))
-                for members in (m for kind, m in group.items() if kind != "keys"):
+                for members in group.by_dtype.values():
                     parts = [tf.reshape(dense[i][0] if what == "dense" else tables[i][0].values, [-1])
                              for what, i in members]
                     tensors.append(parts[0] if len(parts) == 1 else tf.concat(parts, 0, name="tfps_fused_gradients"))
-        plan = (groups, [(g.shape, v) for g, v in dense],
-                [(g.values.shape, g.dense_shape, shard) for g, shard in tables])
-        return tensors, plan
+        packing = Packing(list(groups.values()), [v for _, v in dense],
+                          [(int(g.values.shape[-1]), g.dense_shape, shard) for g, shard in tables])
+        return tensors, packing
 
     @staticmethod
-    def unpack(tensors, plan):
+    def unpack(tensors, packing):
         """What pack() packed, split on each device: (dense, tables, stamps) with dense and
         tables as given to pack() and stamps[i] the stamp of table i's update."""
-        groups, dense_facts, table_facts = plan
-        dense, tables, stamps = [None] * len(dense_facts), [None] * len(table_facts), [None] * len(table_facts)
+        dense, tables = [None] * len(packing.variables), [None] * len(packing.tables)
+        stamps = [None] * len(packing.tables)
         it = iter(tensors)
-        for group in groups.values():
-            first = next(m for kind, m in group.items() if kind != "keys")[0]
-            where = table_facts[first[1]][2].handle.op if first[0] == "table" else dense_facts[first[1]][1].op
-            with tf.compat.v1.colocate_with(where):
+        for group in packing.groups:
+            with tf.compat.v1.colocate_with(group.where):
                 counts = {}
-                if "keys" in group:
-                    members = group["keys"]
+                if group.shards:
+                    k = len(group.shards)
                     packed = tf.identity(next(it))
-                    n = packed[1:1 + len(members)]
-                    for j, (i, keys) in enumerate(zip(members, tf.split(packed[1 + len(members):], n,
-                                                                        num=len(members)))):
-                        stamps[i], counts[i] = packed[0], n[j]
-                        tables[i] = keys
-                for members in (m for kind, m in group.items() if kind != "keys"):
+                    n = packed[1:1 + k]
+                    for j, (i, keys) in enumerate(zip(group.shards, tf.split(packed[1 + k:], n, num=k))):
+                        stamps[i], counts[i], tables[i] = packed[0], n[j], keys
+                for members in group.by_dtype.values():
                     flat = tf.identity(next(it))
+                    sizes = [packing.variables[i].shape.num_elements() if what == "dense"
+                             else counts[i] * packing.tables[i][0] for what, i in members]
                     if any(what == "table" for what, _ in members):
-                        sizes = tf.stack([tf.constant(dense_facts[i][0].num_elements(), tf.int64) if what == "dense"
-                                          else counts[i] * table_facts[i][0][1] for what, i in members])
-                    else:
-                        sizes = [dense_facts[i][0].num_elements() for _, i in members]
+                        sizes = tf.stack([tf.cast(x, tf.int64) for x in sizes])
                     parts = [flat] if len(members) == 1 else tf.split(flat, sizes, num=len(members))
                     for (what, i), part in zip(members, parts):
                         if what == "dense":
-                            shape, var = dense_facts[i]
-                            part = tf.reshape(part, shape)
-                            dense[i] = (part, var)
+                            var = packing.variables[i]
+                            dense[i] = (tf.reshape(part, var.shape), var)
                         else:
-                            shape, dense_shape, shard = table_facts[i]
-                            part = tf.reshape(part, [-1, shape[1]])
-                            part.set_shape(shape)
-                            tables[i] = (tf.IndexedSlices(part, tables[i], dense_shape), shard)
+                            width, dense_shape, shard = packing.tables[i]
+                            tables[i] = (tf.IndexedSlices(tf.reshape(part, [-1, width]), tables[i], dense_shape), shard)
         return dense, tables, stamps
 
     def stage(self, dense, tables, stamps, after):
@@ -191,7 +200,7 @@ class FusedDense:
             return tf.no_op(), tf.no_op(), dense, tables, []
         items = []
         for stamp in stamps:
-            tensors, plan = self.pack(copied, tables, stamp)
+            tensors, packing = self.pack(copied, tables, stamp)
             items.append(tensors + [g for g, _ in raw])
         with tf.compat.v1.colocate_with(self._anchor, ignore_existing=True):
             queue = tf.queue.FIFOQueue(2, [t.dtype for t in items[0]], name="tfps_deferred_gradients")
@@ -202,7 +211,7 @@ class FusedDense:
         for t, now in zip(prev, items[0]):
             t.set_shape(now.shape)
         n = len(items[0]) - len(raw)
-        out_copied, out_tables, out_stamps = self.unpack(prev[:n], plan)
+        out_copied, out_tables, out_stamps = self.unpack(prev[:n], packing)
         return (enqueue, enqueue_first, out_copied + [(t, v) for t, (_, v) in zip(prev[n:], raw)],
                 out_tables, out_stamps)
 
@@ -213,10 +222,12 @@ class FusedDense:
         set from the global step when the session starts (a local variable, initialized after a
         restore). With one trainer it is exactly the global step at the start of the run; with
         several it lags by the other trainers' steps since this trainer's previous run began
-        (the read at run start lagged by those since this run began). Sending it in the keys' message makes the keys wait on
-        nothing the PS has: no round trip to the global step's PS before the tables update.
-        `advance` (run after the stamp is read) moves it on from `global_step_value`, the read
-        the step's hooks fetch anyway."""
+        (the read at run start lagged by those since this run began). Sending it in the keys'
+        message makes the keys wait on nothing the PS has: no round trip to the global step's PS
+        before the tables update. `advance` (run after the stamp is read) moves it on from
+        `global_step_value`, the read the step's hooks fetch anyway. (With the pipeline's
+        defer_push no mirror is needed: gradients computed in a step are packed with that
+        step's read plus one, which is what the mirror holds when the next step pushes them.)"""
         with tf.compat.v1.name_scope(None), tf.compat.v1.device(None), \
                 tf.compat.v1.colocate_with(self._anchor, ignore_existing=True):
             mirror = tf.compat.v1.Variable(tf.cast(global_step_value, tf.int64), trainable=False,

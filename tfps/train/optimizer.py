@@ -101,8 +101,9 @@ class TableOptimizerMixin:
         stager = stager_of()
         computed, stamps, after_stamp = None, None, []
         if fused is not None:
-            # Table updates are stamped with a step kept on the worker (fused.step_stamp), sent in
-            # the keys' message: the keys wait on no PS.
+            # Table updates are stamped with a step the worker knows, sent in the keys' message so
+            # that the keys wait on no PS: fused.step_stamp, or with defer_push the read of the
+            # step that computed the gradients plus one (the step that pushes them).
             gs = graph.as_graph_element(global_step) if global_step is not None else None
             zero = tf.constant(0, tf.int64)
             copied = [(g, v) for g, v in dense if g is not None and v in fused.copies]
