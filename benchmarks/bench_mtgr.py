@@ -50,14 +50,17 @@ GRID = [(lr, st) for lr in (0.5, 1.0, 2.0) for st in (0.5, 1.0, 2.0)]   # x the 
 
 def training_share_ratio():
     """Training ratings of the test split over those of the validation split (each user keeps
-    count - floor(0.2 count), then that again): the test run trains this much longer, so both
+    count - floor(eval_fraction count), then that again): the test run trains this much longer, so both
     see the data the same number of times."""
     ratings = np.loadtxt(os.path.join(ROOT, "..", "shared", "data", "movielens-small", "ratings.csv"),
                          delimiter=",", skiprows=1, usecols=0, dtype=np.int64)
+    import yaml
+    with open(os.path.join(ROOT, MODELS["MTGR"])) as f:
+        fraction = yaml.safe_load(f)["data"]["eval_fraction"]   # every MovieLens config splits alike
     count = np.bincount(ratings)
     count = count[count > 0]
-    rest = count - np.floor(0.2 * count).astype(np.int64)
-    return rest.sum() / (rest - np.floor(0.2 * rest).astype(np.int64)).sum()
+    rest = count - np.floor(fraction * count).astype(np.int64)
+    return rest.sum() / (rest - np.floor(fraction * rest).astype(np.int64)).sum()
 
 
 def tune(name, config, seeds):
