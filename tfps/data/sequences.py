@@ -20,9 +20,9 @@ floor(eval_fraction * count) ratings are the evaluation candidates.
     ds = sample_dataset(samples)                                           # unbatched tf.data
 """
 import csv
-import re
 import json
 import os
+import re
 
 import numpy as np
 import tensorflow as tf
