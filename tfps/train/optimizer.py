@@ -106,7 +106,6 @@ class TableOptimizerMixin:
             # step that computed the gradients plus one (the step that pushes them).
             gs = graph.as_graph_element(global_step) if global_step is not None else None
             zero = tf.constant(0, tf.int64)
-            copied = [(g, v) for g, v in dense if g is not None and v in fused.copies]
             if stager is not None and stager.defer_push:
                 # This step's gradients wait on the worker, packed; the previous step's are pushed
                 # now. Those computed in a step are pushed in the next, whose stamp is this step's
@@ -122,23 +121,24 @@ class TableOptimizerMixin:
                 # done), not racing them -- one step stale, as the copies are.
                 dense = [(_after(g, computed), v) if v not in fused.copies else (g, v) for g, v in present]
             else:
+                copied = [(g, v) for g, v in dense if g is not None and v in fused.copies]
                 stamp = zero
                 if tables and gs is not None:
                     stamp, advance = fused.step_stamp(gs)
                     after_stamp.append(advance)
                 copied, tables, stamps = fused.unpack(*fused.pack(copied, tables, stamp))
                 dense = copied + [(g, v) for g, v in dense if g is not None and v not in fused.copies]
+        elif tables:
+            step = tf.constant(0, tf.int64) if global_step is None else tf.cast(tf.identity(global_step), tf.int64)
+            stamps = [step] * len(tables)
         updates, pushed = [], []
         if tables:
-            if fused is None:
-                step = tf.constant(0, tf.int64) if global_step is None else tf.cast(tf.identity(global_step), tf.int64)
             # tf.compat.v1.train optimizers keep it as _learning_rate, except Adam (_lr).
             lr = self._learning_rate if hasattr(self, "_learning_rate") else self._lr
             lr = tf.cast(self._call_if_callable(lr), tf.float32)
             for i, (grad, shard) in enumerate(tables):
                 with graph.colocate_with(shard.handle.op):
-                    updates.append(self._apply_table(shard, grad.indices, grad.values, lr,
-                                                     stamps[i] if fused is not None else step))
+                    updates.append(self._apply_table(shard, grad.indices, grad.values, lr, stamps[i]))
                 pushed.append((shard.handle, updates[-1]))
         if any(g is not None for g, _ in dense):
             updates.append(super().apply_gradients(dense, name=name + "_dense"))
