@@ -23,7 +23,8 @@ BUILD_INFO = os.path.join(ROOT, "tfps", "_build_info.json")
 OBJ_DIR = os.path.join(ROOT, "build", "obj")
 
 CORE_FLAGS = ["-std=c++17", "-fPIC", "-I" + ROOT, "-Wall", "-Wextra"]
-OPT_FLAGS = ["-O3", "-DNDEBUG", "-march=x86-64-v2", "-fno-math-errno"]   # no errno: sqrt loops vectorize
+OPT_FLAGS = ["-O3", "-DNDEBUG", "-march=x86-64-v2", "-fno-math-errno",   # no errno: sqrt loops vectorize
+             "-fno-semantic-interposition"]   # calls within the library inline (no PLT)
 TBB_LINK = ["-ltbb"]
 
 

@@ -140,6 +140,39 @@ TEST(TableGrowsAndRemovesManyKeys) {
   CHECK_EQ(t.Stats().bytes_reserved, reserved);
 }
 
+TEST(ParallelBatchesKeepBatchOrderWithinAKey) {
+  // A batch above kParallelThreshold is sorted by shard in pieces, one per thread, and through
+  // line buffers; a key repeated across the pieces must still be seen in batch order (the
+  // last assignment wins, updates apply in order) and every position must get its own row.
+  // Oracle: a map filled key by key in batch order. Sizes not a multiple of a cache line of
+  // 8-byte values, so that the runs start and end inside lines.
+  constexpr int64_t kDim = 4;
+  for (const int64_t n : {kParallelThreshold + 3, 4 * kParallelThreshold + 5}) {
+    EmbeddingTable t(kDim, InitSpec());
+    std::mt19937_64 rng(static_cast<uint64_t>(n));
+    std::vector<int64_t> keys(n);
+    for (auto& k : keys) k = static_cast<int64_t>(rng() % (n / 3));  // each key about 3 times
+    std::vector<float> vals(n * kDim);
+    for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(i);
+    t.Assign(keys.data(), n, vals.data());
+    std::unordered_map<int64_t, int64_t> last;  // key -> last position
+    for (int64_t i = 0; i < n; ++i) last[keys[i]] = i;
+    CHECK_EQ(t.size(), static_cast<int64_t>(last.size()));
+    std::vector<float> out(n * kDim);
+    CHECK_EQ(t.Lookup(keys.data(), n, true, false, out.data()), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      CHECK(std::memcmp(&out[i * kDim], &vals[last[keys[i]] * kDim], sizeof(float) * kDim) == 0);
+    }
+    // Updates see each key's occurrences in batch order: row = row * 2 + position.
+    std::unordered_map<int64_t, float> expect;
+    for (const auto& [key, i] : last) expect[key] = vals[i * kDim];
+    for (int64_t i = 0; i < n; ++i) expect[keys[i]] = expect[keys[i]] * 0.5f + static_cast<float>(i);
+    t.Update(keys.data(), n, 1, [&](int64_t i, float* row, uint32_t) { row[0] = row[0] * 0.5f + static_cast<float>(i); });
+    t.Lookup(keys.data(), n, false, false, out.data());
+    for (int64_t i = 0; i < n; ++i) CHECK(out[i * kDim] == expect[keys[i]]);
+  }
+}
+
 TEST(TableSlotsUpdateExportImport) {
   InitSpec spec;
   spec.kind = InitSpec::kConstant;
