@@ -145,9 +145,9 @@ TEST(ParallelBatchesKeepBatchOrderWithinAKey) {
   // line buffers; a key repeated across the pieces must still be seen in batch order (the
   // last assignment wins, updates apply in order) and every position must get its own row.
   // Oracle: a map filled key by key in batch order. Sizes not a multiple of a cache line of
-  // 8-byte values, so that the runs start and end inside lines.
+  // 8-byte values, so that the runs start and end inside lines; the larger one streams its order.
   constexpr int64_t kDim = 4;
-  for (const int64_t n : {kParallelThreshold + 3, 4 * kParallelThreshold + 5}) {
+  for (const int64_t n : {kParallelThreshold + 3, kStreamScatterMinKeys + 5}) {
     EmbeddingTable t(kDim, InitSpec());
     std::mt19937_64 rng(static_cast<uint64_t>(n));
     std::vector<int64_t> keys(n);
