@@ -44,6 +44,19 @@ PLOT = os.path.join(ROOT, "docs", "scaling.png")
 BATCH = 1 << 20
 FILL = 1 << 20
 REPEATS = 5
+# Small cells run in milliseconds, where one run says little: they are timed more often, and
+# their insert rate is the median over fills of this many fresh tables.
+SMALL = 10**6
+SMALL_REPEATS = 15
+SMALL_FILLS = 5
+
+
+def repeats(n):
+    return SMALL_REPEATS if n <= SMALL else REPEATS
+
+
+def fills(n):
+    return SMALL_FILLS if n <= SMALL else 1
 LR = 0.05
 
 
@@ -80,14 +93,19 @@ def distinct(positions):
     return positions[np.sort(first)]
 
 
-def fill_rate(sess, insert, keys_ph, n):
-    """Inserts keys_of(0..n) in batches of FILL; returns keys per second."""
-    sess.run(insert, {keys_ph: np.zeros([0], np.int64)})   # the op's first run sets up its executor
+def fill_rate(sess, inserts, keys_ph, n):
+    """Inserts keys_of(0..n) in batches of FILL into each of the tables the ops `inserts` fill
+    (the first is the one measured afterwards; the others are fresh tables, filled only to be
+    timed); returns the median rate in keys per second."""
+    sess.run(inserts[0], {keys_ph: np.zeros([0], np.int64)})   # the op's first run sets up its executor
     batches = [keys_of(np.arange(begin, min(n, begin + FILL))) for begin in range(0, n, FILL)]
-    t = time.perf_counter()
-    for keys in batches:
-        sess.run(insert, {keys_ph: keys})
-    return n / (time.perf_counter() - t)
+    rates = []
+    for insert in inserts:
+        t = time.perf_counter()
+        for keys in batches:
+            sess.run(insert, {keys_ph: keys})
+        rates.append(n / (time.perf_counter() - t))
+    return float(np.median(rates))
 
 
 def tfps_phase(n, dim, ids, prefetch=None):
@@ -96,9 +114,11 @@ def tfps_phase(n, dim, ids, prefetch=None):
     out = {}
     with tf.Graph().as_default():
         set_mode = et.set_prefetch_mode(prefetch) if prefetch else None
-        h = et.table_handle(dim, "zeros", shared_name=f"scaling_{n}_{dim}")
+        handles = [et.table_handle(dim, "zeros", shared_name=f"scaling_{n}_{dim}_{i}") for i in range(fills(n))]
+        h = handles[0]
         keys_ph = tf.compat.v1.placeholder(tf.int64, [None])
-        insert = et.table_assign(h, keys_ph, tf.zeros(tf.stack([tf.size(keys_ph), dim])))
+        zeros = tf.zeros(tf.stack([tf.size(keys_ph), dim]))
+        inserts = [et.table_assign(t, keys_ph, zeros) for t in handles]
         stats, split = et.table_memory_stats(h), et.table_memory_split(h)
         ops = {}
         for dist, pos in ids.items():
@@ -109,12 +129,12 @@ def tfps_phase(n, dim, ids, prefetch=None):
         with session() as s:
             if set_mode is not None:
                 s.run(set_mode)
-            out["insert"] = fill_rate(s, insert, keys_ph, n)
+            out["insert"] = fill_rate(s, inserts, keys_ph, n)
             out["memory"] = (s.run(stats), s.run(split))
             for dist, (lookup, _, _) in ops.items():
-                out[f"lookup_{dist}"] = BATCH / time_op(s, lookup, repeats=REPEATS, warmup=1)
+                out[f"lookup_{dist}"] = BATCH / time_op(s, lookup, repeats=repeats(n), warmup=1)
             for dist, (_, apply, u) in ops.items():
-                out[f"adagrad_{dist}"] = u / time_op(s, apply, repeats=REPEATS, warmup=1)
+                out[f"adagrad_{dist}"] = u / time_op(s, apply, repeats=repeats(n), warmup=1)
             out["memory_slot"] = (s.run(stats), s.run(split))
     return out
 
@@ -122,15 +142,17 @@ def tfps_phase(n, dim, ids, prefetch=None):
 def dht_phase(n, dim, ids):
     out = {}
     with tf.Graph().as_default():
-        table = tf.lookup.experimental.DenseHashTable(tf.int64, tf.float32, default_value=tf.zeros([dim]),
-                                                      empty_key=-1, deleted_key=-2)
+        tables = [tf.lookup.experimental.DenseHashTable(tf.int64, tf.float32, default_value=tf.zeros([dim]),
+                                                        empty_key=-1, deleted_key=-2) for _ in range(fills(n))]
+        table = tables[0]
         keys_ph = tf.compat.v1.placeholder(tf.int64, [None])
-        insert = table.insert(keys_ph, tf.zeros(tf.stack([tf.size(keys_ph), dim])))
+        zeros = tf.zeros(tf.stack([tf.size(keys_ph), dim]))
+        inserts = [t.insert(keys_ph, zeros) for t in tables]
         lookups = {dist: table.lookup(tf.constant(keys_of(pos))).op for dist, pos in ids.items()}
         with session() as s:
-            out["insert"] = fill_rate(s, insert, keys_ph, n)
+            out["insert"] = fill_rate(s, inserts, keys_ph, n)
             for dist, op in lookups.items():
-                out[f"lookup_{dist}"] = BATCH / time_op(s, op, repeats=REPEATS, warmup=1)
+                out[f"lookup_{dist}"] = BATCH / time_op(s, op, repeats=repeats(n), warmup=1)
     return out
 
 
@@ -148,8 +170,8 @@ def variable_phase(n, dim, ids):
         with session() as s:
             s.run(tf.compat.v1.global_variables_initializer())
             for dist, (apply, gather, u) in ops.items():
-                out[f"adagrad_{dist}"] = u / time_op(s, apply, repeats=REPEATS, warmup=1)
-                out[f"gather_{dist}"] = BATCH / time_op(s, gather, repeats=REPEATS, warmup=1)
+                out[f"adagrad_{dist}"] = u / time_op(s, apply, repeats=repeats(n), warmup=1)
+                out[f"gather_{dist}"] = BATCH / time_op(s, gather, repeats=repeats(n), warmup=1)
     return out
 
 
