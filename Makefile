@@ -48,7 +48,7 @@ $(CC_BIN)/core_tsan: $(CC_SRCS) $(wildcard kernels/core/*.h tests/cc/*.cc tests/
 	  $(CC_SRCS) tests/cc/test_main.cc tests/cc/test_core.cc tests/cc/stress_test.cc tests/cc/prefetch_test.cc -o $@ -ltbb
 $(CC_BIN)/bench_%: $(CC_SRCS) $(wildcard kernels/core/*.h) benchmarks/bench_%.cc | deps
 	@mkdir -p $(CC_BIN)
-	$(CXX) -std=c++17 -I. -O3 -DNDEBUG -march=x86-64-v2 -fno-math-errno -pthread $(CC_SRCS) benchmarks/bench_$*.cc -o $@ -ltbb
+	$(CXX) -std=c++17 -I. -O3 -DNDEBUG -march=x86-64-v2 -fno-math-errno -fno-semantic-interposition -pthread $(CC_SRCS) benchmarks/bench_$*.cc -o $@ -ltbb
 
 cc-test: $(CC_BIN)/core_asan $(CC_BIN)/core_tsan
 	ASAN_OPTIONS=detect_leaks=1 $(CC_BIN)/core_asan

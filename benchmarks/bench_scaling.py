@@ -44,6 +44,7 @@ PLOT = os.path.join(ROOT, "docs", "scaling.png")
 BATCH = 1 << 20
 FILL = 1 << 20
 REPEATS = 5
+LR = 0.05
 # Small cells run in milliseconds, where one run says little: they are timed more often, and
 # their insert rate is the median over fills of this many fresh tables.
 SMALL = 10**6
@@ -57,7 +58,6 @@ def repeats(n):
 
 def fills(n):
     return SMALL_FILLS if n <= SMALL else 1
-LR = 0.05
 
 
 def keys_of(positions):
@@ -97,7 +97,8 @@ def fill_rate(sess, inserts, keys_ph, n):
     """Inserts keys_of(0..n) in batches of FILL into each of the tables the ops `inserts` fill
     (the first is the one measured afterwards; the others are fresh tables, filled only to be
     timed); returns the median rate in keys per second."""
-    sess.run(inserts[0], {keys_ph: np.zeros([0], np.int64)})   # the op's first run sets up its executor
+    for insert in inserts:   # an op's first run sets up its executor
+        sess.run(insert, {keys_ph: np.zeros([0], np.int64)})
     batches = [keys_of(np.arange(begin, min(n, begin + FILL))) for begin in range(0, n, FILL)]
     rates = []
     for insert in inserts:

@@ -296,3 +296,25 @@ def test_prefetch_mode_op_switches_modes_and_results_stay_identical(graph):
         s.run(modes[original])
     with pytest.raises(ValueError, match="off, group or rolling"):
         et.set_prefetch_mode("fast")
+
+
+@pytest.mark.parametrize("dim", [16, 20])
+def test_batches_large_enough_to_stream_match_a_dict(graph, dim):
+    """2^18 + 5 keys, each about twice, assigned then found: the batch's order by shard (4 MiB:
+    written with streaming stores in this build, config.h kStreamMinBytes) and, at dim 16, the
+    lookup's whole-line output rows too. Oracle: a dict assigned in batch order (the last value
+    of a repeated key wins); missing keys read as zeros without insertion."""
+    n = (1 << 18) + 5
+    rng = np.random.default_rng(dim)
+    keys = rng.integers(-(1 << 40), 1 << 40, n // 2).repeat(2)[rng.permutation(n - 1)]
+    keys = np.concatenate([keys, keys[:1]])
+    values = rng.standard_normal((n, dim)).astype(np.float32)
+    want = {int(k): v for k, v in zip(keys, values)}
+    probe = np.concatenate([keys, rng.integers(1 << 41, 1 << 42, 1 << 16)])   # present, then missing
+    h = et.table_handle(dim, "zeros")
+    with tf.compat.v1.Session() as s:
+        s.run(et.table_assign(h, keys, values))
+        got = s.run(et.table_find(h, probe, insert=False))
+        assert s.run(et.table_size(h)) == len(want)
+    np.testing.assert_array_equal(got[:n], np.stack([want[int(k)] for k in keys]))
+    np.testing.assert_array_equal(got[n:], 0)

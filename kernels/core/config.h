@@ -31,8 +31,9 @@ constexpr int64_t kMaxDim = int64_t{1} << 24;
 constexpr int64_t kMaxOutputFloats = int64_t{1} << 40;
 // Most partitions (shards, PS tasks) unique_partition splits ids into.
 constexpr int64_t kMaxPartitions = int64_t{1} << 16;
-// Unique and scatter-add split a large batch into one piece per hardware thread (at least 2,
-// at most this many; ParallelParts() in parallel.h), merged in piece order.
+// Unique, scatter-add and the tables' sort by shard split a large batch into one piece per
+// hardware thread (at least 2, at most this many; ParallelParts() in parallel.h), merged in
+// piece order.
 constexpr int kMaxParallelParts = 16;
 // Batches of at least this many keys are split over threads (tbb::parallel_for).
 constexpr int64_t kParallelThreshold = 16384;
@@ -79,11 +80,13 @@ void SetPrefetchMode(PrefetchMode mode);
 // Tests set 0, so that small tables take the prefetching paths too.
 int64_t GetPrefetchMinShardBytes();
 void SetPrefetchMinShardBytes(int64_t bytes);
-// A batch path's sort by shard writes its order out with streaming stores from this many keys
-// (16 bytes each: 4 MiB), which do not read the lines first; a smaller order stays in cache
-// for the probes that read it next (10^5 keys, dim 64: Adagrad on a Zipf batch's distinct ids
-// ran 0.64x with streaming; bench_scaling).
-constexpr int64_t kStreamScatterMinKeys = int64_t{1} << 18;
+// Batch paths write what they write once with streaming stores (which do not read a line
+// first and leave it out of the cache) when it takes at least this many bytes: the shard order
+// of a batch's keys (16 bytes a key), a lookup's output rows. A smaller output stays in cache
+// for whoever reads it next. Measured here (L2 2 MiB a core): the shard order of 76k keys
+// (1.2 MiB) streamed made the Adagrad apply that reads it 0.64x as fast; of 2^20 keys (16 MiB)
+// it made lookups 1.12x as fast (bench_scaling).
+constexpr int64_t kStreamMinBytes = int64_t{4} << 20;
 // Dedup tables of skewed batches are sized for EstimateDistinct / this (the sampled
 // estimate runs 2-3x high on skewed ids; a low guess costs one doubling).
 constexpr int64_t kSkewedSizeDivisor = 2;

@@ -6,8 +6,9 @@
 // is 4 bytes: the row's id in the shard's RowArena and a 7-bit tag of the hash, so the index
 // costs 5-7.5 bytes per key and a probe reads a row only on a tag match. The key lives in its
 // row. Each shard has its own arena, so allocation takes no lock that another shard's work holds.
-// Batch operations sort their keys by shard first, so a batch takes each shard's
-// lock once, and shards are processed in parallel (tbb) above kParallelThreshold.
+// Batch operations sort their keys by shard first (a stable counting sort, itself split over
+// threads above kParallelThreshold), so a batch takes each shard's lock once, and shards are
+// processed in parallel (tbb) above kParallelThreshold.
 // (Measured against tbb::concurrent_hash_map and std::unordered_map+mutex in
 // tests/cc/bench_index.cc; see README "Design measurements".)
 //
@@ -228,8 +229,9 @@ class EmbeddingTable {
   static int64_t KeyAt(const Shard& s, Slot e) { return KeyOfRow(s.rows->Row(IdOf(e))); }
   static float* ValueAt(const Shard& s, Slot e) { return s.rows->Row(IdOf(e)) + kKeyFloats; }
   // Groups the keys by shard and calls fn(shard, idx, h, m) once per nonempty shard,
-  // where idx[0..m) are positions in keys and h their hashes; shards run in parallel
-  // for large batches. fn takes the shard's lock itself.
+  // where idx[0..m) are positions in keys, ascending (a key repeated in the batch is met in
+  // batch order), and h their hashes; shards run in parallel for large batches. fn takes the
+  // shard's lock itself.
   void ForEachShard(const int64_t* keys, int64_t n,
                     const std::function<void(Shard&, const int64_t*, const uint64_t*, int64_t)>& fn) const;
   static int64_t Find(const Shard& s, uint64_t h, int64_t key);  // slot index or -1

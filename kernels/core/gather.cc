@@ -8,6 +8,7 @@
 
 #include "kernels/core/config.h"
 #include "kernels/core/parallel.h"
+#include "kernels/core/scatter_lines.h"
 #include "kernels/core/unique.h"
 
 namespace tfps {
@@ -21,8 +22,7 @@ int64_t CheckIndices(const int32_t* idx, int64_t n, int64_t rows) {
 }
 
 void GatherRows(const float* params, int64_t dim, const int32_t* idx, int64_t n, float* out) {
-  const bool stream = dim % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
-                      reinterpret_cast<uintptr_t>(params) % 16 == 0;
+  const bool stream = dim % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
   ParallelRange(n, [&](int64_t begin, int64_t end) {
     if (!stream) {
       for (int64_t i = begin; i < end; ++i) {
@@ -33,7 +33,7 @@ void GatherRows(const float* params, int64_t dim, const int32_t* idx, int64_t n,
     for (int64_t i = begin; i < end; ++i) {
       const float* src = params + static_cast<int64_t>(idx[i]) * dim;
       float* dst = out + i * dim;
-      for (int64_t j = 0; j < dim; j += 4) _mm_stream_ps(dst + j, _mm_load_ps(src + j));
+      StoreRowOnce(dst, src, dim);
     }
     _mm_sfence();
   });

@@ -14,6 +14,8 @@
 #include "kernels/core/gather.h"
 #include "kernels/core/id_set.h"
 #include "kernels/core/initializer.h"
+#include "kernels/core/prefetch.h"
+#include "kernels/core/scatter_lines.h"
 #include "kernels/core/unique.h"
 #include "tests/cc/test_main.h"
 
@@ -143,11 +145,11 @@ TEST(TableGrowsAndRemovesManyKeys) {
 TEST(ParallelBatchesKeepBatchOrderWithinAKey) {
   // A batch above kParallelThreshold is sorted by shard in pieces, one per thread, and through
   // line buffers; a key repeated across the pieces must still be seen in batch order (the
-  // last assignment wins, updates apply in order) and every position must get its own row.
+  // last assignment wins, updates apply in order) and every position must read its key's row.
   // Oracle: a map filled key by key in batch order. Sizes not a multiple of a cache line of
   // 8-byte values, so that the runs start and end inside lines; the larger one streams its order.
   constexpr int64_t kDim = 4;
-  for (const int64_t n : {kParallelThreshold + 3, kStreamScatterMinKeys + 5}) {
+  for (const int64_t n : {kParallelThreshold + 3, kStreamMinBytes / 16 + 5}) {
     EmbeddingTable t(kDim, InitSpec());
     std::mt19937_64 rng(static_cast<uint64_t>(n));
     std::vector<int64_t> keys(n);
@@ -170,6 +172,89 @@ TEST(ParallelBatchesKeepBatchOrderWithinAKey) {
     t.Update(keys.data(), n, 1, [&](int64_t i, float* row, uint32_t) { row[0] = row[0] * 0.5f + static_cast<float>(i); });
     t.Lookup(keys.data(), n, false, false, out.data());
     for (int64_t i = 0; i < n; ++i) CHECK(out[i * kDim] == expect[keys[i]]);
+  }
+}
+
+TEST(ScatterLinesMatchesAPlainScatterForEveryRunShape) {
+  // Runs of every start offset within a line and every length 0..17 (shorter than a line, one
+  // line, spanning several; a line shared by up to all three runs and by two scatterers, as the
+  // pieces of a batch are), streamed and not: the arrays equal a plain scatter's, and nothing
+  // outside the runs is written.
+  constexpr int kRuns = 3;
+  for (const bool stream : {false, true}) {
+    for (int64_t start = 0; start < kPerLine; ++start) {
+      for (int64_t len = 0; len <= 17; ++len) {
+        const int64_t total = start + 2 * kRuns * len + kPerLine;
+        LineAligned<int64_t> idx(total);
+        LineAligned<uint64_t> h(total);
+        std::vector<int64_t> want_idx(total, -1);
+        std::vector<uint64_t> want_h(total, ~uint64_t{0});
+        std::fill(idx.get(), idx.get() + total, -1);
+        std::fill(h.get(), h.get() + total, ~uint64_t{0});
+        // Two scatterers (pieces), each with kRuns runs; piece 1's run r right after piece 0's.
+        int64_t next[2][kRuns];
+        for (int r = 0; r < kRuns; ++r) {
+          next[0][r] = start + 2 * r * len;
+          next[1][r] = start + (2 * r + 1) * len;
+        }
+        int64_t plain[2][kRuns];
+        std::memcpy(plain, next, sizeof(next));
+        ScatterLines<kRuns> a(next[0], idx.get(), h.get(), stream), b(next[1], idx.get(), h.get(), stream);
+        int64_t i = 0;
+        for (int64_t k = 0; k < len; ++k) {
+          for (int r = 0; r < kRuns; ++r) {
+            for (int piece = 0; piece < 2; ++piece, ++i) {
+              (piece == 0 ? a : b).Put(r, i, static_cast<uint64_t>(i) * 7919u);
+              const int64_t to = plain[piece][r]++;
+              want_idx[to] = i;
+              want_h[to] = static_cast<uint64_t>(i) * 7919u;
+            }
+          }
+        }
+        a.Flush();
+        b.Flush();
+        for (int64_t t = 0; t < total; ++t) CHECK(idx.get()[t] == want_idx[t] && h.get()[t] == want_h[t]);
+      }
+    }
+  }
+}
+
+TEST(LookupStreamsWholeLineRowsExactly) {
+  // A lookup whose output outgrows the cache writes whole-line rows (dim 16, 48) with streaming
+  // stores when the output is line-aligned, plain copies otherwise (dim 20, or misaligned).
+  // Oracle: the same keys looked up in batches too small to stream. Present and missing keys
+  // mixed, with and without insertion.
+  for (const int64_t dim : {16, 48, 20}) {
+    for (const int64_t misalign : {0, 1}) {
+      InitSpec spec;
+      spec.kind = InitSpec::kNormal;
+      spec.b = 1.f;
+      EmbeddingTable t(dim, spec);
+      const int64_t n = kStreamMinBytes / (4 * dim) + 7;
+      std::mt19937_64 rng(static_cast<uint64_t>(dim + misalign));
+      std::vector<int64_t> keys(n), present;
+      for (auto& k : keys) k = static_cast<int64_t>(rng() % (2 * n));
+      for (int64_t i = 0; i < n; i += 2) present.push_back(keys[i]);
+      std::vector<float> vals(present.size() * dim);
+      for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(i % 1000) * 0.5f;
+      t.Assign(present.data(), static_cast<int64_t>(present.size()), vals.data());
+      for (const bool insert : {false, true}) {
+        std::vector<float> want(n * dim);
+        EmbeddingTable copy(dim, spec);
+        copy.Assign(present.data(), static_cast<int64_t>(present.size()), vals.data());
+        for (int64_t i = 0; i < n; i += 1000) {
+          copy.Lookup(keys.data() + i, std::min<int64_t>(1000, n - i), insert, false, want.data() + i * dim);
+        }
+        std::vector<float> buffer(n * dim + kCacheLine);
+        float* out = buffer.data() + ((kCacheLine - reinterpret_cast<uintptr_t>(buffer.data()) % kCacheLine) %
+                                      kCacheLine) / sizeof(float) + misalign;
+        EmbeddingTable fresh(dim, spec);
+        fresh.Assign(present.data(), static_cast<int64_t>(present.size()), vals.data());
+        fresh.Lookup(keys.data(), n, insert, false, out);
+        CHECK(std::memcmp(out, want.data(), sizeof(float) * n * dim) == 0);
+        CHECK_EQ(fresh.size(), copy.size());
+      }
+    }
   }
 }
 
