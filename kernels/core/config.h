@@ -35,6 +35,12 @@ constexpr int64_t kMaxPartitions = int64_t{1} << 16;
 // hardware thread (at least 2, at most this many; ParallelParts() in parallel.h), merged in
 // piece order.
 constexpr int kMaxParallelParts = 16;
+// The tables' sort of a batch by shard is split over threads from this many keys. Below,
+// with other table ops running at once (a PS serving several workers) the split costs more
+// than it saves: bench_op_mix (batches of 100k keys from 2 threads) ran 34.4-36.4 M keys/s with
+// the sort on one thread, 31.8-34.6 split; alone, a 2^20-key lookup spent 16% of its CPU
+// samples in the sort on one thread while the other core waited.
+constexpr int64_t kParallelSortMinKeys = int64_t{1} << 18;
 // Batches of at least this many keys are split over threads (tbb::parallel_for).
 constexpr int64_t kParallelThreshold = 16384;
 // Grain of tbb::parallel_for over keys.

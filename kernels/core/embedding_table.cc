@@ -264,12 +264,13 @@ void EmbeddingTable::ForEachShard(
     const std::function<void(Shard&, const int64_t* idx, const uint64_t* h, int64_t m)>& fn) const {
   // Counting sort of key positions by shard: each shard is then locked once per batch by one
   // thread, and its keys are probed back to back (its part of the index stays in cache). A
-  // large batch is hashed, counted and scattered by ParallelParts() pieces, piece p's keys of a
-  // shard placed after those of pieces < p, so each shard's keys stay in batch order. (Done by
-  // one thread, this took 16% of the CPU samples of a 2^20-key lookup while the other core
-  // waited.)
+  // large batch (kParallelSortMinKeys) is hashed, counted and scattered by ParallelParts()
+  // pieces, piece p's keys of a shard placed after those of pieces < p, so each shard's keys
+  // stay in batch order. (Done by one thread, this took 16% of the CPU samples of a 2^20-key
+  // lookup while the other core waited.) A sort that streams its output (kStreamMinBytes) goes
+  // through line buffers; a smaller one stores directly into lines that stay in cache.
   if (n == 0) return;
-  const int parts = n < kParallelThreshold ? 1 : ParallelParts();
+  const int parts = n < kParallelSortMinKeys ? 1 : ParallelParts();
   const int64_t piece = (n + parts - 1) / parts;
   std::unique_ptr<uint64_t[]> hashes(new uint64_t[n]);
   LineAligned<uint64_t> sorted_h(n);
@@ -280,9 +281,9 @@ void EmbeddingTable::ForEachShard(
   std::vector<int64_t> fill(parts * kStride, 0);
   // Allocated before the threads start: nothing throws inside them.
   const bool stream = n * static_cast<int64_t>(sizeof(int64_t) + sizeof(uint64_t)) >= kStreamMinBytes;
-  std::vector<std::unique_ptr<ScatterLines<kNumShards>>> lines(parts);
-  for (int p = 0; p < parts; ++p) {
-    lines[p] = std::make_unique<ScatterLines<kNumShards>>(&fill[p * kStride], order.get(), sorted_h.get(), stream);
+  std::vector<std::unique_ptr<ScatterLines<kNumShards>>> lines(stream ? parts : 0);
+  for (size_t p = 0; p < lines.size(); ++p) {
+    lines[p] = std::make_unique<ScatterLines<kNumShards>>(&fill[p * kStride], order.get(), sorted_h.get(), true);
   }
   auto each_part = [&](const std::function<void(int, int64_t, int64_t)>& work) {
     if (parts == 1) work(0, 0, n);
@@ -307,8 +308,17 @@ void EmbeddingTable::ForEachShard(
   }
   begin[kNumShards] = at;
   each_part([&](int p, int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) lines[p]->Put(ShardOf(hashes[i]), i, hashes[i]);
-    lines[p]->Flush();
+    if (stream) {
+      for (int64_t i = lo; i < hi; ++i) lines[p]->Put(ShardOf(hashes[i]), i, hashes[i]);
+      lines[p]->Flush();
+      return;
+    }
+    int64_t* next = &fill[p * kStride];
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t to = next[ShardOf(hashes[i])]++;
+      order.get()[to] = i;
+      sorted_h.get()[to] = hashes[i];
+    }
   });
   auto run = [&](int s) {
     if (begin[s + 1] > begin[s]) {

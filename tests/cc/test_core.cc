@@ -143,13 +143,13 @@ TEST(TableGrowsAndRemovesManyKeys) {
 }
 
 TEST(ParallelBatchesKeepBatchOrderWithinAKey) {
-  // A batch above kParallelThreshold is sorted by shard in pieces, one per thread, and through
-  // line buffers; a key repeated across the pieces must still be seen in batch order (the
-  // last assignment wins, updates apply in order) and every position must read its key's row.
-  // Oracle: a map filled key by key in batch order. Sizes not a multiple of a cache line of
-  // 8-byte values, so that the runs start and end inside lines; the larger one streams its order.
+  // A batch is sorted by shard: from kParallelSortMinKeys in pieces, one per thread, and from
+  // kStreamMinBytes through line buffers. A key repeated across the pieces must still be seen
+  // in batch order (the last assignment wins, updates apply in order) and every position must
+  // read its key's row. Oracle: a map filled key by key in batch order. Sizes are not multiples
+  // of a cache line of 8-byte values, so that the runs start and end inside lines.
   constexpr int64_t kDim = 4;
-  for (const int64_t n : {kParallelThreshold + 3, kStreamMinBytes / 16 + 5}) {
+  for (const int64_t n : {kParallelThreshold + 3, kParallelSortMinKeys + 5, kStreamMinBytes / 16 + 5}) {
     EmbeddingTable t(kDim, InitSpec());
     std::mt19937_64 rng(static_cast<uint64_t>(n));
     std::vector<int64_t> keys(n);
