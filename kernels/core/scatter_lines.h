@@ -60,15 +60,14 @@ inline void StoreRowOnce(float* dst, const float* src, int64_t dim) {
 // aligned), run r's next value going to next[r]++, through a buffer of one cache line of each
 // per run (software write-combining): a line is written out once this buffer has filled all of
 // it, so the scatter keeps 2 * kRuns lines in L1 instead of 2 * kRuns write streams open to
-// memory (the plain scatter of 2^20 keys into 64 shards stalled on 65% of its stores). With
-// `stream`, full lines go out with streaming stores. A line this buffer only partly fills (a
-// run's first and last, or one shared with other runs or with another ScatterLines' runs) is
-// written value by value, so runs never overwrite each other. Flush() writes what is left.
+// memory (the plain scatter of 2^20 keys into 64 shards stalled on 65% of its stores). Full
+// lines go out with streaming stores. A line this buffer only partly fills (a run's first and
+// last, or one shared with other runs or with another ScatterLines' runs) is written value by
+// value, so runs never overwrite each other. Flush() writes what is left.
 template <int kRuns>
 class ScatterLines {
  public:
-  ScatterLines(int64_t* next, int64_t* idx_out, uint64_t* h_out, bool stream)
-      : next_(next), idx_out_(idx_out), h_out_(h_out), stream_(stream && !kSanitized) {}
+  ScatterLines(int64_t* next, int64_t* idx_out, uint64_t* h_out) : next_(next), idx_out_(idx_out), h_out_(h_out) {}
 
   void Put(int run, int64_t i, uint64_t h) {
     const int64_t to = next_[run]++;
@@ -83,7 +82,7 @@ class ScatterLines {
     for (int run = 0; run < kRuns; ++run) {
       if (count_[run] > 0) WriteOut(run, (next_[run] - 1) & ~(kPerLine - 1));
     }
-    if (stream_) _mm_sfence();
+    _mm_sfence();
   }
 
  private:
@@ -100,18 +99,17 @@ class ScatterLines {
     }
     count_[run] = 0;
   }
-  void StoreLine(uint64_t* dst, const uint64_t* src) const {
+  static void StoreLine(uint64_t* dst, const uint64_t* src) {
     for (int64_t k = 0; k < kPerLine; k += 2) {
       const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(src + k));
-      if (stream_) _mm_stream_si128(reinterpret_cast<__m128i*>(dst + k), v);
-      else _mm_store_si128(reinterpret_cast<__m128i*>(dst + k), v);
+      if (kSanitized) _mm_store_si128(reinterpret_cast<__m128i*>(dst + k), v);
+      else _mm_stream_si128(reinterpret_cast<__m128i*>(dst + k), v);
     }
   }
 
   int64_t* next_;
   int64_t* idx_out_;
   uint64_t* h_out_;
-  const bool stream_;
   alignas(kCacheLine) uint64_t idx_[kRuns][kPerLine];
   alignas(kCacheLine) uint64_t h_[kRuns][kPerLine];
   int64_t first_[kRuns] = {};

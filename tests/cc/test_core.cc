@@ -178,43 +178,41 @@ TEST(ParallelBatchesKeepBatchOrderWithinAKey) {
 TEST(ScatterLinesMatchesAPlainScatterForEveryRunShape) {
   // Runs of every start offset within a line and every length 0..17 (shorter than a line, one
   // line, spanning several; a line shared by up to all three runs and by two scatterers, as the
-  // pieces of a batch are), streamed and not: the arrays equal a plain scatter's, and nothing
-  // outside the runs is written.
+  // pieces of a batch are): the arrays equal a plain scatter's, and nothing outside the runs is
+  // written.
   constexpr int kRuns = 3;
-  for (const bool stream : {false, true}) {
-    for (int64_t start = 0; start < kPerLine; ++start) {
-      for (int64_t len = 0; len <= 17; ++len) {
-        const int64_t total = start + 2 * kRuns * len + kPerLine;
-        LineAligned<int64_t> idx(total);
-        LineAligned<uint64_t> h(total);
-        std::vector<int64_t> want_idx(total, -1);
-        std::vector<uint64_t> want_h(total, ~uint64_t{0});
-        std::fill(idx.get(), idx.get() + total, -1);
-        std::fill(h.get(), h.get() + total, ~uint64_t{0});
-        // Two scatterers (pieces), each with kRuns runs; piece 1's run r right after piece 0's.
-        int64_t next[2][kRuns];
+  for (int64_t start = 0; start < kPerLine; ++start) {
+    for (int64_t len = 0; len <= 17; ++len) {
+      const int64_t total = start + 2 * kRuns * len + kPerLine;
+      LineAligned<int64_t> idx(total);
+      LineAligned<uint64_t> h(total);
+      std::vector<int64_t> want_idx(total, -1);
+      std::vector<uint64_t> want_h(total, ~uint64_t{0});
+      std::fill(idx.get(), idx.get() + total, -1);
+      std::fill(h.get(), h.get() + total, ~uint64_t{0});
+      // Two scatterers (pieces), each with kRuns runs; piece 1's run r right after piece 0's.
+      int64_t next[2][kRuns];
+      for (int r = 0; r < kRuns; ++r) {
+        next[0][r] = start + 2 * r * len;
+        next[1][r] = start + (2 * r + 1) * len;
+      }
+      int64_t plain[2][kRuns];
+      std::memcpy(plain, next, sizeof(next));
+      ScatterLines<kRuns> a(next[0], idx.get(), h.get()), b(next[1], idx.get(), h.get());
+      int64_t i = 0;
+      for (int64_t k = 0; k < len; ++k) {
         for (int r = 0; r < kRuns; ++r) {
-          next[0][r] = start + 2 * r * len;
-          next[1][r] = start + (2 * r + 1) * len;
-        }
-        int64_t plain[2][kRuns];
-        std::memcpy(plain, next, sizeof(next));
-        ScatterLines<kRuns> a(next[0], idx.get(), h.get(), stream), b(next[1], idx.get(), h.get(), stream);
-        int64_t i = 0;
-        for (int64_t k = 0; k < len; ++k) {
-          for (int r = 0; r < kRuns; ++r) {
-            for (int piece = 0; piece < 2; ++piece, ++i) {
-              (piece == 0 ? a : b).Put(r, i, static_cast<uint64_t>(i) * 7919u);
-              const int64_t to = plain[piece][r]++;
-              want_idx[to] = i;
-              want_h[to] = static_cast<uint64_t>(i) * 7919u;
-            }
+          for (int piece = 0; piece < 2; ++piece, ++i) {
+            (piece == 0 ? a : b).Put(r, i, static_cast<uint64_t>(i) * 7919u);
+            const int64_t to = plain[piece][r]++;
+            want_idx[to] = i;
+            want_h[to] = static_cast<uint64_t>(i) * 7919u;
           }
         }
-        a.Flush();
-        b.Flush();
-        for (int64_t t = 0; t < total; ++t) CHECK(idx.get()[t] == want_idx[t] && h.get()[t] == want_h[t]);
       }
+      a.Flush();
+      b.Flush();
+      for (int64_t t = 0; t < total; ++t) CHECK(idx.get()[t] == want_idx[t] && h.get()[t] == want_h[t]);
     }
   }
 }
