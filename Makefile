@@ -50,7 +50,9 @@ $(CC_BIN)/bench_%: $(CC_SRCS) $(wildcard kernels/core/*.h) benchmarks/bench_%.cc
 	@mkdir -p $(CC_BIN)
 	$(CXX) -std=c++17 -I. -O3 -DNDEBUG -march=x86-64-v2 -fno-math-errno -fno-semantic-interposition -pthread $(CC_SRCS) benchmarks/bench_$*.cc -o $@ -ltbb
 
-cc-test: $(CC_BIN)/core_asan $(CC_BIN)/core_tsan
+# The two sanitizer builds are single g++ runs: built side by side, one per core.
+cc-test: | deps
+	$(MAKE) -j$$(nproc) $(CC_BIN)/core_asan $(CC_BIN)/core_tsan
 	ASAN_OPTIONS=detect_leaks=1 $(CC_BIN)/core_asan
 	TSAN_OPTIONS=halt_on_error=1 $(CC_BIN)/core_tsan
 
