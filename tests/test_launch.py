@@ -126,9 +126,12 @@ def test_cluster_spec_uses_distinct_free_ports():
 
 def _launch(tmp_path, sets, *extra):
     sets = SMALL + sets + [f"model_dir={tmp_path}"]
+    # SIGINT as in a terminal: a suite started in the background by a non-interactive shell
+    # (`cmd &`) would pass on SIGINT ignored, and Ctrl-C never reaches the launcher then.
     return subprocess.Popen([sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml", "--ps", "2",
                              "--workers", "2", *extra] + [a for s in sets for a in ("--set", s)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for(predicate, what, timeout=120):
