@@ -271,7 +271,6 @@ void EmbeddingTable::ForEachShard(
   // through line buffers; a smaller one stores directly into lines that stay in cache.
   if (n == 0) return;
   const int parts = n < kParallelSortMinKeys ? 1 : ParallelParts();
-  const int64_t piece = (n + parts - 1) / parts;
   std::unique_ptr<uint64_t[]> hashes(new uint64_t[n]);
   LineAligned<uint64_t> sorted_h(n);
   LineAligned<int64_t> order(n);
@@ -285,11 +284,7 @@ void EmbeddingTable::ForEachShard(
   for (size_t p = 0; p < lines.size(); ++p) {
     lines[p] = std::make_unique<ScatterLines<kNumShards>>(&fill[p * kStride], order.get(), sorted_h.get());
   }
-  auto each_part = [&](const std::function<void(int, int64_t, int64_t)>& work) {
-    if (parts == 1) work(0, 0, n);
-    else ParallelTasks(parts, [&](int p) { work(p, std::min(n, p * piece), std::min(n, (p + 1) * piece)); });
-  };
-  each_part([&](int p, int64_t lo, int64_t hi) {
+  ParallelPieces(n, parts, [&](int p, int64_t lo, int64_t hi) {
     int64_t* count = &fill[p * kStride];
     for (int64_t i = lo; i < hi; ++i) {
       hashes[i] = HashKey(keys[i]);
@@ -307,7 +302,7 @@ void EmbeddingTable::ForEachShard(
     }
   }
   begin[kNumShards] = at;
-  each_part([&](int p, int64_t lo, int64_t hi) {
+  ParallelPieces(n, parts, [&](int p, int64_t lo, int64_t hi) {
     if (stream) {
       for (int64_t i = lo; i < hi; ++i) lines[p]->Put(ShardOf(hashes[i]), i, hashes[i]);
       lines[p]->Flush();

@@ -58,14 +58,13 @@ void ScatterAddRows(const float* data, int64_t dim, const int32_t* idx, int64_t 
   // Part 0 sums into out, the others into buffers of their own, added at the end.
   const int parts = ParallelParts();
   std::vector<std::vector<float>> partial(parts - 1);
-  const int64_t piece = (n + parts - 1) / parts;
-  ParallelTasks(parts, [&](int p) {
+  ParallelPieces(n, parts, [&](int p, int64_t begin, int64_t end) {
     float* acc = out;
     if (p > 0) {
       partial[p - 1].assign(rows * dim, 0.f);
       acc = partial[p - 1].data();
     }
-    AddRows(data, dim, idx, std::min(n, p * piece), std::min(n, (p + 1) * piece), acc);
+    AddRows(data, dim, idx, begin, end, acc);
   });
   for (const auto& part : partial) {
     ParallelRange(rows * dim, [&](int64_t lo, int64_t hi) {

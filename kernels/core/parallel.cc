@@ -54,5 +54,12 @@ void ParallelTasks(int k, const std::function<void(int)>& fn) {
 #endif
 }
 
+void ParallelPieces(int64_t n, int parts, const std::function<void(int, int64_t, int64_t)>& fn) {
+  const int64_t piece = (n + parts - 1) / parts;
+  auto run = [&](int p) { fn(p, std::min(n, p * piece), std::min(n, (p + 1) * piece)); };
+  if (parts == 1) run(0);
+  else ParallelTasks(parts, run);
+}
+
 }  // namespace core
 }  // namespace tfps

@@ -24,6 +24,9 @@ int ParallelParts();
 
 // Runs fn(0) ... fn(k - 1), in parallel.
 void ParallelTasks(int k, const std::function<void(int)>& fn);
+// Splits [0, n) into `parts` consecutive pieces of ceil(n / parts) (the last ones may be shorter
+// or empty) and runs fn(p, begin, end) for each, in parallel (in the calling thread for 1 part).
+void ParallelPieces(int64_t n, int parts, const std::function<void(int, int64_t, int64_t)>& fn);
 
 }  // namespace core
 }  // namespace tfps

@@ -57,9 +57,7 @@ void UniqueByParallelHash(const int64_t* ids, int64_t n, Index* inverse, std::ve
     const int64_t begin = std::min(n, p * piece), end = std::min(n, (p + 1) * piece);
     sets.emplace_back(EstimateDistinct(ids + begin, end - begin) / size_divisor);
   }
-  ParallelTasks(parts, [&](int p) {
-    Dedup(ids, std::min(n, p * piece), std::min(n, (p + 1) * piece), &sets[p], inverse);
-  });
+  ParallelPieces(n, parts, [&](int p, int64_t begin, int64_t end) { Dedup(ids, begin, end, &sets[p], inverse); });
   // Piece 0's unique ids come first; each later piece appends the ids no earlier piece
   // had, in its own first-occurrence order. remaps[p][local] = global position.
   uniq->assign(sets[0].uniq().begin(), sets[0].uniq().end());
