@@ -28,3 +28,24 @@ def test_batches_are_deterministic_and_shaped():
     # Labels follow the planted probabilities.
     assert abs(y1.mean() - p1.mean()) < 3 * np.sqrt(p1.mean() * (1 - p1.mean()) / 4000)
     assert auc(y1, p1) > 0.7
+
+
+def test_tabulated_terms_give_the_batches_hashing_each_row_gives():
+    # Tabulated (every feature, the default), hashed per row (the formula itself), and a mix
+    # (features past TABLE_MAX_RANKS are hashed): bit-identical batches.
+    from tfps.data import synthetic
+    cfg = SyntheticConfig(vocab_max=50_000, seed=4)
+    tabulated, hashed = SyntheticCriteo(cfg), SyntheticCriteo(cfg, tabulate=False)
+    limit = synthetic.TABLE_MAX_RANKS
+    try:
+        synthetic.TABLE_MAX_RANKS = 10_000
+        mixed = SyntheticCriteo(cfg)
+    finally:
+        synthetic.TABLE_MAX_RANKS = limit
+    assert sum(t is None for t in mixed._tables) not in (0, cfg.num_categorical)
+    for index, size in ((0, 1000), (9, 257), (10**6, 1)):
+        want = hashed.batch(index, size)
+        for gen in (tabulated, mixed):
+            for got, ref in zip(gen.batch(index, size), want):
+                assert got.dtype == ref.dtype
+                np.testing.assert_array_equal(got, ref)

@@ -17,6 +17,7 @@ import dataclasses
 import numpy as np
 
 ID_BITS = 40
+TABLE_MAX_RANKS = 1 << 21   # features with more ranks than this are hashed per row
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -54,9 +55,12 @@ class SyntheticConfig:
 
 
 class SyntheticCriteo:
-    """Deterministic batches: batch(i, n) is the same for the same config, i and n."""
+    """Deterministic batches: batch(i, n) is the same for the same config, i and n.
 
-    def __init__(self, config: SyntheticConfig):
+    tabulate: precompute each feature's per-rank terms (ids, weights, factors) instead of hashing
+    every row (bit-identical batches; a demo batch of 1024 rows 6.6 -> ~1 ms of CPU)."""
+
+    def __init__(self, config: SyntheticConfig, tabulate=True):
         self.config = c = config
         if c.num_categorical <= 0 or c.num_dense < 0 or c.vocab_min <= 0 or c.vocab_max < c.vocab_min:
             raise ValueError(f"SyntheticConfig: bad sizes {c}")
@@ -69,10 +73,27 @@ class SyntheticCriteo:
             self._cdfs.append(np.cumsum(p) / p.sum())
         rng = np.random.default_rng(c.seed)
         self.dense_w = rng.normal(0, 0.15, c.num_dense)
+        # What a row's rank contributes depends on (feature, rank) only: tabulated once per
+        # feature (up to TABLE_MAX_RANKS ranks), a batch gathers it instead of hashing each row.
+        self._tables = [self._rank_terms(f, np.arange(v)) if tabulate and v <= TABLE_MAX_RANKS else None
+                        for f, v in enumerate(self.vocab_sizes)]
 
     def _feature_hash(self, f, ranks):
         salt = np.uint64((self.config.seed * 1000003 + f) << 20)
         return _mix64(ranks.astype(np.uint64) + _mix64(salt))
+
+    def _rank_terms(self, f, ranks):
+        """(ids, first-order logit term, latent factors [n, factor_dim] or None) of feature f's ranks."""
+        c = self.config
+        h = self._feature_hash(f, ranks)
+        ids = (h >> np.uint64(64 - ID_BITS)).astype(np.int64)
+        damp = (1.0 + ranks / c.rank_scale) ** -0.5
+        weight = c.weight_scale * damp * _gauss(h ^ np.uint64(0xABCDEF))
+        factors = None
+        if f < c.num_interacting:
+            factors = (np.stack([_gauss(h + np.uint64(7919 * (k + 1))) for k in range(c.factor_dim)], 1)
+                       * (c.factor_scale * np.sqrt(damp))[:, None])
+        return ids, weight, factors
 
     def ids_of(self, f, ranks):
         """The int64 id in the 2^40 space of feature f's rank(s)."""
@@ -88,13 +109,13 @@ class SyntheticCriteo:
         factors = []
         for f in range(c.num_categorical):
             ranks = np.searchsorted(self._cdfs[f], rng.random(size), side="right")
-            h = self._feature_hash(f, ranks)
-            ids[:, f] = (h >> np.uint64(64 - ID_BITS)).astype(np.int64)
-            damp = (1.0 + ranks / c.rank_scale) ** -0.5
-            logit += c.weight_scale * damp * _gauss(h ^ np.uint64(0xABCDEF))
-            if f < c.num_interacting:
-                factors.append(np.stack([_gauss(h + np.uint64(7919 * (k + 1))) for k in range(c.factor_dim)], 1)
-                               * (c.factor_scale * np.sqrt(damp))[:, None])
+            table = self._tables[f]
+            f_ids, weight, factor = (self._rank_terms(f, ranks) if table is None else
+                                     tuple(None if t is None else t[ranks] for t in table))
+            ids[:, f] = f_ids
+            logit += weight
+            if factor is not None:
+                factors.append(factor)
         for a in range(len(factors)):
             for b in range(a + 1, len(factors)):
                 logit += (factors[a] * factors[b]).sum(1)
