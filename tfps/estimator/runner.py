@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from tfps.data import sequences
 from tfps.data.sources import make_source, schema_of
-from tfps.estimator.hooks import EvalProgressHook, EvictionHook, ProgressHook
+from tfps.estimator.hooks import CheckpointSaverHook, EvalProgressHook, EvictionHook, ProgressHook
 from tfps.estimator.incremental import DeltaRestoreHook, IncrementalCheckpoints
 from tfps.embedding.checkpoint_tools import Saver
 from tfps.models.common import BAD_ROWS_VARIABLE
@@ -87,13 +87,23 @@ def make_estimator(cfg, run_config=None):
 
 def with_checked_saver(model_fn, keep_checkpoint_max):
     """model_fn whose EstimatorSpec restores through checkpoint_tools.Saver (a checkpoint that does
-    not fit the tables is refused before any table changes), unless it brings its own saver."""
-    def fn(features, labels, mode, params):
+    not fit the tables is refused before any table changes), unless it brings its own saver, and
+    saves through hooks.CheckpointSaverHook (no session.run of its own each step), unless it
+    brings its own saver hook."""
+    def fn(features, labels, mode, params, config):
         spec = model_fn(features, labels, mode, params)
-        if spec.scaffold.saver is not None:
-            return spec
-        saver = Saver(sharded=True, max_to_keep=keep_checkpoint_max, defer_build=True, save_relative_paths=True)
-        return spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=spec.scaffold))
+        if spec.scaffold.saver is None:
+            saver = Saver(sharded=True, max_to_keep=keep_checkpoint_max, defer_build=True, save_relative_paths=True)
+            spec = spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=spec.scaffold))
+        hooks = list(spec.training_chief_hooks) + list(spec.training_hooks)
+        if (mode == tf.estimator.ModeKeys.TRAIN and (config.save_checkpoints_secs or config.save_checkpoints_steps)
+                and not any(isinstance(h, tf.compat.v1.train.CheckpointSaverHook) for h in hooks)):
+            # What tf.estimator would add itself (it adds none when the spec has one).
+            hook = CheckpointSaverHook(config.model_dir, save_secs=config.save_checkpoints_secs,
+                                       save_steps=config.save_checkpoints_steps, scaffold=spec.scaffold,
+                                       save_graph_def=config.checkpoint_save_graph_def)
+            spec = spec._replace(training_chief_hooks=tuple(spec.training_chief_hooks) + (hook,))
+        return spec
     return fn
 
 
