@@ -10,6 +10,7 @@ import ml_tiny
 from tfps.config import load_config
 from tfps.data.convert import convert
 from tfps.data.sources import make_source
+from tfps.models.common import split_rows
 from tfps.models.dcn import cross_layer
 from tfps.models.zoo import model_fn
 
@@ -25,6 +26,23 @@ def test_a_cross_layer_equals_its_formula(graph):
         s.run(b.assign(rng.normal(size=6).astype(np.float32)))
         got, w, b = s.run([out, w, b])
     np.testing.assert_allclose(got, x0 * (x @ w + b) + x, rtol=1e-5, atol=1e-6)
+
+
+def test_split_rows_gives_the_slices_and_their_gradients(graph):
+    # Oracle: the strided slices split_rows replaces, forward and backward.
+    rng = np.random.default_rng(1)
+    rows = tf.constant(rng.normal(size=(5, 3, 9)).astype(np.float32))
+    v, w = split_rows(rows)
+    sv, sw = rows[:, :, :8], rows[:, :, 8]
+
+    def loss(a, b):
+        return tf.reduce_sum(tf.square(a) * tf.range(1.0, 9.0)) + tf.reduce_sum(b * tf.range(1.0, 4.0))
+    grads = tf.gradients(loss(v, w), rows)[0], tf.gradients(loss(sv, sw), rows)[0]
+    with tf.compat.v1.Session() as s:
+        got_v, got_w, want_v, want_w, got_g, want_g = s.run([v, w, sv, sw, *grads])
+    assert got_v.shape == (5, 3, 8) and got_w.shape == (5, 3)
+    for got, want in ((got_v, want_v), (got_w, want_w), (got_g, want_g)):
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,16 @@ def dense_layer(x, units, name, activation=None):
         return activation(y) if activation else y
 
 
+def split_rows(rows):
+    """(v [B, F, dim], w [B, F]) of rows [B, F, dim + 1]: each feature's embedding and its
+    first-order weight. tf.split, not rows[:, :, :dim]: TF's strided slice of a 3-D tensor and its
+    gradient ran 2.6x as long (2.0 vs 0.8 ms forward and backward at [1024, 26, 9]); the values
+    and gradients are the same."""
+    dim = rows.shape[-1] - 1
+    v, w = tf.split(rows, [dim, 1], axis=2)
+    return v, tf.squeeze(w, 2)
+
+
 def mlp(x, hidden_units, prefix="mlp"):
     """ReLU layers prefix_0, prefix_1, ... of the given widths, then a linear prefix_out to one
     logit: x [B, K] -> [B]."""

@@ -10,7 +10,7 @@ import tfps
 from tfps.data.schema import Schema
 from tfps.embedding.merged import Feature, lookup_feature_matrix
 from tfps.embedding.options import EmbeddingOptions
-from tfps.models.common import dense_input, dense_layer, mlp
+from tfps.models.common import dense_input, dense_layer, mlp, split_rows
 
 
 def table_per_feature_embedder(embedding_dim, num_shards=1, initializer_stddev=0.02, insert=True):
@@ -46,7 +46,7 @@ def feature_embedder(embedding_dim, num_shards=1, initializer_stddev=0.02, inser
 def deepfm(rows, dense, model):
     """logits [B] from rows [B, F, dim + 1] and dense [B, num_dense] (or None)."""
     dim = rows.shape[-1] - 1
-    v, w = rows[:, :, :dim], rows[:, :, dim]                       # [B, F, D], [B, F]
+    v, w = split_rows(rows)                                        # [B, F, D], [B, F]
     first_order = tf.reduce_sum(w, 1)
     deep = tf.reshape(v, [-1, rows.shape[1] * dim])
     if dense is not None:

@@ -6,14 +6,15 @@ the feature's wide (linear) weight.
 """
 import tensorflow as tf
 
-from tfps.models.common import dense_layer, mlp
+from tfps.models.common import dense_layer, mlp, split_rows
 
 
 def wdl(rows, dense, model):
     """logits [B] from rows [B, F, dim + 1] and dense [B, num_dense] (or None)."""
     dim = rows.shape[-1] - 1
-    wide = tf.reduce_sum(rows[:, :, dim], 1)
-    deep = tf.reshape(rows[:, :, :dim], [-1, rows.shape[1] * dim])
+    v, w = split_rows(rows)
+    wide = tf.reduce_sum(w, 1)
+    deep = tf.reshape(v, [-1, rows.shape[1] * dim])
     if dense is not None:
         wide += tf.squeeze(dense_layer(dense, 1, "wide_dense"), 1)
         deep = tf.concat([deep, dense], 1)
