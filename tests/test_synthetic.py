@@ -1,7 +1,7 @@
 """The synthetic generator and the exact AUC against brute-force oracles."""
 import numpy as np
 
-from tfps.data import SyntheticConfig, SyntheticCriteo, auc
+from tfps.data import SyntheticConfig, SyntheticCriteo, auc, synthetic
 
 
 def test_auc_matches_pairwise_count():
@@ -30,22 +30,59 @@ def test_batches_are_deterministic_and_shaped():
     assert auc(y1, p1) > 0.7
 
 
-def test_tabulated_terms_give_the_batches_hashing_each_row_gives():
-    # Tabulated (every feature, the default), hashed per row (the formula itself), and a mix
-    # (features past TABLE_MAX_RANKS are hashed): bit-identical batches.
-    from tfps.data import synthetic
+
+def _batch_by_formula(gen, index, size):
+    """The oracle: batch(index, size) computed row by row from the planted model as the module
+    docstring states it (hash each row's rank, derive its id, weight and factors)."""
+    c = gen.config
+    rng = np.random.default_rng([c.seed, index])
+    dense = np.floor(rng.lognormal(1.0, 1.2, (size, c.num_dense))).astype(np.float32)
+    logit = c.bias + np.log1p(dense) @ gen.dense_w - 0.15 * gen.dense_w.sum()
+    ids = np.empty((size, c.num_categorical), np.int64)
+    factors = []
+    for f in range(c.num_categorical):
+        ranks = np.searchsorted(gen._cdfs[f], rng.random(size), side="right")
+        salt = np.uint64((c.seed * 1000003 + f) << 20)
+        h = synthetic._mix64(ranks.astype(np.uint64) + synthetic._mix64(salt))
+        ids[:, f] = (h >> np.uint64(64 - synthetic.ID_BITS)).astype(np.int64)
+        damp = (1.0 + ranks / c.rank_scale) ** -0.5
+        logit += c.weight_scale * damp * synthetic._gauss(h ^ np.uint64(0xABCDEF))
+        if f < c.num_interacting:
+            factors.append(np.stack([synthetic._gauss(h + np.uint64(7919 * (k + 1))) for k in range(c.factor_dim)], 1)
+                           * (c.factor_scale * np.sqrt(damp))[:, None])
+    for a in range(len(factors)):
+        for b in range(a + 1, len(factors)):
+            logit += (factors[a] * factors[b]).sum(1)
+    prob = 1.0 / (1.0 + np.exp(-logit))
+    labels = (rng.random(size) < prob).astype(np.float32)
+    return dense, ids, labels, prob
+
+
+def test_tabulated_terms_give_the_batches_of_the_formula():
+    # Every feature tabulated (the default), none (hashed per row) and a mix: bit-identical to
+    # the row-by-row formula.
     cfg = SyntheticConfig(vocab_max=50_000, seed=4)
-    tabulated, hashed = SyntheticCriteo(cfg), SyntheticCriteo(cfg, tabulate=False)
-    limit = synthetic.TABLE_MAX_RANKS
-    try:
-        synthetic.TABLE_MAX_RANKS = 10_000
-        mixed = SyntheticCriteo(cfg)
-    finally:
-        synthetic.TABLE_MAX_RANKS = limit
-    assert sum(t is None for t in mixed._tables) not in (0, cfg.num_categorical)
+    gens = [SyntheticCriteo(cfg), SyntheticCriteo(cfg, table_max_ranks=0), SyntheticCriteo(cfg, table_max_ranks=10_000)]
+    assert [sum(t is None for t in g._tables) for g in gens][:2] == [0, cfg.num_categorical]
+    assert 0 < sum(t is None for t in gens[2]._tables) < cfg.num_categorical
     for index, size in ((0, 1000), (9, 257), (10**6, 1)):
-        want = hashed.batch(index, size)
-        for gen in (tabulated, mixed):
+        want = _batch_by_formula(gens[0], index, size)
+        for gen in gens:
             for got, ref in zip(gen.batch(index, size), want):
                 assert got.dtype == ref.dtype
                 np.testing.assert_array_equal(got, ref)
+
+
+def test_a_draw_just_under_one_finds_its_rank_in_the_table():
+    # The cdf's last value can round below 1.0: a uniform draw just under 1 then lands on rank v
+    # (one past the vocabulary), which the per-row formula hashes like any other rank.
+    gen = SyntheticCriteo(SyntheticConfig())
+    short = [f for f, cdf in enumerate(gen._cdfs) if cdf[-1] < 1.0]
+    assert short, "no feature's cdf ends below 1.0 in this config: the case is not reached"
+    f = short[0]
+    v = int(gen.vocab_sizes[f])
+    rank = np.searchsorted(gen._cdfs[f], np.array([1.0 - 2.0**-53]), side="right")
+    assert rank[0] == v
+    ids, weight, _ = gen._rank_terms(f, rank)
+    assert gen._tables[f][0][v] == ids[0] == gen.ids_of(f, rank)[0]
+    assert gen._tables[f][1][v] == weight[0]

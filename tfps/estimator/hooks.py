@@ -15,17 +15,21 @@ def duration(seconds):
 
 
 class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
-    """tf.compat.v1.train.CheckpointSaverHook that decides whether a save is due from the global
-    step its step's run fetched, and reads the global step itself only when it is.
+    """tf.compat.v1.train.CheckpointSaverHook that decides whether a step-based save is due from
+    the global step its step's run fetched, and reads the global step itself only then.
 
-    TF's hook leaves steps_per_run at 10^6 unless told otherwise, so that its after_run runs
-    `session.run(global_step)` after every step: in a cluster that is one more run, a round trip
-    to the global step's PS, each step (5 ms a step with 2 ms one-way latency). The fetched value
-    is read before the step's increment, so fetched + 1 is the step the run made: with one
-    trainer the hook saves at the same steps as TF's; with several, a save may come one step
-    later (TF's would see the other trainers' steps a run earlier). Either way it saves the global
-    step it then reads, as TF's does. The tfps runners' estimators use it (runner.with_checked_saver);
-    in an Estimator of your own, put one in the EstimatorSpec's training_chief_hooks."""
+    With save_steps, TF's hook reads the global step with a session.run of its own after every
+    step (it leaves steps_per_run at 10^6 unless told otherwise, to always check the actual
+    step): in a cluster one more run per step, a round trip to the global step's PS (5 ms a step
+    at 2 ms one-way). Here steps_per_run is 1: the fetched value plus one is taken as the step
+    the run made, which holds when the increment runs after the fetched read (tfps's optimizers
+    order it so, as TF's own increment does, when the read runs beside the global step: in one
+    process and under tfps.cluster.replica_device_setter; otherwise a save can cost one extra
+    read, a step early). With one trainer it saves at TF's steps; with several, up to one chief run later (a
+    run in which the other trainers' steps also count). It always saves the global step it then
+    reads, as TF's does; save_secs works as in TF's. The tfps runners' estimators use it
+    (runner.with_checked_saver); in an Estimator of your own, put one in the EstimatorSpec's
+    training_chief_hooks (tf.estimator then adds none)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

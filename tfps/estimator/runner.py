@@ -89,7 +89,8 @@ def with_checked_saver(model_fn, keep_checkpoint_max):
     """model_fn whose EstimatorSpec restores through checkpoint_tools.Saver (a checkpoint that does
     not fit the tables is refused before any table changes), unless it brings its own saver, and
     saves through hooks.CheckpointSaverHook (no session.run of its own each step), unless it
-    brings its own saver hook."""
+    brings its own saver hook. A saver hook passed to train(hooks=...) is not seen here (both
+    would save): give yours in the EstimatorSpec instead. tfps's runners pass none."""
     def fn(features, labels, mode, params, config):
         spec = model_fn(features, labels, mode, params)
         if spec.scaffold.saver is None:
@@ -98,7 +99,7 @@ def with_checked_saver(model_fn, keep_checkpoint_max):
         hooks = list(spec.training_chief_hooks) + list(spec.training_hooks)
         if (mode == tf.estimator.ModeKeys.TRAIN and (config.save_checkpoints_secs or config.save_checkpoints_steps)
                 and not any(isinstance(h, tf.compat.v1.train.CheckpointSaverHook) for h in hooks)):
-            # What tf.estimator would add itself (it adds none when the spec has one).
+            # Configured as the hook tf.estimator would add (it adds none when the spec has one).
             hook = CheckpointSaverHook(config.model_dir, save_secs=config.save_checkpoints_secs,
                                        save_steps=config.save_checkpoints_steps, scaffold=spec.scaffold,
                                        save_graph_def=config.checkpoint_save_graph_def)

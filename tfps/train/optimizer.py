@@ -5,6 +5,7 @@ each table shard's gradient becomes IndexedSlices(values=[U, dim] rows, indices=
 one row per distinct key (duplicates summed).
 """
 import tensorflow as tf
+from tensorflow.python.training import training_util   # the key of the global step read the hooks fetch
 
 from tfps.embedding.records import lookups_of, stager_of
 from tfps.embedding.variable import EmbeddingVariable, TableShard, trainable_embedding_variables
@@ -167,7 +168,14 @@ class TableOptimizerMixin:
         with tf.control_dependencies(updates):
             if global_step is None:
                 return tf.group(*updates, *after, name=name)
-            with graph.colocate_with(global_step.op):
+            # After the read the hooks fetch, as TF's own increment, when that read runs beside
+            # the global step (one process; tfps.cluster.replica_device_setter): the fetched value
+            # plus one is then the step this run made (hooks.CheckpointSaverHook counts on it).
+            # A read on another task is left unordered: waiting on it would cost a round trip.
+            home = _device(global_step.op.device)
+            read = [t for t in tf.compat.v1.get_collection(training_util.GLOBAL_STEP_READ_KEY)
+                    if _device(t.device) == home]
+            with graph.colocate_with(global_step.op), tf.control_dependencies(read):
                 train_op = tf.compat.v1.assign_add(global_step, 1, name=name).op
         if after:
             train_op = tf.group(train_op, *after, name=name + "_step")
@@ -175,6 +183,10 @@ class TableOptimizerMixin:
         if train_op not in train_ops:
             train_ops.append(train_op)
         return train_op
+
+
+def _device(name):
+    return tf.DeviceSpec.from_string(name or "").to_string()
 
 
 def _by_device(ops):
