@@ -195,7 +195,11 @@ class ScatterAddRowsOp : public OpKernel {
                                                       bad < 0 ? 0 : idx[bad], " is not in [0, ", rows, ")"));
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({rows, dim}), &out));
-    core::ScatterAddRows(data.flat<float>().data(), dim, idx, n, rows, out->flat<float>().data());
+    Tensor scratch;
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_FLOAT,
+                                           TensorShape({core::ScatterAddScratch(n, rows, dim)}), &scratch));
+    core::ScatterAddRows(data.flat<float>().data(), dim, idx, n, rows, out->flat<float>().data(),
+                         scratch.flat<float>().data());
   }
 };
 

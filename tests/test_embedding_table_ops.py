@@ -1,5 +1,6 @@
 """The TfpsTable* ops against numpy / TF built-in oracles."""
 import json
+import os
 import subprocess
 import sys
 
@@ -253,6 +254,40 @@ print(json.dumps(result))
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"error": "ResourceExhausted", "rows": 200000, "row_bytes": 8 + 4 * 1024 + 8}, got   # key, value, meta
+
+
+def test_scatter_add_rows_out_of_memory_is_resource_exhausted():
+    """The parallel path's per-thread buffers come from TF's allocator: under an address-space
+    limit that leaves room for the 600 MB output but not for the buffers beside it, the op fails
+    with ResourceExhausted and the process lives (an allocation inside a worker thread used to
+    throw std::bad_alloc there, and abort)."""
+    code = r"""
+import json, resource
+import tensorflow as tf
+from tfps.ops import embedding_table as et
+tf.compat.v1.disable_eager_execution()
+n, dim, rows = 20000, 1000, 150000            # n past the parallel threshold; out 600 MB
+data = tf.ones([n, dim])
+idx = tf.range(n, dtype=tf.int32) % rows
+total = tf.reduce_sum(et.scatter_add_rows(data, idx, rows)[:n])
+with tf.compat.v1.Session() as s:
+    s.run(tf.reduce_sum(data))
+    vm = int([l for l in open("/proc/self/status") if l.startswith("VmSize")][0].split()[1]) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (vm + (1000 << 20), resource.RLIM_INFINITY))
+    try:
+        result = {"total": float(s.run(total))}
+    except tf.errors.ResourceExhaustedError:
+        result = {"error": "ResourceExhausted"}
+    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    result["after"] = float(s.run(total))      # the same op runs once memory is there
+print(json.dumps(result))
+"""
+    # oneDNN off: its CPU allocator retries a failed allocation for 40 s before it reports it.
+    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="0")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"error": "ResourceExhausted", "after": 20000.0 * 1000}, got
 
 
 def test_the_scaling_benchmark_runs_its_smallest_cell():

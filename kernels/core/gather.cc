@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include <immintrin.h>
 
@@ -49,25 +48,28 @@ void AddRows(const float* data, int64_t dim, const int32_t* idx, int64_t begin, 
 }
 }  // namespace
 
-void ScatterAddRows(const float* data, int64_t dim, const int32_t* idx, int64_t n, int64_t rows, float* out) {
+int64_t ScatterAddScratch(int64_t n, int64_t rows, int64_t dim) {
+  return n < kParallelThreshold ? 0 : (ParallelParts() - 1) * rows * dim;
+}
+
+void ScatterAddRows(const float* data, int64_t dim, const int32_t* idx, int64_t n, int64_t rows, float* out,
+                    float* scratch) {
   std::fill(out, out + rows * dim, 0.f);
   if (n < kParallelThreshold) {
     AddRows(data, dim, idx, 0, n, out);
     return;
   }
-  // Part 0 sums into out, the others into buffers of their own, added at the end.
+  // Part 0 sums into out, part p > 0 into scratch's (p - 1)-th buffer, added at the end.
   const int parts = ParallelParts();
-  std::vector<std::vector<float>> partial(parts - 1);
+  const int64_t size = rows * dim;
   ParallelPieces(n, parts, [&](int p, int64_t begin, int64_t end) {
-    float* acc = out;
-    if (p > 0) {
-      partial[p - 1].assign(rows * dim, 0.f);
-      acc = partial[p - 1].data();
-    }
+    float* acc = p == 0 ? out : scratch + (p - 1) * size;
+    if (p > 0) std::fill(acc, acc + size, 0.f);
     AddRows(data, dim, idx, begin, end, acc);
   });
-  for (const auto& part : partial) {
-    ParallelRange(rows * dim, [&](int64_t lo, int64_t hi) {
+  for (int p = 1; p < parts; ++p) {
+    const float* part = scratch + (p - 1) * size;
+    ParallelRange(size, [&](int64_t lo, int64_t hi) {
       for (int64_t k = lo; k < hi; ++k) out[k] += part[k];
     });
   }

@@ -21,8 +21,12 @@ void GatherRows(const float* params, int64_t dim, const int32_t* idx, int64_t n,
 // The adjoint of GatherRows: out[u] = sum of data[i] over i with idx[i] == u, for
 // out [rows, dim] (zeroed here). Large inputs are split over ParallelParts() threads, each
 // summing into its own buffer, then added (single-threaded TF UnsortedSegmentSum was the
-// largest op of a merged embedding step).
-void ScatterAddRows(const float* data, int64_t dim, const int32_t* idx, int64_t n, int64_t rows, float* out);
+// largest op of a merged embedding step). The buffers are `scratch`, ScatterAddScratch(n, rows,
+// dim) floats that the caller allocates (the op through TF's allocator, so running out of memory
+// is a ResourceExhausted status, never an exception inside a worker thread); nothing here allocates.
+int64_t ScatterAddScratch(int64_t n, int64_t rows, int64_t dim);
+void ScatterAddRows(const float* data, int64_t dim, const int32_t* idx, int64_t n, int64_t rows, float* out,
+                    float* scratch);
 
 }  // namespace core
 }  // namespace tfps

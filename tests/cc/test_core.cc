@@ -405,7 +405,10 @@ TEST(ScatterAddRowsIsTheAdjointOfGather) {
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t j = 0; j < dim; ++j) want[idx[i] * dim + j] += data[i * dim + j];
     }
-    ScatterAddRows(data.data(), dim, idx.data(), n, rows, out.data());
+    // Scratch filled with garbage: every buffer must be cleared before it is summed into.
+    std::vector<float> scratch(ScatterAddScratch(n, rows, dim), -7.f);
+    CHECK_EQ(scratch.empty(), n < kParallelThreshold);
+    ScatterAddRows(data.data(), dim, idx.data(), n, rows, out.data(), scratch.data());
     CHECK(out == want);  // small integers: exact in any summation order
   }
 }
