@@ -127,17 +127,18 @@ def test_a_missing_delta_is_refused_and_nothing_is_applied(tmp_path):
     assert isinstance(err, ValueError) and "delta-16 continues from step 14" in str(err)
 
 
-def test_a_new_session_starts_a_chain_that_supersedes_the_old_one(tmp_path):
-    """A job restored from the full checkpoint of step 10 plus its deltas, then trained on and
-    stopped again: the next restore takes the new chain (which carries the old deltas' rows on)."""
+def test_a_resumed_session_continues_from_the_newest_delta(tmp_path):
+    """A job restored from the full checkpoint of step 10 plus its deltas resumes at step 16 (the
+    newest delta's global step and dense state), saves a full checkpoint there, trains on and
+    dies at 18: the next restore is that checkpoint plus delta 18, and nothing of the old chain
+    is lost (evicted rows stay evicted)."""
     run_dir = str(tmp_path)
     _train_with_deltas(run_dir, num_shards=2, steps=16, save_steps=10)   # full at 10; deltas 12, 14, 16
-    # The second session restores step 10 + deltas 12..16 (which evict rows the full checkpoint
-    # holds), dies at 18, and writes its own chain from 10: 12, 14, ... with those removals in it.
     final = _train_with_deltas(run_dir, num_shards=2, steps=18, save_steps=10)
+    assert tf.train.latest_checkpoint(run_dir).endswith("model.ckpt-16")
     got, applied = _restore(run_dir, num_shards=2)
-    assert applied == [12, 14, 16, 18]
-    _equal(got, final)     # evicted rows stay evicted, nothing of the old chain is lost
+    assert applied == [18]
+    _equal(got, final)
 
 
 def test_removed_keys_past_the_log_bound_make_a_complete_delta(tmp_path):

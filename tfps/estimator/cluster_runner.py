@@ -29,7 +29,8 @@ from tfps.cluster.tf_config import ClusterConfigError, check_protocol
 from tfps.data.sources import make_source
 from tfps.estimator.hooks import EvalProgressHook, ProgressHook, StepStatsHook
 from tfps.estimator.runner import (batch_fields, check_reached, checkpoint_every, final_metrics, json_metric,
-                                   make_estimator, pipelined, table_hooks)
+                                   make_estimator, pipelined, state_step, table_hooks)
+from tfps.state.lease import Lease
 
 FIRST_CHECKPOINT_POLL_SECS = 0.5
 
@@ -170,6 +171,8 @@ def run_task(cfg, cluster_config, printer=print):
     per step), a worker's own rate, the evaluator's last evaluation. A PS never returns."""
     job, index = cluster_config.task_type, cluster_config.task_index
     cluster_config.require_ps()
+    # One writer per model_dir: the chief (its lease is released when the process ends).
+    lease = Lease(cfg.model_dir, role=f"the chief of a cluster ({job} {index})") if cluster_config.is_chief else None
     check_protocol(cfg.cluster.protocol)
     if job != "evaluator":
         _check_address_free(cluster_config)
@@ -192,15 +195,7 @@ def run_task(cfg, cluster_config, printer=print):
     rank = index + (0 if job in ("chief", "master") else len(cluster_config.cluster.get("chief", [])))
 
     def checkpoint_step():
-        for _ in range(3):
-            path = tf.train.latest_checkpoint(cfg.model_dir)
-            if not path:
-                return 0
-            try:
-                return int(tf.train.load_variable(path, "global_step"))
-            except tf.errors.NotFoundError:   # rotated away (keep_checkpoint_max) since we listed it
-                continue
-        return 0
+        return state_step(cfg.model_dir)
 
     def resume_batch():
         step = checkpoint_step()
@@ -249,7 +244,8 @@ def run_task(cfg, cluster_config, printer=print):
             "examples_per_sec": _round(progress.examples_per_sec), "traffic_per_step": traffic.stats}
     if not cluster_config.is_chief:
         return task
-    check_reached(cfg, tf.train.latest_checkpoint(cfg.model_dir))
+    check_reached(cfg)
+    lease.release()   # the final evaluation writes nothing
     # Evaluate the last checkpoint in this process: no cluster needed, and a RunConfig made while
     # TF_CONFIG is set would join the cluster.
     os.environ.pop("TF_CONFIG", None)

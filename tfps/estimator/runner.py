@@ -1,6 +1,8 @@
 """Train and evaluate a JobConfig with tf.estimator in one process."""
 import dataclasses
+import json
 import math
+import os
 import tempfile
 import time
 
@@ -9,12 +11,15 @@ import tensorflow as tf
 from tfps.data import sequences
 from tfps.data.sources import make_source, schema_of
 from tfps.estimator.hooks import CheckpointSaverHook, EvalProgressHook, EvictionHook, ProgressHook
-from tfps.estimator.incremental import DeltaRestoreHook, IncrementalCheckpoints
-from tfps.embedding.checkpoint_tools import Saver
+from tfps.estimator.incremental import IncrementalCheckpoints
 from tfps.models.common import BAD_ROWS_VARIABLE
 from tfps.models.zoo import model_fn
 from tfps.pipeline import settings as pipeline_settings
 from tfps.pipeline.dataset import PipelineDataset
+from tfps.state import manifest as manifests
+from tfps.state.deltas import latest_cut
+from tfps.state.lease import Lease
+from tfps.state.saver import StateSaver
 
 
 def serving_input_receiver_fn(schema):
@@ -50,7 +55,19 @@ def export(cfg, export_dir):
         raise ValueError(f"export: no checkpoint in model_dir {cfg.model_dir!r}; train first")
     receiver = sequence_serving_input_receiver_fn() if cfg.data.format == "movielens_sequences" else \
         serving_input_receiver_fn(schema_of(cfg))
-    return est.export_saved_model(export_dir, receiver).decode()
+    path = est.export_saved_model(export_dir, receiver).decode()
+    write_export_manifest(path, est.latest_checkpoint())
+    return path
+
+
+def write_export_manifest(export_path, checkpoint):
+    """Writes EXPORT/assets.extra/tfps_manifest.json: the manifest of the checkpoint the export was
+    restored from, with the global step it was cut at (the exported variables')."""
+    saved = manifests.read(checkpoint)
+    step = int(tf.train.load_variable(os.path.join(export_path, "variables", "variables"), "global_step"))
+    os.makedirs(os.path.join(export_path, "assets.extra"), exist_ok=True)
+    with open(os.path.join(export_path, "assets.extra", manifests.EXPORT_MANIFEST), "w") as f:
+        json.dump({**saved, "kind": "export", "step": step}, f, sort_keys=True)
 
 
 def pipelined(input_fn, cfg):
@@ -86,15 +103,19 @@ def make_estimator(cfg, run_config=None):
 
 
 def with_checked_saver(model_fn, keep_checkpoint_max):
-    """model_fn whose EstimatorSpec restores through checkpoint_tools.Saver (a checkpoint that does
-    not fit the tables is refused before any table changes), unless it brings its own saver, and
+    """model_fn whose EstimatorSpec saves and restores through tfps.state.StateSaver (checkpoints
+    with the model's manifest; a restore of the newest cut -- the latest checkpoint and its deltas
+    -- checked against the model before anything changes, exactly for training, the model's
+    variables alike for evaluation and export), unless it brings its own saver, and
     saves through hooks.CheckpointSaverHook (no session.run of its own each step), unless it
     brings its own saver hook. A saver hook passed to train(hooks=...) is not seen here (both
     would save): give yours in the EstimatorSpec instead. tfps's runners pass none."""
     def fn(features, labels, mode, params, config):
         spec = model_fn(features, labels, mode, params)
         if spec.scaffold.saver is None:
-            saver = Saver(sharded=True, max_to_keep=keep_checkpoint_max, defer_build=True, save_relative_paths=True)
+            train = mode == tf.estimator.ModeKeys.TRAIN
+            saver = StateSaver(sharded=True, max_to_keep=keep_checkpoint_max, defer_build=True, save_relative_paths=True,
+                               exact=train, write_manifest=train)
             spec = spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=spec.scaffold))
         hooks = list(spec.training_chief_hooks) + list(spec.training_hooks)
         if (mode == tf.estimator.ModeKeys.TRAIN and (config.save_checkpoints_secs or config.save_checkpoints_steps)
@@ -108,30 +129,25 @@ def with_checked_saver(model_fn, keep_checkpoint_max):
     return fn
 
 
-def checkpoint_global_step(path):
-    """The global step saved in checkpoint `path` (0 for None); ValueError naming the file when
-    it cannot be read (missing or truncated data)."""
-    if path is None:
-        return 0
-    try:
-        return int(tf.train.load_variable(path, "global_step"))
-    except (RuntimeError, ValueError, IndexError, tf.errors.OpError) as e:
-        raise ValueError(f"cannot read checkpoint {path}: {str(e).strip().splitlines()[0]}") from None
+def state_step(model_dir):
+    """The global step of the newest cut of model_dir (its latest checkpoint and the deltas after
+    it; 0 when it has none): where training resumes, its reader with it."""
+    return latest_cut(model_dir)[2]
 
 
-def check_reached(cfg, checkpoint):
+def check_reached(cfg):
     """ValueError when training stopped short of train.steps: the training input ran out."""
-    step = checkpoint_global_step(checkpoint)
+    step = state_step(cfg.model_dir)
     if step < cfg.train.steps:
         raise ValueError(f"training stopped at step {step} of {cfg.train.steps}: the training input ended early "
                          f"(does data.path {cfg.data.path!r} hold any examples?)")
 
 
 def table_hooks(cfg, printer):
-    """(hooks, saving listeners) that keep the tables as the config says: restore the deltas after
-    a full checkpoint, write deltas every train.delta_every_secs, run the eviction rules every
+    """(hooks, saving listeners) that keep the tables as the config says: write deltas every
+    train.delta_every_secs (the runners' StateSaver restores them), run the eviction rules every
     train.evict_every_steps. In one process the trainer runs them; in a cluster, the chief."""
-    hooks, listeners = [DeltaRestoreHook(cfg.model_dir, printer)], []
+    hooks, listeners = [], []
     if cfg.train.delta_every_secs:
         inc = IncrementalCheckpoints(cfg.model_dir, every_secs=cfg.train.delta_every_secs, printer=printer)
         hooks.append(inc)
@@ -187,6 +203,11 @@ def run(cfg, printer=print):
     """Trains cfg.train.steps, then evaluates on the eval set. Returns the metrics dict."""
     if cfg.model_dir is None:
         cfg = dataclasses.replace(cfg, model_dir=tempfile.mkdtemp(prefix="tfps_"))
+    with Lease(cfg.model_dir, role="tfps train"):   # one writer per model_dir
+        return _run(cfg, printer)
+
+
+def _run(cfg, printer):
     source = make_source(cfg)
     est = make_estimator(cfg)
     printer(f"model_dir {cfg.model_dir}; training {cfg.model.name} for {cfg.train.steps} steps of "
@@ -194,19 +215,19 @@ def run(cfg, printer=print):
             f"{'one merged table' if cfg.model.merge_tables else 'a table each'})", flush=True)
     if hasattr(source, "describe_cost"):
         printer(source.describe_cost(), flush=True)
-    start_step = checkpoint_global_step(est.latest_checkpoint())
+    start_step = state_step(cfg.model_dir)
     if start_step >= cfg.train.steps:
         printer(f"the checkpoint in model_dir is at step {start_step}, train.steps is {cfg.train.steps}: nothing to "
                 f"train (raise train.steps to go on)", flush=True)
     elif start_step:
-        printer(f"resuming from the checkpoint at step {start_step}", flush=True)
+        printer(f"resuming from the state at step {start_step}", flush=True)
     hook = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer, max_steps=cfg.train.steps)
     hooks, listeners = table_hooks(cfg, printer)
     t0 = time.time()
     est.train(pipelined(source.train_input_fn(cfg.train.batch_size, start=start_step), cfg), max_steps=cfg.train.steps,
               hooks=[hook] + hooks, saving_listeners=listeners)
     train_seconds = time.time() - t0
-    check_reached(cfg, est.latest_checkpoint())
+    check_reached(cfg)
     trained_steps = max(cfg.train.steps - start_step, 0)
     printer(f"trained in {train_seconds:.1f} s; evaluating", flush=True)
     return {

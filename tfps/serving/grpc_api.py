@@ -2,6 +2,7 @@
 the messages of the tensorflow-serving-api package: a stock PredictionServiceStub works unchanged."""
 import numpy as np
 import tensorflow as tf
+from google.protobuf import struct_pb2
 from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc,
                                      predict_pb2, prediction_service_pb2_grpc)
 
@@ -87,6 +88,10 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                 for name, signature in servable.signatures.items():
                     signatures.signature_def[name].CopyFrom(signature.proto)
                 response.metadata["signature_def"].Pack(signatures)
+                if servable.state():   # the model's fingerprint and the step of the state served
+                    state = struct_pb2.Struct()
+                    state.update(servable.state())
+                    response.metadata["tfps_state"].Pack(state)
                 return response
         except ServingError as e:
             context.abort(e.grpc_code, e.message)

@@ -115,7 +115,8 @@ class RestApp:
             with store.use(name, version) as servable:
                 signatures = {k: json_format.MessageToDict(s.proto) for k, s in servable.signatures.items()}
                 return _json({"model_spec": {"name": name, "signature_name": "", "version": str(servable.version)},
-                              "metadata": {"signature_def": {"signature_def": signatures}}})
+                              "metadata": {"signature_def": {"signature_def": signatures},
+                                           **({"tfps_state": servable.state()} if servable.state() else {})}})
         store.check_name(name)
         rows = store.status(version)
         return _json({"model_version_status": [

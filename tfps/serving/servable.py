@@ -1,5 +1,6 @@
 """One loaded SavedModel version: its session, signatures, checked inputs and in-flight count."""
 import contextlib
+import os
 import threading
 
 import numpy as np
@@ -7,6 +8,7 @@ import tensorflow as tf
 
 import tfps  # noqa: F401  (registers the ops the SavedModel's graph holds)
 from tfps.serving.errors import ServingError, error_line
+from tfps.state import manifest as manifests
 
 DEFAULT_SIGNATURE = "serving_default"
 
@@ -92,6 +94,19 @@ def _as_array(alias, value, dtype):
     return array
 
 
+def read_export_manifest(path):
+    """The manifest of the SavedModel at `path` (assets.extra/tfps_manifest.json: fingerprint, the
+    model's description, step), or None for an export without one."""
+    file = os.path.join(path, "assets.extra", manifests.EXPORT_MANIFEST)
+    if not os.path.exists(file):
+        return None
+    with open(file) as f:
+        out = manifests.parse(f.read(), file)
+    if not isinstance(out.get("step"), int):
+        raise manifests.StateMismatch(f"{file} names no step")
+    return out
+
+
 class Servable:
     """A SavedModel version loaded in its own graph and session.
 
@@ -100,6 +115,9 @@ class Servable:
 
     def __init__(self, path, version, threads=0):
         self.path, self.version = path, int(version)
+        self.manifest = read_export_manifest(path)
+        # The step of the model's state it serves: the export's, then what --follow applied.
+        self.state_step = self.manifest["step"] if self.manifest else None
         self.graph = tf.Graph()
         config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads,
                                           inter_op_parallelism_threads=threads)
@@ -117,6 +135,13 @@ class Servable:
         self._readers = self._writers_waiting = 0
         self._writing = False
         self._in_flight, self._retired, self._closed = 0, False, False
+
+    def state(self):
+        """{fingerprint, step} of the model state served (the export's, moved on by --follow), or
+        {} for an export without a manifest."""
+        if self.manifest is None:
+            return {}
+        return {"fingerprint": self.manifest["fingerprint"], "step": self.state_step}
 
     def signature(self, name):
         name = name or DEFAULT_SIGNATURE

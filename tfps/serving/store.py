@@ -10,9 +10,10 @@ import tensorflow as tf
 from tfps.embedding.checkpoint_tools import check_tables
 from tfps.embedding.saveable import DTYPES, PARTS
 from tfps.embedding.variable import attached_tables
-from tfps.estimator.incremental import apply_delta_op, chain_of, delta_chain, delta_files
 from tfps.serving.errors import ServingError, error_line
 from tfps.serving.servable import Servable
+from tfps.state import manifest as manifests
+from tfps.state.deltas import apply_dense_op, apply_tables_op, delta_chain, delta_files
 
 
 def version_dirs(base_path):
@@ -163,7 +164,10 @@ class ModelStore:
                 self._versions[version] = servable
                 self.swaps += 1
             added.append(version)
-            self._print(f"tfps serve: {self.name!r} version {version} loaded", flush=True)
+            state = servable.state()
+            self._print(f"tfps serve: {self.name!r} version {version} loaded" + (
+                f" (model fingerprint {state['fingerprint']}, state at step {state['step']})" if state else
+                " (no tfps_manifest.json: exported by a tfps before state manifests)"), flush=True)
         with self._lock:
             # the newest `keep` of the loaded versions still on disk (a new one that failed to
             # load retires nothing); none on disk: keep serving what is loaded
@@ -217,16 +221,17 @@ class ModelStore:
 
 class TableFollower:
     """Applies a trainer's model_dir to loaded versions, in place: a newer full checkpoint (tables
-    and dense variables), then the deltas of the chain that continues from it, in step order.
+    and dense variables), then the chain of deltas that continues it (tables, then the dense
+    state of the last), in step order.
 
-    A delta becomes visible only when its index is renamed into place, after its data (see
-    tfps.estimator.incremental), and every tensor of a chain is read before any is applied
-    (delta_chain): a half-written or damaged delta is never applied; it and the deltas after it
-    are refused (reported once) until a full checkpoint supersedes them."""
+    Each checkpoint and delta is checked against the version's manifest (the fingerprint of the
+    model it was exported from, assets.extra/tfps_manifest.json) and read whole before anything of
+    it changes: another model's state, a half-written or damaged delta is never applied; it and
+    the deltas after it are refused (reported once) and the version serves what it had."""
 
     def __init__(self, model_dir, printer=print):
         self.model_dir, self._print = model_dir, printer
-        self._state = {}      # servable -> its ops and what it holds (base full step, chain, applied step)
+        self._state = {}      # servable -> its ops and what it holds (base full step, applied step)
         self._reported = set()
         self.applied = []     # (version, "full"/"delta", step), in the order applied
         self.lags = []        # seconds from each applied delta's appearance to its apply
@@ -239,7 +244,7 @@ class TableFollower:
         with servable.graph.as_default():
             tables = attached_tables(servable.graph)
             prefix = tf.compat.v1.placeholder(tf.string, [], name="tfps_follow_prefix")
-            delta = apply_delta_op(tables, prefix)
+            delta = apply_tables_op(tables, prefix)
             parts = [p for p in PARTS if p != "admission"]
             full = []
             for ev in tables:
@@ -248,14 +253,14 @@ class TableFollower:
                                                     shape_and_slices=[""] * len(parts),
                                                     dtypes=[DTYPES[p] for p in parts])
                 full.append(ev.load(dict(zip(parts, restored))))
-            dense = tf.compat.v1.global_variables()
-            saver = tf.compat.v1.train.Saver(dense, sharded=False) if dense else None
-            step = tf.compat.v1.train.get_global_step()
-        # The step of the checkpoint the version was exported from; None: unknown, the first
-        # full checkpoint of model_dir is applied before any delta.
-        start = int(tf.compat.v1.train.global_step(servable.session, step)) if step is not None else None
-        state = dict(tables=tables, prefix=prefix, delta=delta, full=tf.group(*full) if full else None,
-                     saver=saver, base=start, chain=None, applied=start)
+            dense = manifests.dense_variables(servable.graph)
+            dense_delta = apply_dense_op(dense, prefix)
+            saver = tf.compat.v1.train.Saver(list(dense.values()), sharded=False) if dense else None
+        # The step the version was exported at; None: unknown, the first full checkpoint of
+        # model_dir is applied before any delta.
+        start = servable.state_step
+        state = dict(tables=tables, prefix=prefix, delta=delta, dense=dense_delta, full=tf.group(*full) if full else None,
+                     saver=saver, base=start, applied=start, chain=[])
         self._state[servable] = state
         return state
 
@@ -263,6 +268,17 @@ class TableFollower:
         if message not in self._reported:
             self._reported.add(message)
             self._print(f"tfps serve --follow: {message}", flush=True)
+
+    def _check(self, servable, prefix, what):
+        """StateMismatch unless the checkpoint or delta at `prefix` is the version's model's."""
+        if servable.manifest is None:
+            raise manifests.StateMismatch(f"version {servable.version} has no {manifests.EXPORT_MANIFEST} (exported "
+                                          f"by a tfps before state manifests): its model cannot be checked")
+        saved = manifests.read(prefix)
+        if saved is None:
+            raise manifests.StateMismatch(f"{what} {prefix} has no {manifests.MANIFEST} (written by a tfps before "
+                                          f"state manifests)")
+        manifests.check(saved, servable.manifest["model"], f"{what} {prefix}", exact=True)
 
     def catch_up(self, servable, live=True):
         """Applies what model_dir holds beyond what `servable` has, each checkpoint or delta as one
@@ -276,62 +292,70 @@ class TableFollower:
         done = []
         latest = tf.train.latest_checkpoint(self.model_dir)
         full_step = int(latest.rsplit("-", 1)[1]) if latest else None
-        if full_step is not None and (state["base"] is None or full_step > state["base"]):
-            try:
-                self._apply_full(servable, state, latest)
-            except (ValueError, tf.errors.OpError) as e:
-                self._report(f"checkpoint {latest} not applied: {error_line(e)}")
+        if full_step is not None and (state["applied"] is None or full_step > state["applied"]):
+            if not self._full(servable, state, latest, full_step):
                 return done
-            state.update(base=full_step, chain=None, applied=full_step)
-            self.applied.append((servable.version, "full", full_step))
-            self._print(f"tfps serve --follow: applied checkpoint {os.path.basename(latest)} to version "
-                        f"{servable.version}", flush=True)
             done.append(full_step)
-        if state["base"] is None:
+        if state["applied"] is None or full_step is None:
             return done
-        files = tuple(delta_files(self.model_dir, after_step=state["base"]))
-        if not files or files == state.get("seen"):
+        files = tuple(delta_files(self.model_dir, after_step=full_step))
+        if not files or (files, full_step) == state.get("seen"):
             return done
-        state["seen"] = files   # read again only when the files change
+        state["seen"] = (files, full_step)   # read again only when the files change
         current = {prefix for _, prefix in files}
         for prefix in [p for p in self._checked if p not in current]:
             del self._checked[prefix]
         try:
-            chain, _ = delta_chain(self.model_dir, state["base"], state["tables"], checked=self._checked)
+            if servable.manifest is None:
+                self._check(servable, files[0][1], "delta")
+            chain = delta_chain(self.model_dir, full_step, state["tables"], servable.manifest["model"], exact=True,
+                                checked=self._checked)
         except ValueError as e:
-            self._report(str(e))
+            self._report(f"version {servable.version} keeps serving step {state['applied']}: {e}")
             return done
-        if not chain:
-            return done
-        key = chain_of(chain[0][1])
-        if state["chain"] is not None and key != state["chain"]:
-            # a new chain from the same full checkpoint (the trainer restarted): start over from it
-            try:
-                self._apply_full(servable, state, _checkpoint_at(self.model_dir, state["base"]))
-            except (ValueError, tf.errors.OpError) as e:
-                self._report(f"a new chain of deltas starts at step {state['base']}, but its checkpoint could not "
-                             f"be applied again: {error_line(e)}")
+        steps = [s for s, _ in chain]
+        if state["applied"] != full_step and state["applied"] not in steps:
+            # The version holds a cut that is not on model_dir's chain (the trainer went on from an
+            # earlier cut): start over from the full checkpoint.
+            if not self._full(servable, state, latest, full_step):
                 return done
-            state["applied"] = state["base"]
-        state["chain"] = key
         for step, prefix in chain:
-            if step > state["applied"]:
-                try:
-                    with servable.writing():
-                        servable.session.run(state["delta"], {state["prefix"]: prefix})
-                except tf.errors.OpError as e:
-                    state["seen"] = None   # tried again at the next poll
-                    self._report(f"{prefix} not applied: {error_line(e)}")
-                    return done
-                state["applied"] = step
-                self.applied.append((servable.version, "delta", step))
-                lag = time.time() - os.path.getmtime(prefix + ".index")   # the index appears last
-                if live:
-                    self.lags.append(lag)
-                self._print(f"tfps serve --follow: applied {os.path.basename(prefix)} to version {servable.version}"
-                            + (f", {lag:.3f} s after it was written" if live else " (loading it)"), flush=True)
-                done.append(step)
+            if step <= state["applied"]:
+                continue
+            try:
+                with servable.writing():
+                    servable.session.run(state["delta"], {state["prefix"]: prefix})
+                    if state["dense"] is not None:
+                        servable.session.run(state["dense"], {state["prefix"]: prefix})
+            except tf.errors.OpError as e:
+                state["seen"] = None   # tried again at the next poll
+                self._report(f"{prefix} not applied: {error_line(e)}")
+                return done
+            state["applied"] = servable.state_step = step
+            self.applied.append((servable.version, "delta", step))
+            lag = time.time() - os.path.getmtime(prefix + ".index")   # the index appears last
+            if live:
+                self.lags.append(lag)
+            self._print(f"tfps serve --follow: applied {os.path.basename(prefix)} to version {servable.version}"
+                        + (f", {lag:.3f} s after it was written" if live else " (loading it)"), flush=True)
+            done.append(step)
         return done
+
+    def _full(self, servable, state, prefix, step):
+        """Applies the full checkpoint at `prefix`; False (reported) when it cannot be."""
+        try:
+            self._check(servable, prefix, "checkpoint")
+            self._apply_full(servable, state, prefix)
+        except (ValueError, tf.errors.OpError) as e:
+            self._report(f"checkpoint {prefix} not applied, version {servable.version} keeps serving step "
+                         f"{state['applied']}: {error_line(e)}")
+            return False
+        state.update(base=step, applied=step)
+        servable.state_step = step
+        self.applied.append((servable.version, "full", step))
+        self._print(f"tfps serve --follow: applied checkpoint {os.path.basename(prefix)} to version "
+                    f"{servable.version}", flush=True)
+        return True
 
     def _apply_full(self, servable, state, prefix):
         """Restores a full checkpoint into the servable: every tensor of it is read first, so a
@@ -350,11 +374,3 @@ class TableFollower:
 
     def forget(self, servable):
         self._state.pop(servable, None)
-
-
-def _checkpoint_at(model_dir, step):
-    state = tf.train.get_checkpoint_state(model_dir)
-    for path in (state.all_model_checkpoint_paths if state else []):
-        if path.endswith(f"-{step}"):
-            return path
-    raise ValueError(f"no full checkpoint of step {step} in {model_dir}")

@@ -10,6 +10,7 @@ from tensorflow.python.training import training_util   # the key of the global s
 from tfps.embedding.records import lookups_of, stager_of
 from tfps.embedding.variable import EmbeddingVariable, TableShard, trainable_embedding_variables
 from tfps.train.fused import FusedDense
+from tfps.state import manifest as manifests
 
 
 def _rows_per_unique(grad, num_unique):
@@ -94,6 +95,7 @@ class TableOptimizerMixin:
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         grads_and_vars = list(grads_and_vars)
+        manifests.record_optimizer(self)   # the optimizer is part of the model's fingerprint
         dense = [(g, v) for g, v in grads_and_vars if not isinstance(v, TableShard)]
         tables = [(g, v) for g, v in grads_and_vars if isinstance(v, TableShard) and g is not None]
         name = name or self.get_name()

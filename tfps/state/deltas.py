@@ -1,0 +1,242 @@
+"""Deltas: resumable cuts of a model's state between full checkpoints, and the chain they form.
+
+A delta `MODEL_DIR/delta-<step>` (a TF checkpoint bundle, made visible by renaming its index
+into place last) is the model's state at <step>, written as a difference to the cut before it:
+- per table NAME (all its shards together, so it restores into any shard count):
+  NAME-delta-{keys, values, slots, freq, last_step, slot_init}: the rows updated since the cut
+  before; NAME-delta-removed: keys removed or evicted since then; NAME-delta-complete: the
+  removed-keys log outgrew its bound (config.h), so the delta holds every row and replaces the
+  table; NAME-delta-admission: the admission sketch;
+- every dense variable (optimizer slots and the global step included) under its checkpoint name,
+  whole: dense state is small;
+- `tfps_delta/base_step`: the step of the cut it continues from; `tfps_manifest` (manifest.py).
+
+The newest cut of a model_dir is the latest full checkpoint at step S and the chain of deltas
+after it: the delta whose base is S, the one whose base is that delta's step, and so on. A
+restore applies the chain's table rows in order and the dense state of its last delta, so the
+model, its global step and (through the step) its reader resume where that delta was cut.
+Every delta of the chain is read whole and checked against the model before anything changes;
+a delta that does not continue the chain, cannot be read or is another model's refuses the
+restore, naming the files to move away.
+"""
+import glob
+import os
+
+import tensorflow as tf
+
+from tfps.embedding.checkpoint_tools import table_problems
+from tfps.embedding.saveable import DTYPES
+from tfps.state import manifest as manifests
+
+ROW_PARTS = ("keys", "values", "slots", "freq", "last_step", "slot_init")
+PARTS = ROW_PARTS + ("removed", "complete", "admission")
+DELTA_DTYPES = {**DTYPES, "removed": tf.int64, "complete": tf.bool}
+BASE_STEP = "tfps_delta/base_step"
+
+
+def part_name(table_name, part):
+    return f"{table_name}-delta-{part}"
+
+
+def _name(ev, part):
+    return part_name(ev.name, part)
+
+
+def delta_files(model_dir, after_step=-1):
+    """[(step, prefix)] of the deltas in model_dir with step > after_step, in step order."""
+    out = []
+    for index in glob.glob(os.path.join(model_dir, "delta-*.index")):
+        prefix = index[:-len(".index")]
+        step = prefix.rsplit("-", 1)[1]
+        if step.isdigit() and int(step) > after_step:
+            out.append((int(step), prefix))
+    return sorted(out)
+
+
+def _file_signature(prefix):
+    """(name, size, mtime) of each file of a bundle: a delta is re-read only when one changes."""
+    out = []
+    for path in sorted(glob.glob(prefix + ".*")):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        out.append((path, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def _move_away(model_dir, prefixes):
+    files = sorted(os.path.basename(p) + ".*" for p in prefixes)
+    return (f"move {' '.join(files)} out of {model_dir} to resume from the cut before "
+            f"{os.path.basename(min(prefixes, key=lambda p: int(p.rsplit('-', 1)[1])))}")
+
+
+def _read(prefix, whole):
+    """(manifest dict or None, base step, {name: shape}) of a delta; with whole, every tensor is
+    read, so that a damaged delta is refused before any applies. ValueError when unreadable."""
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        shapes = reader.get_variable_to_shape_map()
+        if whole:
+            for name in shapes:
+                reader.get_tensor(name)
+        if not reader.has_tensor(BASE_STEP):
+            raise ValueError(f"no {BASE_STEP}")
+        return manifests.read(prefix, reader), int(reader.get_tensor(BASE_STEP)), shapes
+    except (RuntimeError, ValueError, IndexError, tf.errors.OpError) as e:
+        raise ValueError(f"delta {prefix} cannot be read ({str(e).strip().splitlines()[0]})") from None
+
+
+def delta_chain(model_dir, step, tables=(), description=None, exact=True, checked=None, whole=True):
+    """[(step, prefix)]: the chain of deltas that continues the full checkpoint of `step`.
+
+    Raises ValueError (manifest.StateMismatch for another model's delta) before anything is
+    applied when a delta after `step` cannot be read (whole: every tensor), does not continue
+    the one before it, lacks a table of `tables` or has another dim, or its manifest differs from
+    `description` (see manifest.difference; exact as there); the message says which files to
+    move away. checked: a dict kept between calls (a server polling model_dir): a delta read
+    whole once and unchanged since (its files' sizes and times) is not read again."""
+    out, previous = [], step
+    files = delta_files(model_dir, after_step=step)
+    for i, (delta_step, prefix) in enumerate(files):
+        later = [p for _, p in files[i:]]
+        signature = _file_signature(prefix)
+        if checked is not None and checked.get(prefix, (None,))[0] == signature:
+            saved, base, shapes = checked[prefix][1]
+        else:
+            try:
+                saved, base, shapes = _read(prefix, whole)
+            except ValueError as e:
+                raise ValueError(f"{e}; nothing applied: {_move_away(model_dir, later)}") from None
+            if checked is not None and whole:
+                checked[prefix] = (signature, (saved, base, shapes))
+        if saved is None:
+            raise ValueError(f"delta {prefix} has no {manifests.MANIFEST} (written by a tfps before state manifests): "
+                             f"nothing applied; {_move_away(model_dir, later)}")
+        if base != previous:
+            raise ValueError(f"delta {prefix} continues from step {base}, but the cut before it is at step {previous}: "
+                             f"it is not part of this model_dir's chain; nothing applied; "
+                             f"{_move_away(model_dir, later)}")
+        problems = table_problems(shapes, tables, _name)
+        if problems:
+            raise manifests.StateMismatch(f"delta {prefix} does not match the model: " + "; ".join(problems) +
+                                          f"; nothing applied; {_move_away(model_dir, later)}")
+        if description is not None:
+            try:
+                manifests.check(saved, description, f"delta {prefix}", exact)
+            except manifests.StateMismatch as e:
+                raise manifests.StateMismatch(f"{e}; nothing applied; {_move_away(model_dir, later)}") from None
+        out.append((delta_step, prefix))
+        previous = delta_step
+    return out
+
+
+def checkpoint_step(path):
+    """The global step saved in checkpoint `path`; ValueError naming the file when unreadable."""
+    try:
+        return int(tf.train.load_variable(path, "global_step"))
+    except (RuntimeError, ValueError, IndexError, tf.errors.OpError) as e:
+        raise ValueError(f"cannot read checkpoint {path}: {str(e).strip().splitlines()[0]}") from None
+
+
+def latest_cut(model_dir):
+    """(checkpoint path or None, [(step, prefix)] of its delta chain, step of the newest cut):
+    where a restore of model_dir resumes. ValueError when the chain is broken (see delta_chain)."""
+    for _ in range(3):
+        path = tf.train.latest_checkpoint(model_dir)
+        if path is None:
+            return None, [], 0
+        try:
+            step = checkpoint_step(path)
+        except ValueError:
+            if tf.train.latest_checkpoint(model_dir) != path:
+                continue   # rotated away (keep_checkpoint_max) since we listed it
+            raise
+        chain = delta_chain(model_dir, step, whole=False)
+        return path, chain, chain[-1][0] if chain else step
+    return None, [], 0
+
+
+def save_op(tables, dense, manifest_text, since, base, prefix):
+    """(op that writes a delta of `tables` (EmbeddingVariables) and `dense` ({name: variable})
+    to `prefix` (string tensor): the rows updated at or after `since` and the step `base` of the
+    cut it continues (int64 tensors); bool tensor: some table's delta is complete)."""
+    from tfps.ops import embedding_table as table_ops
+    graph = tf.compat.v1.get_default_graph()
+    names, tensors, flags = [manifests.MANIFEST, BASE_STEP], [tf.constant(manifest_text), base], []
+    for ev in tables:
+        parts, sketches = [], []
+        for h in ev.handles:
+            with graph.colocate_with(h.op):
+                parts.append(table_ops.table_export_delta(h, since))
+                sketches.append(table_ops.table_export_admission(h))
+        with graph.colocate_with(ev.handles[0].op):
+            complete = tf.reduce_any(tf.stack([p[7] for p in parts]))
+            delta = [tf.concat([p[i] for p in parts], 0) for i in range(5)] + [parts[0][5]]
+
+            def everything(ev=ev):   # a shard's log overflowed: every row of every shard
+                full = ev.export()
+                return [full[p] for p in ROW_PARTS]
+            rows = tf.cond(complete, everything, lambda delta=delta: delta)
+            removed = tf.concat([p[6] for p in parts], 0)
+            admission = tf.reduce_max(tf.stack(sketches), 0) if len(sketches) > 1 else sketches[0]
+        names += [_name(ev, p) for p in PARTS]
+        tensors += list(rows) + [removed, complete, admission]
+        flags.append(complete)
+    # The dense state is read after the tables' rows: with other trainers running, a row holds no
+    # update the saved global step does not count.
+    with tf.control_dependencies(tensors[2:]):
+        for name, v in sorted(dense.items()):
+            names.append(name)
+            tensors.append(tf.identity(v.read_value() if hasattr(v, "read_value") else v))
+    save = tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors)
+    return save, (tf.reduce_any(tf.stack(flags)) if flags else tf.constant(False))
+
+
+def apply_tables_op(tables, prefix):
+    """The op that applies the table rows of the delta at `prefix` (a string tensor): removals and
+    rows, or -- for a delta marked complete -- every row, replacing the table; and the admission
+    sketch of tables that admit."""
+    graph = tf.compat.v1.get_default_graph()
+    ops = []
+    for ev in tables:
+        dtypes = [DELTA_DTYPES[p] for p in PARTS]
+        with graph.colocate_with(ev.handles[0].op):
+            t = dict(zip(PARTS, tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[_name(ev, p) for p in PARTS],
+                                                     shape_and_slices=[""] * len(PARTS), dtypes=dtypes)))
+        if ev.options.admit_min_count <= 1:
+            t.pop("admission")
+        ops.append(tf.cond(t["complete"], lambda ev=ev, t=t: _with_output(ev.load(t)),
+                           lambda ev=ev, t=t: _with_output(_apply_rows(ev, t))))
+    return tf.group(*ops)
+
+
+def _apply_rows(ev, t):
+    from tfps.ops import embedding_table as table_ops
+    op = ev.apply_delta(t)
+    if "admission" not in t:
+        return op
+    graph = tf.compat.v1.get_default_graph()
+    sketches = []
+    for h in ev.handles:
+        with graph.colocate_with(h.op):
+            sketches.append(table_ops.table_import_admission(h, t["admission"]))
+    return tf.group(op, *sketches)
+
+
+def apply_dense_op(dense, prefix):
+    """The op that assigns every variable of `dense` ({checkpoint name: variable}) its value in
+    the delta at `prefix` (a string tensor); None when there is none."""
+    graph = tf.compat.v1.get_default_graph()
+    ops = []
+    for name, v in sorted(dense.items()):
+        with graph.colocate_with(v.op if hasattr(v, "op") else v):
+            value = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[name], shape_and_slices=[""],
+                                         dtypes=[v.dtype.base_dtype])[0]
+            ops.append(tf.compat.v1.assign(v, value, validate_shape=True).op)
+    return tf.group(*ops) if ops else None
+
+
+def _with_output(op):
+    with tf.control_dependencies([op]):
+        return tf.constant(True)

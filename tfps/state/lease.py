@@ -1,0 +1,66 @@
+"""One writer per model_dir: the trainer that writes checkpoints and deltas holds a lease.
+
+The lease is an exclusive flock(2) on MODEL_DIR/.tfps-lease, held by an open descriptor for the
+life of the process: the kernel releases it when the holder exits, however it exits (kill -9
+included), so a dead holder never blocks a resume and the launcher's restarts take it over at
+once. The file holds who took it (host, pid, start time, role), for the refusal message of a
+second trainer. flock works across processes of one host and, on Linux, over NFSv4 (where the
+client maps it to a byte-range lock); on a filesystem without locks the lease cannot be taken
+and says so.
+"""
+import errno
+import fcntl
+import json
+import os
+import socket
+import time
+
+LEASE_FILE = ".tfps-lease"
+
+
+class LeaseHeld(RuntimeError):
+    """Another live process holds the model_dir's lease (message: who)."""
+
+
+class Lease:
+    """The lease of model_dir, taken on construction; `release()` (or the process's exit) gives it up."""
+
+    def __init__(self, model_dir, role="trainer"):
+        os.makedirs(model_dir, exist_ok=True)
+        self.path = os.path.join(model_dir, LEASE_FILE)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise LeaseHeld(f"model_dir {model_dir} is being written by {_holder(self.path)}: one trainer per "
+                                f"model_dir (stop it, or train into another model_dir)") from None
+            raise LeaseHeld(f"cannot lock {self.path} ({e.strerror}): the model_dir's filesystem has no locks, so "
+                            f"tfps cannot make sure it is the only writer") from None
+        self._fd = fd
+        self.holder = {"host": socket.gethostname(), "pid": os.getpid(), "started": round(time.time(), 3),
+                       "role": role}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(self.holder) + "\n").encode(), 0)
+
+    def release(self):
+        if self._fd is not None:
+            os.close(self._fd)   # releases the flock
+            self._fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def _holder(path):
+    try:
+        with open(path) as f:
+            h = json.loads(f.read() or "{}")
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(h["started"]))
+        return f"{h.get('role', 'a trainer')} pid {h['pid']} on {h['host']} (since {started})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process (its lease file names no holder)"

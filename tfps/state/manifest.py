@@ -1,0 +1,147 @@
+"""A model's identity: its description, fingerprint and the manifest each saved cut carries.
+
+The description is derived from the model alone (never from placement, shard or PS count):
+
+    {"tables":    {name: {"dim": 16, "key_dtype": "int64", "admit_min_count": 1, ...}},
+     "dense":     {variable name: {"shape": [..], "dtype": "float32"}},   # optimizer slots included
+     "optimizer": ["{\"class\": \"AdamOptimizer\", \"learning_rate\": 0.001, ...}", ...]}
+
+its fingerprint is the first 16 hex digits of the SHA-256 of its canonical JSON. Every full
+checkpoint and every delta holds it as the string tensor `tfps_manifest` (JSON: format, version,
+kind, fingerprint, model); an export holds it in `assets.extra/tfps_manifest.json` with the step
+it was cut at. A reader compares the saved description with its model's before it changes
+anything (`difference`) and names the first difference.
+"""
+import hashlib
+import json
+
+import tensorflow as tf
+
+MANIFEST = "tfps_manifest"            # the string tensor of a checkpoint or delta bundle
+EXPORT_MANIFEST = "tfps_manifest.json"   # under a SavedModel's assets.extra/
+OPTIMIZERS = "tfps_optimizers"        # graph collection: one JSON string per tfps optimizer applied
+FORMAT, VERSION = "tfps-state", 1
+
+
+class StateMismatch(ValueError):
+    """A saved state that does not belong to the model reading it (message: the first difference)."""
+
+
+def optimizer_record(optimizer):
+    """The JSON string that names an optimizer and its hyper-parameters (its plain number, string
+    and bool attributes; a tensor-valued one is recorded as 'tensor')."""
+    hyper = {}
+    for key, value in sorted(vars(optimizer).items()):
+        name = key.lstrip("_")
+        if name in ("name", "use_locking") or name.endswith("_t") or key.startswith("__"):
+            continue
+        if isinstance(value, bool) or isinstance(value, (int, float, str)):
+            hyper[name] = value
+        elif isinstance(value, (tf.Tensor, tf.Variable)):
+            hyper[name] = "tensor"
+    return json.dumps({"class": type(optimizer).__name__, **hyper}, sort_keys=True)
+
+
+def record_optimizer(optimizer, graph=None):
+    """Adds optimizer_record(optimizer) to the graph's OPTIMIZERS collection (once)."""
+    graph = graph or tf.compat.v1.get_default_graph()
+    record = optimizer_record(optimizer)
+    records = graph.get_collection_ref(OPTIMIZERS)
+    if record not in records:
+        records.append(record)
+
+
+def dense_variables(graph):
+    """The graph's global variables that a checkpoint saves, by their name there (v.op.name)."""
+    return {v.op.name: v for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
+
+
+def describe(graph=None):
+    """The description of the model built in `graph` (see the module docstring)."""
+    from tfps.embedding.variable import embedding_variables
+    graph = graph or tf.compat.v1.get_default_graph()
+    tables = {}
+    for ev in embedding_variables(graph):
+        tables[ev.name] = {"dim": ev.dim, "key_dtype": ev.key_dtype.name,
+                           "admit_min_count": ev.options.admit_min_count,
+                           "admit_sketch_width": ev.options.admit_sketch_width if ev.options.admit_min_count > 1
+                           else 0}
+    dense = {name: {"shape": v.shape.as_list(), "dtype": v.dtype.base_dtype.name}
+             for name, v in sorted(dense_variables(graph).items())}
+    return {"tables": tables, "dense": dense, "optimizer": sorted(set(graph.get_collection(OPTIMIZERS)))}
+
+
+def fingerprint(description):
+    """16 hex digits of SHA-256 over the description's canonical JSON."""
+    text = json.dumps(description, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def manifest(description, kind):
+    """The manifest JSON string of a cut of `kind` ('full' or 'delta')."""
+    return json.dumps({"format": FORMAT, "version": VERSION, "kind": kind, "fingerprint": fingerprint(description),
+                       "model": description}, sort_keys=True)
+
+
+def parse(text, where):
+    """The manifest dict of a JSON string read from `where`; StateMismatch when it is not one."""
+    try:
+        out = json.loads(text.decode() if isinstance(text, bytes) else text)
+    except ValueError:
+        raise StateMismatch(f"{where}: its {MANIFEST} is not JSON") from None
+    if not isinstance(out, dict) or out.get("format") != FORMAT or "model" not in out:
+        raise StateMismatch(f"{where}: its {MANIFEST} is not a tfps state manifest")
+    if out.get("version", 0) > VERSION:
+        raise StateMismatch(f"{where}: state format version {out['version']}, this tfps reads up to {VERSION}: "
+                            f"upgrade tfps")
+    return out
+
+
+def read(prefix, reader=None):
+    """The manifest dict of the checkpoint or delta bundle at `prefix`, or None when it has none
+    (written by a tfps before manifests)."""
+    reader = reader or tf.train.load_checkpoint(prefix)
+    if not reader.has_tensor(MANIFEST):
+        return None
+    return parse(reader.get_tensor(MANIFEST), prefix)
+
+
+def difference(saved, model, exact=True):
+    """The first difference between a saved description and a model's, in words, or None.
+
+    exact: every table, dense variable and optimizer must be the same on both sides (resuming
+    training). Otherwise (evaluation, export: no optimizer in the graph) every table and dense
+    variable of the model must be saved alike; the saved state may hold more."""
+    for name in sorted(set(saved["tables"]) | set(model["tables"])):
+        a, b = saved["tables"].get(name), model["tables"].get(name)
+        if b is None:
+            if exact:
+                return f"table {name!r} is saved but not in the model"
+            continue
+        if a is None:
+            return f"table {name!r} of the model is not saved"
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                return f"table {name!r}: {key} {a.get(key)} saved, {b.get(key)} in the model"
+    for name in sorted(set(saved["dense"]) | set(model["dense"])):
+        a, b = saved["dense"].get(name), model["dense"].get(name)
+        if b is None:
+            if exact:
+                return f"variable {name!r} {a['shape']} is saved but not in the model"
+            continue
+        if a is None:
+            return f"variable {name!r} {b['shape']} of the model is not saved"
+        if a != b:
+            return (f"variable {name!r}: {a['dtype']} {a['shape']} saved, {b['dtype']} {b['shape']} in the model")
+    if exact and saved["optimizer"] != model["optimizer"]:
+        return f"optimizer: {saved['optimizer'] or 'none recorded'} saved, {model['optimizer'] or 'none'} in the model"
+    return None
+
+
+def check(saved, model, where, exact=True):
+    """Raises StateMismatch naming the first difference between `saved` (a manifest dict) and
+    `model` (a description)."""
+    problem = difference(saved["model"], model, exact)
+    if problem is not None:
+        raise StateMismatch(f"{where} is another model's (fingerprint {saved['fingerprint']}, the model's "
+                            f"{fingerprint(model)}): {problem}")

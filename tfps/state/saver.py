@@ -1,0 +1,92 @@
+"""StateSaver: the Saver of a model's whole state -- full checkpoints with a manifest, and a
+restore of the newest cut (the checkpoint and its delta chain) that checks everything first."""
+import os
+
+import tensorflow as tf
+from tensorflow.python.ops import variables as tf_variables
+from tensorflow.python.training.saving import saveable_object
+
+from tfps.embedding.checkpoint_tools import Saver
+from tfps.embedding.variable import embedding_variables
+from tfps.state import deltas, manifest as manifests
+
+
+class _ManifestSaveable(saveable_object.SaveableObject):
+    """The string tensor `tfps_manifest` of a checkpoint; restoring it changes nothing (the
+    StateSaver reads and checks it before the restore)."""
+
+    def __init__(self, text):
+        tensor = tf.constant(text, name="tfps_manifest")
+        super().__init__(tensor, [saveable_object.SaveSpec(tensor, "", manifests.MANIFEST, dtype=tf.string)],
+                         manifests.MANIFEST)
+
+    def restore(self, restored_tensors, restored_shapes):
+        del restored_tensors, restored_shapes
+        return tf.no_op()
+
+
+class StateSaver(Saver):
+    """A Saver (sharded, relative paths, as tfps's runners use it) whose checkpoints carry the
+    model's manifest, and whose restore of a model_dir's latest checkpoint also applies the
+    deltas after it (tables, then the dense state and global step of the last one).
+
+    Before anything changes, the checkpoint's manifest is compared with the model (exact: every
+    table, variable and the optimizer alike, for training; otherwise the model's tables and
+    variables must be saved alike, for evaluation and export) and every delta of the chain is
+    read whole and checked the same way: a mismatch is refused with one ValueError
+    (manifest.StateMismatch) naming the first difference. `restored_step` is the step of the cut
+    the last restore resumed at."""
+
+    def __init__(self, *args, exact=True, write_manifest=True, printer=print, **kwargs):
+        kwargs.setdefault("defer_build", True)
+        super().__init__(*args, **kwargs)
+        self._exact, self._write_manifest, self._print = exact, write_manifest, printer
+        self._state_ops = None
+        self.restored_step = None
+
+    def build(self):
+        graph = tf.compat.v1.get_default_graph()
+        description = manifests.describe(graph)
+        whole = self._var_list is None
+        if whole and self._write_manifest:
+            self._var_list = tf_variables._all_saveable_objects() + [   # pylint: disable=protected-access
+                _ManifestSaveable(manifests.manifest(description, "full"))]
+        if whole:   # the saver of the whole model: it restores deltas too
+            tables = embedding_variables(graph)
+            with tf.compat.v1.name_scope("tfps_state_restore"):
+                prefix = tf.compat.v1.placeholder(tf.string, [], name="delta_prefix")
+                dense = manifests.dense_variables(graph)
+                self._state_ops = dict(description=description, tables=tables, prefix=prefix,
+                                       apply_tables=deltas.apply_tables_op(tables, prefix),
+                                       apply_dense=deltas.apply_dense_op(dense, prefix))
+        super().build()
+
+    def restore(self, sess, save_path):
+        if self.saver_def is None:   # built with defer_build and used directly (Estimator's export)
+            with sess.graph.as_default():
+                self.build()
+        chain, step = [], None
+        ops = self._state_ops
+        if ops is not None and save_path is not None and tf.io.gfile.exists(save_path + ".index"):
+            saved = manifests.read(save_path)
+            where = f"checkpoint {save_path}"
+            if saved is None:
+                raise manifests.StateMismatch(
+                    f"{where} has no {manifests.MANIFEST}: written by a tfps before state manifests, its model "
+                    f"cannot be checked; train into a new model_dir")
+            manifests.check(saved, ops["description"], where, self._exact)
+            step = deltas.checkpoint_step(save_path)
+            model_dir = os.path.dirname(save_path)
+            latest = tf.train.latest_checkpoint(model_dir)
+            if latest is not None and os.path.abspath(latest) == os.path.abspath(save_path):
+                chain = deltas.delta_chain(model_dir, step, ops["tables"], ops["description"], self._exact)
+        out = super().restore(sess, save_path)
+        for _, prefix in chain:
+            sess.run(ops["apply_tables"], {ops["prefix"]: prefix})
+        if chain and ops["apply_dense"] is not None:
+            sess.run(ops["apply_dense"], {ops["prefix"]: chain[-1][1]})
+        if chain:
+            self._print(f"restored the state at step {chain[-1][0]}: checkpoint {os.path.basename(save_path)} and "
+                        f"{len(chain)} deltas {[s for s, _ in chain]}", flush=True)
+        self.restored_step = chain[-1][0] if chain else step
+        return out
