@@ -1,6 +1,7 @@
 """`tfps launch`: real PS/worker processes on loopback (small config, bounded time)."""
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -107,6 +108,37 @@ def _export_serve_and_resume(tmp_path, args, cluster_auc, table, saved, ckpt):
     assert not missing, (len(missing), len(saved["keys"]), resumed)
     fewer = [k for k, f in zip(saved["keys"].tolist(), saved["freq"].tolist()) if freq[position[k]] < f]
     assert not fewer, (len(fewer), resumed)
+
+
+def test_adam_checkpoint_of_2_ps_resumes_on_3_ps_and_in_one_process(tmp_path):
+    """Adam's beta powers are saved as one pair whatever the PS count (the other PS tasks hold
+    local copies): a 2-PS checkpoint resumes on 3 PS (`tfps launch`) and in one process
+    (`tfps train`) with the same fingerprint, and each continues the saved pair. Oracle: with
+    one trainer the pair is (beta1, beta2) ** (global step + 1) at every checkpoint."""
+    from tfps.state import manifest
+    sets = SMALL + ["train.optimizer=adam", "train.learning_rate=0.01", "train.save_checkpoints_steps=1000"]
+
+    def train(command, model_dir, steps, *extra):
+        args = [a for s in sets + [f"train.steps={steps}", f"model_dir={model_dir}"] for a in ("--set", s)]
+        out = subprocess.run([sys.executable, "-m", "tfps.cli", command, "--config", "configs/demo.yaml", *extra,
+                              *args], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        checkpoint = tf.train.latest_checkpoint(str(model_dir))
+        assert checkpoint.endswith(f"-{steps}"), checkpoint
+        return checkpoint
+
+    two = train("launch", tmp_path / "cluster", 40, "--ps", "2", "--workers", "1")
+    shutil.copytree(tmp_path / "cluster", tmp_path / "one", ignore=shutil.ignore_patterns("logs"))
+    three = train("launch", tmp_path / "cluster", 80, "--ps", "3", "--workers", "1")
+    one = train("train", tmp_path / "one", 80)
+    names = [{n for n, _ in tf.train.list_variables(c)} for c in (two, three, one)]
+    assert names[0] == names[1] == names[2]
+    assert {n for n in names[0] if "power" in n} == {"beta1_power", "beta2_power"}
+    assert len({manifest.read(c)["fingerprint"] for c in (two, three, one)}) == 1
+    for checkpoint in (two, three, one):
+        step = int(checkpoint.rsplit("-", 1)[1])
+        powers = [tf.train.load_variable(checkpoint, n) for n in ("beta1_power", "beta2_power")]
+        np.testing.assert_allclose(powers, [0.9 ** (step + 1), 0.999 ** (step + 1)], rtol=1e-5, err_msg=checkpoint)
 
 
 def test_bad_launches_fail_clearly(tmp_path):

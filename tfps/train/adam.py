@@ -1,15 +1,37 @@
 """Adam for a PS world.
 
-Dense variables: the same update as tf.compat.v1.train.AdamOptimizer, but with one
-(beta1_power, beta2_power) pair per device that holds variables, colocated with them and
-advanced together after every step, so all pairs stay equal and each apply op reads only the
-pair on its own device (stock TF keeps one pair on one PS, which every other PS reads each
-step). In one process there is one device and one pair, named like TF's.
+Dense variables: the same update as tf.compat.v1.train.AdamOptimizer. Stock TF keeps one
+(beta1_power, beta2_power) pair on one PS, which every other PS reads each step; here each
+device that holds dense variables has a pair colocated with them, so each apply op reads only
+the pair on its own device, and every pair is advanced on its own device after every step.
+
+Only one pair is model state, and it alone is saved: `beta1_power`/`beta2_power`, the names
+stock TF saves, on the first device (in sorted order) that holds dense variables. The pairs on
+the other devices are copies of it that no checkpoint, delta or fingerprint holds: local
+variables (LOCAL_VARIABLES, so neither the savers' list, the chief's init_op nor
+ready_for_local_init_op sees them; the ready_op does) whose initial value reads the saved pair.
+MonitoredTrainingSession runs the local init after the chief has initialised or restored the
+global variables (a StateSaver restore applies a delta's dense state within the restore), and
+on a worker once ready_for_local_init_op says they are ready. So after a restore -- in one
+process, on another PS count, or after a PS restart, when the chief restores and every
+re-created session re-runs its local init -- each copy starts from the restored pair, then
+moves with it. Whoever initialises by hand runs tf.compat.v1.local_variables_initializer()
+after the global init or restore.
+
+Why copies rather than b^t from a step count: the step lives on one PS, so each PS would need
+a step of its own (a per-PS variable again) or a value sent from the worker; the worker knows
+the global step only by reading it from its PS before the applies (a round trip the fused step
+avoids), and a trainer-kept stamp lags the other trainers' steps. The copies keep TF's update,
+its checkpoint names and its cost. With asynchronous trainers two advances of a pair can race
+(unlocked read-modify-writes, as stock TF's), and a trainer whose session starts re-sets the
+copies from the saved pair while others train, so a copy may be an advance or so off the saved
+pair until the next restore; with one trainer all pairs stay equal.
 
 Tables: lazy Adam -- only the rows of the batch move, m and v live in the row, and each row's
 bias correction uses its own step count (its number of updates), see TfpsTableApplyAdam.
 """
 import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops
 
 from tfps.ops import training as training_ops
 from tfps.train.optimizer import TableOptimizerMixin
@@ -24,28 +46,28 @@ class AdamOptimizer(TableOptimizerMixin, tf.compat.v1.train.AdamOptimizer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._pair_suffix = {}   # device -> name suffix of its beta-power pair
+        self._pairs = {}   # (graph, device) -> its (beta1_power, beta2_power): the saved pair or copies
 
     def _create_slots(self, var_list):
+        graph = tf.compat.v1.get_default_graph()
         first_on = {}
         for v in sorted(var_list, key=lambda x: x.name):
             first_on.setdefault(_device(v), v)
-        for i, device in enumerate(sorted(first_on)):
-            suffix = "" if i == 0 else f"_{i}"
-            self._pair_suffix[device] = suffix
-            for name, value in (("beta1_power", self._beta1), ("beta2_power", self._beta2)):
-                self._create_non_slot_variable(initial_value=value, name=name + suffix,
-                                               colocate_with=first_on[device])
+        home = sorted(first_on)[0]
+        saved = tuple(self._create_non_slot_variable(initial_value=value, name=name, colocate_with=first_on[home])
+                      for name, value in (("beta1_power", self._beta1), ("beta2_power", self._beta2)))
+        # Another minimize on this graph finds the pair where the first one put it.
+        self._pairs.setdefault((graph, _device(saved[0])), saved)
+        for device, v in sorted(first_on.items()):
+            if (graph, device) not in self._pairs:
+                self._pairs[graph, device] = tuple(_local_copy(p, v) for p in saved)
         for v in var_list:
             self._zeros_slot(v, "m", self._name)
             self._zeros_slot(v, "v", self._name)
 
     def beta_powers(self, var):
-        """The (beta1_power, beta2_power) pair on var's device."""
-        graph = tf.compat.v1.get_default_graph()
-        suffix = self._pair_suffix[_device(var)]
-        return (self._get_non_slot_variable("beta1_power" + suffix, graph=graph),
-                self._get_non_slot_variable("beta2_power" + suffix, graph=graph))
+        """The (beta1_power, beta2_power) pair on var's device: the saved pair or its local copies."""
+        return self._pairs[tf.compat.v1.get_default_graph(), _device(var)]
 
     def _hyper(self, var):
         dtype = var.dtype.base_dtype
@@ -83,15 +105,13 @@ class AdamOptimizer(TableOptimizerMixin, tf.compat.v1.train.AdamOptimizer):
 
     def _finish(self, update_ops, name_scope):
         # Advance every pair after all updates, each on its own device.
+        graph = tf.compat.v1.get_default_graph()
         with tf.control_dependencies(update_ops):
             advances = []
-            graph = tf.compat.v1.get_default_graph()
-            for suffix in sorted(set(self._pair_suffix.values())):
-                b1p = self._get_non_slot_variable("beta1_power" + suffix, graph=graph)
-                b2p = self._get_non_slot_variable("beta2_power" + suffix, graph=graph)
-                with graph.colocate_with(b1p.op if hasattr(b1p, "op") else b1p):
-                    advances.append(b1p.assign(b1p * self._beta1_t, use_locking=self._use_locking))
-                    advances.append(b2p.assign(b2p * self._beta2_t, use_locking=self._use_locking))
+            for pair in [pair for (g, _), pair in self._pairs.items() if g is graph]:
+                for power, beta in zip(pair, (self._beta1_t, self._beta2_t)):
+                    with graph.colocate_with(power.op):
+                        advances.append(power.assign(power * beta, use_locking=self._use_locking))
         return tf.group(*update_ops + advances, name=name_scope)
 
     def _apply_table(self, shard, keys, grads, lr, step):
@@ -99,3 +119,15 @@ class AdamOptimizer(TableOptimizerMixin, tf.compat.v1.train.AdamOptimizer):
                                              tf.cast(self._call_if_callable(self._beta1), tf.float32),
                                              tf.cast(self._call_if_callable(self._beta2), tf.float32),
                                              tf.cast(self._call_if_callable(self._epsilon), tf.float32))
+
+
+def _local_copy(saved, colocate_with):
+    """A local variable beside `colocate_with` whose initial value reads `saved` (a copy no
+    checkpoint holds; its initializer runs with the local init, after a restore)."""
+    graph = tf.compat.v1.get_default_graph()
+    with graph.colocate_with(saved.op, ignore_existing=True):
+        initial = saved.read_value()
+    with graph.colocate_with(colocate_with.op, ignore_existing=True):
+        return tf.compat.v1.Variable(initial, trainable=False, name=saved.op.name + "_local",
+                                     collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+                                     use_resource=resource_variable_ops.is_resource_variable(colocate_with))
