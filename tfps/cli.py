@@ -211,10 +211,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     from tfps.cluster.tf_config import ClusterConfigError
     from tfps.config import ConfigError
+    from tfps.state.lease import LeaseHeld
     try:
         return args.fn(args)
     except (ConfigError, ClusterConfigError) as e:
         print(f"tfps: config error: {e}", file=sys.stderr)
+        return 2
+    except LeaseHeld as e:
+        print(f"tfps: {e}", file=sys.stderr)
         return 2
     except ValueError as e:
         lines = str(e).strip().splitlines()

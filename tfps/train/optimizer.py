@@ -9,8 +9,8 @@ from tensorflow.python.training import training_util   # the key of the global s
 
 from tfps.embedding.records import lookups_of, stager_of
 from tfps.embedding.variable import EmbeddingVariable, TableShard, trainable_embedding_variables
-from tfps.train.fused import FusedDense
 from tfps.state import manifest as manifests
+from tfps.train.fused import FusedDense
 
 
 def _rows_per_unique(grad, num_unique):

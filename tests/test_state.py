@@ -1,0 +1,156 @@
+"""tfps.state: manifests and fingerprints, the lease of a model_dir, and resuming from deltas
+after kill -9 at random moments (every batch trained exactly once)."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfps
+from tfps.embedding.checkpoint_tools import checkpoint_tables
+from tfps.state import lease as leases
+from tfps.state import manifest as manifests
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _model(num_shards=1, hidden=4, lr=0.1):
+    ev = tfps.get_embedding_variable("emb", 4, num_shards=num_shards)
+    gs = tf.compat.v1.train.get_or_create_global_step()
+    ids = tf.constant([1, 2, 3], tf.int64)
+    w = tf.compat.v1.get_variable("w", [4, hidden])
+    loss = tf.reduce_sum(tf.matmul(tfps.embedding_lookup(ev, ids), w))
+    return tfps.train.AdagradOptimizer(lr).minimize(loss, global_step=gs)
+
+
+def _description(**kwargs):
+    with tf.Graph().as_default() as g:
+        _model(**kwargs)
+        return manifests.describe(g)
+
+
+def test_the_fingerprint_is_the_models_not_its_placement():
+    one, three = _description(num_shards=1), _description(num_shards=3)
+    assert manifests.fingerprint(one) == manifests.fingerprint(three)
+    assert manifests.difference(one, three) is None
+    assert set(one["dense"]) == {"global_step", "w", "w/Adagrad"}
+    assert json.loads(one["optimizer"][0])["class"] == "AdagradOptimizer"
+
+
+def test_a_difference_is_named():
+    base = _description()
+    wider, faster = _description(hidden=5), _description(lr=0.2)
+    assert manifests.fingerprint(wider) != manifests.fingerprint(base)
+    assert manifests.difference(base, wider) == "variable 'w': float32 [4, 4] saved, float32 [4, 5] in the model"
+    assert manifests.difference(base, faster).startswith("optimizer:")
+    # Export and evaluation graphs have no optimizer: only what they hold must match.
+    with tf.Graph().as_default() as g:
+        tfps.get_embedding_variable("emb", 4)
+        tf.compat.v1.get_variable("w", [4, 4])
+        predict = manifests.describe(g)
+    assert manifests.difference(base, predict, exact=False) is None
+    assert manifests.difference(base, predict, exact=True) is not None
+    saved = json.loads(manifests.manifest(base, "full"))
+    with pytest.raises(manifests.StateMismatch, match="variable 'w'"):
+        manifests.check(saved, wider, "checkpoint x")
+
+
+def _hold_lease(model_dir):
+    code = ("import sys, time; from tfps.state.lease import Lease; l = Lease(sys.argv[1]); "
+            "print('held', flush=True); time.sleep(600)")
+    p = subprocess.Popen([sys.executable, "-c", code, model_dir], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_one_writer_per_model_dir_and_a_dead_holder_frees_it(tmp_path):
+    holder = _hold_lease(str(tmp_path))
+    try:
+        with pytest.raises(leases.LeaseHeld, match=f"pid {holder.pid} "):
+            leases.Lease(str(tmp_path))
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with leases.Lease(str(tmp_path)) as lease:   # kill -9 released it
+        assert lease.holder["pid"] == os.getpid()
+    leases.Lease(str(tmp_path)).release()       # and release() does
+
+
+def test_a_second_trainer_on_a_model_dir_is_refused(tmp_path):
+    holder = _hold_lease(str(tmp_path))
+    try:
+        r = subprocess.run([sys.executable, "-m", "tfps.cli", "train", "--config", "configs/demo.yaml",
+                            "--set", f"model_dir={tmp_path}", "--set", "train.steps=10"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert r.returncode == 2, r.stderr   # refused (a crash would be 1 or a signal)
+    assert not tf.train.latest_checkpoint(str(tmp_path))   # it wrote nothing
+
+
+CHAOS = ["--config", "configs/demo.yaml", "--set", "train.steps=6000", "--set", "train.batch_size=256",
+         "--set", "train.delta_every_secs=1", "--set", "train.save_checkpoints_steps=2500",
+         "--set", "train.log_every_steps=1000", "--set", "eval.examples=50000"]
+
+
+def _train(model_dir, kill_after=None):
+    """`tfps train` of CHAOS into model_dir, killed with SIGKILL kill_after seconds after its first
+    line (None: to the end). Returns the final JSON line's dict, or None when killed."""
+    p = subprocess.Popen([sys.executable, "-m", "tfps.cli", "train", *CHAOS, "--set", f"model_dir={model_dir}"],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = p.stdout.readline()   # TensorFlow is imported: the rest is graph, restore and training
+    try:
+        out, _ = p.communicate(timeout=kill_after if kill_after is not None else 600)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGKILL)
+        p.communicate()
+        return None
+    assert p.returncode == 0, (first + out)[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _updates(model_dir):
+    """{table: (keys, update counts)} of the final checkpoint, sorted by key."""
+    path = tf.train.latest_checkpoint(model_dir)
+    reader = tf.train.load_checkpoint(path)
+    out = {}
+    for table in checkpoint_tables(path):
+        keys, freq = reader.get_tensor(f"{table}-keys"), reader.get_tensor(f"{table}-freq")
+        order = np.argsort(keys)
+        out[table] = (keys[order], freq[order])
+    return out, int(reader.get_tensor("global_step"))
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_moments_trains_every_batch_once(tmp_path):
+    """10 kills at random moments (deltas every second, full checkpoints every 2500 steps), each
+    resumed: every row has as many updates as in an uninterrupted run of the same batches, and
+    the AUC is within 0.002 of it."""
+    rng = random.Random(23)
+    chaos, straight = str(tmp_path / "chaos"), str(tmp_path / "straight")
+    kills = deltas_seen = 0
+    while kills < 10:
+        result = _train(chaos, kill_after=rng.uniform(0.0, 5.0))
+        if result is not None:
+            break   # it finished before this kill
+        kills += 1
+        deltas_seen += len([f for f in os.listdir(chaos) if f.startswith("delta-") and f.endswith(".index")])
+    assert kills >= 8 and deltas_seen >= 5   # the kills hit training with deltas, not only start-ups
+    if result is None:
+        result = _train(chaos)
+    want = _train(straight)
+    got_updates, got_step = _updates(chaos)
+    want_updates, want_step = _updates(straight)
+    assert got_step == want_step == 6000
+    assert sorted(got_updates) == sorted(want_updates)
+    for table, (keys, freq) in want_updates.items():
+        np.testing.assert_array_equal(got_updates[table][0], keys)
+        np.testing.assert_array_equal(got_updates[table][1], freq)
+    assert abs(result["auc"] - want["auc"]) <= 0.002
