@@ -23,9 +23,11 @@ from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb
 from tfps.config import load_config
 from tfps.data import SyntheticCriteo
 from tfps.data.sources import eval_set, train_input_fn
-from tfps.estimator.incremental import DeltaRestoreHook, IncrementalCheckpoints
+from tfps.estimator.incremental import IncrementalCheckpoints
 from tfps.estimator.runner import export, make_estimator
 from tfps.serving.server import ModelServer
+from tfps.serving.servable import Servable, read_export_manifest
+from tfps.state.manifest import StateMismatch
 from serve_client import _request
 
 pytestmark = pytest.mark.slow
@@ -65,6 +67,16 @@ def trained(tmp_path_factory):
     est = _train(cfg, 40)
     rows = _rows(cfg)
     return dict(cfg=cfg, est=est, rows=rows, want=_predict(est, rows), export=export(cfg, str(root / "export")))
+
+
+def _predict_export(path, features):
+    """The probabilities of the SavedModel at `path` on `features`, loaded on its own."""
+    servable = Servable(path, 1)
+    try:
+        signature = servable.signature(None)
+        return servable.run(signature, signature.check(features))["probabilities"]
+    finally:
+        servable.retire()
 
 
 def _server(base, **kw):
@@ -353,12 +365,15 @@ def test_follow_applies_the_trainers_deltas_to_the_served_tables(trained, tmp_pa
         # machine stretches them)
         assert len(server.store.follower.lags) == 3 and max(server.store.follower.lags) < 2.0, \
             server.store.follower.lags
-        oracle = _predict(make_estimator(cfg), rows, hooks=[DeltaRestoreHook(str(cfg.model_dir),
-                                                                             printer=lambda *a, **k: None)])
+        # The oracle: an export of the newest cut (the checkpoint of step 40 and the deltas up to
+        # 70: tables, dense variables and global step), cut at step 70.
+        cut = export(cfg, str(tmp_path / "cut"))
+        assert read_export_manifest(cut)["step"] == 70
+        assert read_export_manifest(cut)["fingerprint"] == read_export_manifest(trained["export"])["fingerprint"]
+        oracle = _predict_export(cut, rows)
         assert np.abs(oracle - trained["want"]).max() > 1e-3   # the deltas change the scores
-        # Dense variables are only in full checkpoints: the tables alone moved. The oracle's
-        # dense part is the full checkpoint's too, so the scores agree exactly.
         np.testing.assert_allclose(served(), oracle, rtol=1e-5, atol=1e-6)
+        assert server.store.loaded()[int(os.path.basename(trained["export"]))].state()["step"] == 70
         # A damaged delta (its index without its data) is refused; the served tables stay.
         with open(os.path.join(cfg.model_dir, "delta-80.index"), "wb") as f:
             f.write(b"\x00" * 64)
@@ -376,6 +391,61 @@ def test_follow_applies_the_trainers_deltas_to_the_served_tables(trained, tmp_pa
         _polls(server, 2)
         assert [s for _, _, s in server.store.follower.applied][-1] == 70
         np.testing.assert_allclose(served(), oracle, rtol=1e-5, atol=1e-6)
+    finally:
+        server.stop()
+
+
+def test_follow_of_another_model_changes_nothing(trained, tmp_path):
+    """--follow of a model_dir whose model differs (an MLP of another width; the same shapes with
+    another learning rate): nothing of it is applied, the answers stay bit-identical, and the
+    served state is still the export's."""
+    version = int(os.path.basename(trained["export"]))
+    for i, change in enumerate(["model.hidden_units=[8]", "train.learning_rate=0.25"]):
+        other = _cfg(tmp_path / f"other{i}", change)
+        _train(other, 20)
+        server = _server(os.path.dirname(trained["export"]), poll_secs=0.2, follow=str(other.model_dir))
+        try:
+            stub = _stub(server)
+            before = tf.make_ndarray(stub.Predict(_request(trained["rows"]), timeout=30).outputs["probabilities"])
+            _polls(server, 3)
+            after = tf.make_ndarray(stub.Predict(_request(trained["rows"]), timeout=30).outputs["probabilities"])
+            assert server.store.follower.applied == []
+            np.testing.assert_array_equal(after, before)
+            np.testing.assert_allclose(before, trained["want"], rtol=1e-5, atol=1e-6)
+            assert server.store.loaded()[version].state()["step"] == 40
+        finally:
+            server.stop()
+
+
+def test_export_of_a_config_that_does_not_fit_is_refused(trained, tmp_path):
+    """`tfps export` with model.hidden_units changed: refused naming the variable, no SavedModel."""
+    cfg = load_config("configs/demo.yaml", SETS + [f"model_dir={trained['cfg'].model_dir}",
+                                                    "model.hidden_units=[8]"])
+    with pytest.raises(StateMismatch, match="variable 'mlp_0/bias'"):
+        export(cfg, str(tmp_path / "export"))
+    assert not os.path.exists(tmp_path / "export") or not os.listdir(tmp_path / "export")
+    r = subprocess.run([sys.executable, "-m", "tfps.cli", "export", "--config", "configs/demo.yaml",
+                        *[a for x in SETS for a in ("--set", x)], "--set", f"model_dir={trained['cfg'].model_dir}",
+                        "--set", "model.hidden_units=[8]", "--export-dir", str(tmp_path / "cli")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert not os.path.exists(tmp_path / "cli") or not os.listdir(tmp_path / "cli")
+
+
+def test_metadata_reports_the_fingerprint_and_step(trained):
+    from google.protobuf import struct_pb2
+    manifest = read_export_manifest(trained["export"])
+    assert manifest["step"] == 40 and len(manifest["fingerprint"]) == 16
+    server = _server(os.path.dirname(trained["export"]))
+    try:
+        request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+        request.model_spec.name = "demo"
+        response = _stub(server).GetModelMetadata(request, timeout=30)
+        state = struct_pb2.Struct()
+        response.metadata["tfps_state"].Unpack(state)
+        assert dict(state) == {"fingerprint": manifest["fingerprint"], "step": 40.0}
+        status, body = _rest(server, "/v1/models/demo/metadata")
+        assert status == 200 and body["metadata"]["tfps_state"] == {"fingerprint": manifest["fingerprint"], "step": 40}
     finally:
         server.stop()
 

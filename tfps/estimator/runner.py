@@ -3,6 +3,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import tempfile
 import time
 
@@ -55,8 +56,18 @@ def export(cfg, export_dir):
         raise ValueError(f"export: no checkpoint in model_dir {cfg.model_dir!r}; train first")
     receiver = sequence_serving_input_receiver_fn() if cfg.data.format == "movielens_sequences" else \
         serving_input_receiver_fn(schema_of(cfg))
-    path = est.export_saved_model(export_dir, receiver).decode()
-    write_export_manifest(path, est.latest_checkpoint())
+    # Exported aside (a directory a server's version poll skips), given its manifest, then renamed
+    # into export_dir: a server never sees a version without its manifest, and a refused or
+    # failed export leaves nothing behind.
+    os.makedirs(export_dir, exist_ok=True)
+    aside = tempfile.mkdtemp(prefix=".tfps-export-", dir=export_dir)
+    try:
+        made = est.export_saved_model(aside, receiver).decode()
+        write_export_manifest(made, est.latest_checkpoint())
+        path = os.path.join(export_dir, os.path.basename(made))
+        os.rename(made, path)
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
     return path
 
 

@@ -143,5 +143,5 @@ def check(saved, model, where, exact=True):
     `model` (a description)."""
     problem = difference(saved["model"], model, exact)
     if problem is not None:
-        raise StateMismatch(f"{where} is another model's (fingerprint {saved['fingerprint']}, the model's "
-                            f"{fingerprint(model)}): {problem}")
+        theirs = f"the model's {fingerprint(model)}" if exact else "a model without an optimizer: no fingerprint"
+        raise StateMismatch(f"{where} is another model's (fingerprint {saved['fingerprint']}; {theirs}): {problem}")
