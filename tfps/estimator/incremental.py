@@ -69,7 +69,11 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord):
         session.run(self._track)
-        self._start_chain(session.run(self._gs))   # the cut the session was restored at
+        # The next delta continues the newest cut on disk: the one this session was restored at,
+        # or the full checkpoint a saver hook wrote at the session's start (on a cluster other
+        # trainers may have moved the global step on since; their rows are in the next delta).
+        self._start_chain(deltas.latest_cut(self._dir)[2] if tf.train.latest_checkpoint(self._dir)
+                          else int(session.run(self._gs)))
 
     def _start_chain(self, step):
         # The removed-keys logs are not reset: each delta takes the removals stamped at or
@@ -116,7 +120,14 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
         # the one before it covers go (those after it stay, so that it remains restorable).
         previous = self._full_step
         self._full_step = global_step_value
-        self._start_chain(global_step_value)
+        # The chain continues from the global step the checkpoint holds (what a restore resumes
+        # at); on a cluster it can be past the one it is named by (read before the save). Rows
+        # are taken from the earlier one on.
+        saved = deltas.checkpoint_step(os.path.join(self._dir, f"model.ckpt-{global_step_value}")) \
+            if tf.io.gfile.exists(os.path.join(self._dir, f"model.ckpt-{global_step_value}.index")) \
+            else global_step_value
+        self._start_chain(saved)
+        self._since_step = min(saved, global_step_value)
         if previous is None:
             return
         for step, prefix in delta_files(self._dir):
