@@ -103,3 +103,64 @@ def test_empty_lines_are_not_rows_and_a_bad_row_counts_once_over_passes(tmp_path
     three_passes = list(numpy_batches(lambda: criteo_dataset([str(path)], 3, skip_bad_rows=True, repeat=True).take(6)))
     assert [len(b[1]) for b in three_passes[:2]] == [2, 1]
     assert sum(len(b[1]) for b in three_passes) == 9 and sum(int(b[0]["bad_rows"]) for b in three_passes) == 1
+
+
+# -- gzip files that end early (tfps.data.lines): an error naming the file, or one counted bad row
+
+MANY = [_row(i % 2, [i] + [1] * 12, [f"{i:08x}"] * 26) for i in range(25)]
+
+
+def _gzip_with_marks(path, parts):
+    """Writes the parts (bytes) as one gzip member, flushed after each: returns the file's size
+    after each part (a cut there decompresses to exactly the parts before it)."""
+    marks = []
+    with open(path, "wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb") as f:
+            for part in parts:
+                f.write(part)
+                f.flush()
+                marks.append(raw.tell())
+    return marks
+
+
+def _cuts(tmp_path):
+    """{kind: (file bytes, the whole rows before the cut, or None when not known exactly)} of
+    MANY written as gzip and cut or damaged."""
+    text = [(line + "\n").encode() for line in MANY]
+    mid = len(text[12]) // 2
+    whole = tmp_path / "whole.gz"
+    marks = _gzip_with_marks(whole, [b"".join(text[:12]), text[12][:mid], text[12][mid:] + b"".join(text[13:])])
+    data = whole.read_bytes()
+    crc = bytearray(data)
+    crc[-8] ^= 1                                              # the trailer's CRC
+    return {"mid_trailer": (data[:-3], MANY), "no_trailer": (data[:-8], MANY),
+            "at_line_end": (data[:marks[0]], MANY[:12]), "mid_line": (data[:marks[1]], MANY[:12]),
+            "mid_stream": (data[:(marks[1] + marks[2]) // 2], None), "bad_crc": (bytes(crc), MANY)}
+
+
+def test_a_whole_gzip_file_reads_every_row(tmp_path):
+    path = tmp_path / "whole.gz"
+    with gzip.open(path, "wt") as f:
+        f.write("\n".join(MANY) + "\n")
+    _check(_read([str(path)], batch_size=4), MANY)
+
+
+@pytest.mark.parametrize("kind", ["mid_trailer", "no_trailer", "at_line_end", "mid_line", "mid_stream", "bad_crc"])
+def test_a_gzip_file_that_ends_early_is_an_error_naming_it_or_a_counted_bad_row(tmp_path, kind):
+    data, before = _cuts(tmp_path)[kind]
+    path = tmp_path / f"{kind}.gz"
+    path.write_bytes(data)
+    with pytest.raises(tf.errors.InvalidArgumentError) as err:
+        _read([str(path)], batch_size=4)
+    assert str(path) in err.value.message and "truncated" in err.value.message
+    if before is not None and kind != "bad_crc":   # the line where the data ends (a CRC is checked at the end)
+        assert f" line {len(before) + 1}: " in err.value.message
+    batches = _read([str(path)], batch_size=4, skip_bad_rows=True)
+    assert sum(int(b[0]["bad_rows"]) for b in batches) == 1
+    read = sum(len(b[1]) for b in batches)
+    _check(batches, MANY[:read] if before is None else before)
+    assert before is not None or read < len(MANY)
+    # a repeated input counts it once, on the first pass (the second has no batch of it: one less)
+    two = list(numpy_batches(lambda: criteo_dataset([str(path)], 4, skip_bad_rows=True, repeat=True).take(
+        2 * len(batches) - 1)))
+    assert sum(int(b[0]["bad_rows"]) for b in two) == 1 and sum(len(b[1]) for b in two) == 2 * read

@@ -89,6 +89,7 @@ def test_training_order_is_shuffled_per_pass_and_repeats(tmp_path):
     ("x,2,3.0,100", "has a userId that is not a non-negative integer"),
     ("1,2,good,100", "has a rating that is not a number"),
     ("1,2,3.0,soon", "has a timestamp that is not an integer"),
+    ("", "has 1 comma-separated fields, expected 4"),          # a blank line is a malformed one
 ])
 def test_a_malformed_line_is_named_or_skipped_and_counted(tmp_path, line, reason):
     directory = ml_tiny.write(tmp_path, extra_rating_lines=[line])

@@ -102,3 +102,62 @@ def test_without_a_spec_the_source_says_what_is_missing(tmp_path):
                              "data.features=[{name: x, type: int}]"])
     with pytest.raises(ValueError, match="no files match"):
         make_source(cfg)
+
+
+# -- files that end early: TF reads a file cut mid-header as a whole shorter one, and names no file
+
+def _record_file(path, n=20):
+    """n Examples (label, price, id i) written to path; returns their serialized forms."""
+    records = [_example(label=[float(i % 2)], price=[i + 0.5], pos=[i]).SerializeToString() for i in range(n)]
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for r in records:
+            w.write(r)
+    return records
+
+
+SPECS = [{"name": "price", "type": "float"}, {"name": "pos", "type": "int"}]
+
+
+def test_a_whole_tfrecord_file_reads_every_record(tmp_path):
+    _record_file(tmp_path / "x.tfrecord")
+    got = _read(lambda: tfrecord_dataset([str(tmp_path / "x.tfrecord")], 6, SPECS))
+    assert _cat(got, "ids")[:, 0].tolist() == list(range(20))
+    np.testing.assert_array_equal(_cat(got, "dense")[:, 0], np.arange(20) + 0.5)
+    np.testing.assert_array_equal(np.concatenate([b[1] for b in got]), np.arange(20) % 2)
+
+
+@pytest.mark.parametrize("kind", ["mid_record", "mid_header", "mid_last_crc", "no_last_crc", "corrupt"])
+def test_a_tfrecord_file_that_ends_early_is_an_error_naming_it(tmp_path, kind):
+    whole = tmp_path / "whole.tfrecord"
+    records = _record_file(whole)
+    data = bytearray(whole.read_bytes())
+    at = sum(len(r) + 16 for r in records[:11])               # where record 11 (from 0) starts
+    cut = {"mid_record": data[:at + 12 + len(records[11]) // 2], "mid_header": data[:at + 5],
+           "mid_last_crc": data[:-2], "no_last_crc": data[:-4], "corrupt": data}[kind]
+    if kind == "corrupt":
+        cut[at + 14] ^= 0x40                                 # a byte of record 11's data: its CRC fails
+    path = tmp_path / f"{kind}.tfrecord"
+    path.write_bytes(bytes(cut))
+    second = tmp_path / "second.tfrecord"
+    _record_file(second)
+    with pytest.raises(tf.errors.InvalidArgumentError) as err:
+        _read(lambda: tfrecord_dataset([str(path), str(second)], 6, SPECS))
+    assert str(path) in err.value.message and "truncated" in err.value.message
+    assert str(second) not in err.value.message
+
+
+def test_the_sequence_records_that_end_early_are_an_error_naming_the_file(tmp_path):
+    from tfps.data.sequences import read_samples, tfrecord_samples, write_tfrecords
+    sample = {"user": np.int64(1), "profile": np.array([1, 2, 3]), "history_movie": np.array([4, 5]),
+              "history_rating": np.array([3.0, 4.0], np.float32), "history_time": np.array([1, 2]),
+              "realtime_movie": np.array([6]), "realtime_rating": np.array([5.0], np.float32),
+              "realtime_time": np.array([3]), "candidate_movie": np.array([7, 8]), "candidate_time": np.array([4, 5]),
+              "candidate_genres": np.zeros([2, 20], np.int64), "label": np.array([1.0, 0.0], np.float32),
+              "cross": np.zeros([2, 5], np.float32)}
+    write_tfrecords([sample] * 5, str(tmp_path))
+    assert len(read_samples(lambda: tfrecord_samples(str(tmp_path)))) == 5
+    path = tmp_path / "part-00000.tfrecord"
+    path.write_bytes(path.read_bytes()[:-30])
+    with pytest.raises(tf.errors.InvalidArgumentError) as err:
+        read_samples(lambda: tfrecord_samples(str(tmp_path)))
+    assert str(path) in err.value.message and "truncated" in err.value.message

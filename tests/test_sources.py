@@ -81,6 +81,31 @@ def test_eval_examples_takes_exactly_the_first_rows_of_the_eval_files(tmp_path):
     np.testing.assert_array_equal(labels_of(256), everything[:256])
 
 
+def test_a_truncated_gzip_eval_file_is_named_before_training_or_counts_no_example(tmp_path):
+    """The criteo source counts its eval rows (and looks for text) in Python: a gzip file cut
+    mid-stream is TruncatedFileError (a ValueError) naming it, or with skip_bad_rows its whole
+    rows are the count."""
+    import gzip
+    from tfps.data.lines import TruncatedFileError
+    from tfps.data.sources import make_source
+    from tfps.data.synthetic import SyntheticConfig, SyntheticCriteo, write_criteo_text
+    write_criteo_text(SyntheticCriteo(SyntheticConfig()), str(tmp_path / "a.txt"), 300)
+    lines = (tmp_path / "a.txt").read_bytes().split(b"\n")
+    with open(tmp_path / "eval.gz", "wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb") as f:
+            f.write(b"\n".join(lines[:100]) + b"\n" + lines[100][:7])   # 100 rows and a partial one
+            f.flush()
+            cut = raw.tell()
+            f.write(lines[100][7:] + b"\n" + b"\n".join(lines[101:]))
+    (tmp_path / "eval.gz").write_bytes((tmp_path / "eval.gz").read_bytes()[:cut])
+    sets = ["data.format=criteo", f"data.path={tmp_path / 'a.txt'}", f"data.eval_path={tmp_path / 'eval.gz'}",
+            "eval.examples=null"]
+    with pytest.raises(TruncatedFileError) as err:
+        make_source(load_config(None, sets)).eval_size()
+    assert err.value.path == str(tmp_path / "eval.gz") and err.value.line == 101 and "truncated" in str(err.value)
+    assert make_source(load_config(None, sets + ["data.skip_bad_rows=true"])).eval_size() == 100
+
+
 def test_eval_examples_takes_the_first_user_samples_up_to_that_many_candidates(tmp_path):
     """MTGR's eval set in whole samples: the first ones until their candidates reach
     eval.examples. Oracle: the samples of movielens_user_samples, counted in numpy."""

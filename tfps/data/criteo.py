@@ -18,10 +18,15 @@ Per row:
 A malformed row (wrong column count, a non-numeric integer, a label other than 0/1) stops the
 input with InvalidArgumentError naming the file, the line number and what is wrong; with
 skip_bad_rows=True it is dropped and counted in features["bad_rows"] (on the first pass over the
-files; later passes skip it again without counting). Empty lines are not rows.
+files; later passes skip it again without counting). A gzip file that ends early (cut mid-stream,
+its trailer missing or not matching: tfps.data.lines) is such an error at the line where its data
+ends, saying "truncated", or with skip_bad_rows one bad row (the partial last line, however much
+was lost; a warning names the file). An empty line (nothing between two newlines, "\r" aside) is
+not a row and is not counted; a line of blanks is a malformed row.
 """
 import tensorflow as tf
 
+from tfps.data.lines import line_batches
 from tfps.data.schema import Schema, share
 from tfps.ops.data import check_rows
 
@@ -36,27 +41,26 @@ SCHEMA = Schema(num_dense=NUM_INTEGER, id_features=tuple([f"I{j + 1}" for j in r
 
 
 def _batches(paths, batch_size):
-    """Batches of (file [b], line numbers from 1 [b], lines [b]) of every file, in order. Batches
-    end at file ends; line numbers come from the batch index, not from a per-line step."""
+    """Batches of (file [b], line numbers from 1 [b], lines [b], reasons [b]) of every file, in
+    order (tfps.data.lines: reasons are empty but for a gzip file's truncated end). Batches end at
+    file ends."""
     ds = None
     for path in paths:
         path = str(path)
-        lines = tf.data.TextLineDataset(path, compression_type="GZIP" if path.endswith(".gz") else "")
-
-        def number(b, batch, path=path):
-            n = tf.shape(batch, out_type=tf.int64)[0]
-            return tf.fill([n], path), b * batch_size + 1 + tf.range(n), batch
-        batches = lines.batch(batch_size).enumerate().map(number)
+        batches = line_batches(path, batch_size).map(
+            lambda numbers, lines, reasons, path=path: (tf.fill(tf.shape(lines), path), numbers, lines, reasons))
         ds = batches if ds is None else ds.concatenate(batches)
     return ds
 
 
 def _parse(paths_lines, skip_bad_rows):
-    """Batched: (files [B], line numbers [B], lines [B], pass) -> (features, labels). Empty lines
-    are not rows; malformed rows count in bad_rows on the first pass over the files only."""
-    files, numbers, lines, epoch = paths_lines
-    text = tf.strings.length(lines) > 0
-    files, numbers, lines = (tf.boolean_mask(t, text) for t in (files, numbers, lines))
+    """Batched: (files [B], line numbers [B], lines [B], reasons [B], pass) -> (features, labels).
+    Empty lines are not rows; malformed rows (and a truncated file's end: a reason) count in
+    bad_rows on the first pass over the files only."""
+    files, numbers, lines, truncated, epoch = paths_lines
+    text = (tf.strings.length(lines) > 0) | (tf.strings.length(truncated) > 0)
+    files, numbers, lines, truncated = (tf.boolean_mask(t, text) for t in (files, numbers, lines, truncated))
+    whole = tf.equal(tf.strings.length(truncated), 0)
     fields = tf.strings.split(lines, "\t")                             # ragged [B, ?]
     count_ok = tf.equal(fields.row_lengths(), NUM_FIELDS)
     padded = fields.to_tensor(default_value="", shape=[None, NUM_FIELDS])
@@ -64,19 +68,19 @@ def _parse(paths_lines, skip_bad_rows):
     label_ok = tf.strings.regex_full_match(label_s, "[01]")
     int_valid = tf.strings.regex_full_match(int_s, r"(-?[0-9]{1,18})?")   # [B, 13]
     int_ok = tf.reduce_all(int_valid, axis=1)
-    ok = count_ok & label_ok & int_ok
+    ok = count_ok & label_ok & int_ok & whole
     if skip_bad_rows:
         bad_rows = tf.where(tf.equal(epoch, 0), tf.reduce_sum(tf.cast(~ok, tf.int64)), 0)
         label_s, int_s, cat_s, int_valid = (tf.boolean_mask(t, ok) for t in (label_s, int_s, cat_s, int_valid))
     else:
         def reasons():   # built only for a batch with a bad row
             bad_column = tf.argmax(tf.cast(~int_valid, tf.int32), axis=1, output_type=tf.int32)
-            return tf.where(~count_ok, tf.strings.join([
+            return tf.where(~whole, truncated, tf.where(~count_ok, tf.strings.join([
                 "has ", tf.strings.as_string(fields.row_lengths()), f" tab-separated fields, expected {NUM_FIELDS} "
                 f"(label, {NUM_INTEGER} integers, {NUM_CATEGORICAL} categoricals)"]),
                 tf.where(~label_ok, tf.strings.join(["has label '", label_s, "', expected 0 or 1"]),
                          tf.strings.join(["has I", tf.strings.as_string(bad_column + 1), " = '",
-                                          tf.gather(int_s, bad_column, batch_dims=1), "', not an integer"])))
+                                          tf.gather(int_s, bad_column, batch_dims=1), "', not an integer"]))))
         why = tf.cond(tf.reduce_all(ok), lambda: tf.fill(tf.shape(ok), ""), reasons)
         check = check_rows(ok, files, numbers, why, reader="criteo")
         with tf.control_dependencies([check]):
@@ -113,10 +117,10 @@ def criteo_dataset(paths, batch_size, skip_bad_rows=False, shard_index=0, num_sh
     if not paths:
         raise ValueError("criteo_dataset: no files given")
     def one_pass(epoch):
-        return _batches(paths, batch_size).map(lambda f, n, l: (f, n, l, epoch))
+        return _batches(paths, batch_size).map(lambda f, n, l, r: (f, n, l, r, epoch))
     ds = tf.data.Dataset.range(2**62).flat_map(one_pass) if repeat else one_pass(tf.constant(0, tf.int64))
     ds = share(ds, start, shard_index, num_shards)
-    parsed = ds.map(lambda f, n, l, e: _parse((f, n, l, e), skip_bad_rows), num_parallel_calls=tf.data.AUTOTUNE)
+    parsed = ds.map(lambda f, n, l, r, e: _parse((f, n, l, r, e), skip_bad_rows), num_parallel_calls=tf.data.AUTOTUNE)
     # a batch left without rows is dropped, unless it carries the count of the bad rows it skipped
     parsed = parsed.filter(lambda f, l: tf.logical_or(tf.size(l) > 0, f["bad_rows"] > 0))
     return parsed.prefetch(tf.data.AUTOTUNE)

@@ -18,7 +18,9 @@ in timestamp count as later).
 A malformed line (wrong column count, a non-numeric field, a bad header) stops the input with
 InvalidArgumentError naming the file, the line and what is wrong; with skip_bad_rows=True the
 line is dropped and counted once, in features["bad_rows"] of the training split's first batch
-(a malformed line belongs to no split).
+(a malformed line belongs to no split). A blank line (but the one a final newline leaves) is such
+a malformed line. The files are plain CSV (read whole, no gzip), so nothing tells a file cut at a
+line's end from a whole one; a line cut short is malformed, or a shorter number.
 """
 import os
 

@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfps.data.schema import Schema
+from tfps.data.tfrecord import record_batches
 
 SCHEMA = Schema(num_dense=0, id_features=(), has_users=True)   # what the runners see (GAUC by user)
 CROSS = ("user_count", "user_genre_count", "user_genre_mean", "movie_count", "movie_mean")
@@ -217,12 +218,17 @@ def parse_example(serialized):
 
 
 def tfrecord_samples(directory):
-    """The unbatched samples (SPEC) of the TFRecords in `directory`, in file order."""
+    """The unbatched samples (SPEC) of the TFRecords in `directory`, in file order; a file that
+    ends early is InvalidArgumentError naming it (tfps.data.tfrecord.record_batches)."""
     files = sorted(tf.io.gfile.glob(os.path.join(directory, "*.tfrecord*")))
     if not files:
         raise ValueError(f"{directory}: no *.tfrecord files (write them with tfps convert --from "
                          f"movielens_sequences)")
-    return tf.data.TFRecordDataset(files).map(parse_example)
+    records = None
+    for path in files:
+        batches = record_batches(path, 256)
+        records = batches if records is None else records.concatenate(batches)
+    return records.unbatch().map(parse_example)
 
 
 def read_samples(make_dataset, limit=None):

@@ -12,7 +12,6 @@ batches start + k, start + k + W, ... for trainer k of W.
 """
 import dataclasses
 import functools
-import gzip
 import os
 
 import numpy as np
@@ -20,6 +19,7 @@ import tensorflow as tf
 
 from tfps.data import criteo, movielens, sequences, tfrecord
 from tfps.data.balance import balance_by_tokens
+from tfps.data.lines import TruncatedFileError, read_lines
 from tfps.data.schema import Schema, share
 from tfps.data.synthetic import SyntheticCriteo, auc
 
@@ -102,15 +102,16 @@ def _files(path, what):
     return files
 
 
-def _open_text(path):
-    """A plain or gzip (.gz) text file, opened for reading bytes."""
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
-
-
-def _has_text(path):
-    """Whether a (plain or gzip) text file has a line that is not empty, reading no more than it must."""
-    with _open_text(path) as f:
-        return any(line.strip() for line in f)
+def _has_text(path, skip_bad_rows):
+    """Whether a (plain or gzip) text file has a line that is not empty, reading no more than it
+    must. A gzip file that ends before one is TruncatedFileError (a ValueError naming the file),
+    or with skip_bad_rows a file without text."""
+    try:
+        return any(line.strip() for line in read_lines(path))
+    except TruncatedFileError:
+        if skip_bad_rows:
+            return False
+        raise
 
 
 class _FileSource:
@@ -144,7 +145,7 @@ class CriteoSource(_FileSource):
         self.train_files = _files(cfg.data.path, "data.path")
         self.eval_files = _files(cfg.data.eval_path, "data.eval_path")
         for what, files in (("data.path", self.train_files), ("data.eval_path", self.eval_files)):
-            if not any(_has_text(f) for f in files):
+            if not any(_has_text(f, cfg.data.skip_bad_rows) for f in files):
                 raise ValueError(f"{what} {getattr(cfg.data, what.split('.')[1])!r}: no rows (its files are "
                                  f"empty or blank)")
 
@@ -162,9 +163,13 @@ class CriteoSource(_FileSource):
         if sum(tf.io.gfile.stat(f).length for f in self.eval_files) > _COUNT_LINES_MAX_BYTES:
             return self.cfg.eval.examples
         lines = 0
-        for path in self.eval_files:   # lines that are not blank (rows, good or bad)
-            with _open_text(path) as f:
-                lines += sum(1 for line in f if line.strip())
+        for path in self.eval_files:   # lines that are not empty (rows, good or bad; criteo's rule)
+            try:
+                for line in read_lines(path):
+                    lines += bool(line)
+            except TruncatedFileError:   # the reader fails there, or counts a bad row (no example)
+                if not self.cfg.data.skip_bad_rows:
+                    raise
         return min(lines, self.cfg.eval.examples or lines)
 
 
