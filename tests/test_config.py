@@ -1,4 +1,12 @@
-"""tfps.config: YAML + --set overrides onto typed dataclasses; bad keys and values are named."""
+"""tfps.config: YAML + --set overrides onto typed dataclasses; bad keys and values are named, and
+no numeric value outside its range gets as far as a graph."""
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
 import pytest
 
 from tfps.config import ConfigError, load_config
@@ -17,20 +25,20 @@ def test_demo_config_and_overrides(tmp_path):
     ("train.stepz=5", "unknown config key 'train.stepz'"),
     ("nope=1", "unknown config key 'nope'"),
     ("train.steps=abc", "'train.steps' must be int"),
-    ("train.steps=0", "train.steps must be > 0"),
+    ("train.steps=0", r"train.steps must be in \[1, 4294967295\], got 0"),
     ("model.hidden_units=5", "'model.hidden_units' must be a list"),
     ("train.optimizer=adam9", "train.optimizer must be"),
     ("train.steps", "expects key.sub=value"),
     ("train.steps.x=1", "'steps' is not a section"),
-    ("train.save_checkpoints_secs=0", "train.save_checkpoints_secs must be > 0"),
+    ("train.save_checkpoints_secs=0", r"train.save_checkpoints_secs must be in \[1, 31536000\], got 0"),
     ("cluster.protocol=carrier-pigeon", "cluster.protocol must be grpc"),
     ("cluster.port=1", "unknown config key 'cluster.port'"),
     ("model.name=mtgr", "model.name mtgr reads data.format movielens_sequences"),
     ("data.format=movielens_sequences", "model.name mtgr reads data.format movielens_sequences"),
     ("model.heads=3", "must divide model.d_model"),
-    ("model.d_model=0", "model.d_model must be > 0"),
-    ("model.heads=0", "model.heads must be > 0"),
-    ("data.max_tokens=0", "data.max_tokens must be null or >= 1"),
+    ("model.d_model=0", r"model.d_model must be in \[1, 4096\], got 0"),
+    ("model.heads=0", r"model.heads must be in \[1, 64\], got 0"),
+    ("data.max_tokens=0", r"data.max_tokens must be in \[1, 4194304\], got 0"),
     ("data.validation=true", "data.validation applies to the movielens and movielens_sequences formats"),
 ])
 def test_bad_config_is_named(override, match):
@@ -65,10 +73,11 @@ def test_checkpoints_by_steps_or_by_seconds():
     ("train.evict_every_steps=10", "model.eviction has no rule"),
     ("model.eviction.after_steps=10", "train.evict_every_steps is not set"),
     ("model.eviction.cap_policy=fifo", "cap_policy must be lfu or lru"),
-    ("train.adam.beta1=1.0", "beta1 and train.adam.beta2 must be in"),
-    ("train.ftrl.beta=-1", "must be >= 0"),
-    ("model.admit_sketch_width=1000", "power of two"),
-    ("cluster.peer_timeout_secs=0", "peer_timeout_secs must be > 0"),
+    ("train.adam.beta1=1.0", r"train.adam.beta1 must be in \[0, 1\), got 1.0"),
+    ("train.ftrl.beta=-1", r"train.ftrl.beta must be in \[0, 3.40282e\+38\], got -1.0"),
+    ("model.admit_sketch_width=5000", "power of two"),
+    ("model.admit_sketch_width=1000", r"model.admit_sketch_width must be in \[4096, 67108864\], got 1000"),
+    ("cluster.peer_timeout_secs=0", r"cluster.peer_timeout_secs must be in \(0, 31536000\], got 0.0"),
     ("train.steps=[1, 2", "is not a YAML value"),
 ])
 def test_policy_and_optimizer_settings_are_checked(override, match):
@@ -99,3 +108,100 @@ def test_every_optimizer_is_built_with_its_hyper_parameters(name, sets, tf_class
     reference = getattr(tf.compat.v1.train, tf_class)(0.25, **kwargs)
     for attr, value in attrs.items():
         assert getattr(opt, attr) == pytest.approx(value) == getattr(reference, attr)
+
+
+# -- every numeric field is bounded (tfps.config.BOUNDS): a config fuzz
+
+FUZZ = {"0": 0, "-1": -1, str(2**31): 2**31, str(2**63): 2**63, ".nan": float("nan"), "1.0e+308": 1e308}
+# what a field needs beside it for an in-range value to be a valid config
+CONTEXT = {"train.evict_every_steps": ["model.eviction.after_steps=10"],
+           "eval.examples": ["data.format=criteo", "data.path=x", "data.eval_path=y"]}
+
+
+def _override(field, text):
+    if field == "data.features.length":
+        return ["data.format=tfrecord", "data.path=x", f"data.features=[{{name: x, type: int, length: {text}}}]"]
+    if field == "model.hidden_units":
+        return [f"{field}=[{text}]"]
+    context = CONTEXT.get(field, ["train.evict_every_steps=10"] if field.startswith("model.eviction.") else [])
+    return context + [f"{field}={text}"]
+
+
+def _shown(field):
+    """The name the error gives the field set by _override."""
+    return {"data.features.length": "data.features[0].length", "model.hidden_units": "model.hidden_units[0]"}.get(
+        field, field)
+
+
+def test_every_numeric_field_has_a_finite_range():
+    from tfps.config import BOUNDS, numeric_fields
+    fields = dict(numeric_fields())
+    assert set(fields) == set(BOUNDS) and len(fields) > 50
+    for field, allowed in BOUNDS.items():   # ints fit int64; floats are finite float32s
+        assert math.isfinite(allowed.lo) and math.isfinite(allowed.hi), field
+        assert allowed.hi < 2**63 if fields[field] is int else -3.5e38 < allowed.lo <= allowed.hi < 3.5e38, field
+
+
+@pytest.mark.parametrize("field", [f for f, _ in __import__("tfps.config", fromlist=["x"]).numeric_fields()])
+def test_each_numeric_field_refuses_what_is_out_of_its_range(field):
+    """0, -1, 2^31, 2^63, NaN and 1e308: a ConfigError naming the field and its range, or (in the
+    range) a config that validates. Oracle: the range in BOUNDS, and the field's type."""
+    from tfps.config import BOUNDS, numeric_fields
+    kind, allowed = dict(numeric_fields())[field], BOUNDS[field]
+    for text, value in FUZZ.items():
+        fits = (kind is float or isinstance(value, int)) and value in allowed
+        if fits:
+            cfg = load_config("configs/demo.yaml", _override(field, text))
+            assert all(v == value for _, v in __import__("tfps.config", fromlist=["x"])._values(cfg, field))
+            continue
+        with pytest.raises(ConfigError) as err:
+            load_config("configs/demo.yaml", _override(field, text))
+        message = str(err.value)
+        assert message.startswith(f"{_shown(field)} must be in {allowed}, got ") if kind is float or isinstance(
+            value, int) else f"'{_shown(field)}' must be int" in message, (field, text, message)
+
+
+def test_embedding_dims_stop_where_the_tables_rows_do():
+    """The table's limit (kernels/core/config.h kMaxDim) less the first-order column deepfm and
+    wdl add; the sketch widths are the table's too."""
+    from tfps.config import MAX_DIM, MAX_SKETCH_WIDTH, MIN_SKETCH_WIDTH
+    header = open("kernels/core/config.h").read()
+    for name, value in (("kMaxDim", MAX_DIM), ("kMaxSketchWidth", MAX_SKETCH_WIDTH),
+                        ("kMinSketchWidth", MIN_SKETCH_WIDTH)):
+        assert 1 << int(re.search(rf"{name} = int64_t\{{1\}} << (\d+);", header).group(1)) == value, name
+    assert load_config("configs/demo.yaml", [f"model.embedding_dim={MAX_DIM - 1}"]).model.embedding_dim == MAX_DIM - 1
+    with pytest.raises(ConfigError, match=r"model.embedding_dim must be in \[1, 16777215\], got 16777216"):
+        load_config("configs/demo.yaml", [f"model.embedding_dim={MAX_DIM}"])
+    with pytest.raises(ConfigError, match=r"model.num_shards must be in \[1, 1024\], got 70000"):
+        load_config("configs/demo.yaml", ["model.num_shards=70000"])
+
+
+@pytest.mark.slow
+def test_accepted_extremes_train_a_step_without_a_signal(tmp_path):
+    """The largest embedding_dim (its rows 64 MiB) and the zeros that are allowed train one step and
+    evaluate, in a subprocess: an exit code, never a signal. One process runs the three configs
+    (TF starts once); tiny shapes keep the memory small."""
+    import ml_tiny
+    (tmp_path / "ml").mkdir()
+    movielens = ml_tiny.write_planted(tmp_path / "ml")
+    from tfps.config import MAX_DIM
+    runs = [
+        ["configs/demo.yaml", f"model.embedding_dim={MAX_DIM - 1}", "model.name=wdl", "model.hidden_units=[1]",
+         "data.num_categorical=1", "data.num_interacting=1", "data.num_dense=0", "train.batch_size=1",
+         "eval.examples=16", "eval.batch_size=2"],
+        ["configs/demo.yaml", "model.name=dcn_v2", "model.cross_layers=0", "model.hidden_units=[4]",
+         "data.factor_dim=0", "data.num_interacting=0", "train.keep_checkpoint_max=0", "train.batch_size=16",
+         "eval.examples=256", "eval.throttle_secs=0", "model.eviction.after_steps=0", "train.evict_every_steps=1"],
+        ["configs/movielens_mtgr.yaml", "model.blocks=0", "data.history_len=0", "data.realtime_len=0",
+         "data.window=1", f"data.path={movielens}", "eval.examples=64"],
+    ]
+    script = "\n".join([
+        "import json, sys", "from tfps.cli import main", "codes = []",
+        f"for i, (config, *sets) in enumerate({runs!r}):",
+        f"    sets += ['train.steps=1', f'model_dir={tmp_path}/m{{i}}']",
+        "    codes.append(main(['train', '--config', config] + [a for s in sets for a in ('--set', s)]))",
+        "print(json.dumps(codes))"])
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         cwd=os.path.join(os.path.dirname(__file__), ".."))
+    assert out.returncode == 0, (out.returncode, out.stderr[-3000:])   # a signal is a negative code
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [0, 0, 0], out.stderr[-3000:]

@@ -45,6 +45,27 @@ def test_split_rows_gives_the_slices_and_their_gradients(graph):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("name", ["deepfm", "wdl", "dcn_v2"])
+def test_a_dense_kernel_too_large_is_refused_before_its_variable_is_made(graph, name):
+    """The largest embedding_dim the tables allow, times 26 features, into a 400-unit MLP (or a
+    DCN cross layer): 174 G values, refused by name (TF would fail to make it, or the process run
+    out of memory) before any dense variable exists."""
+    from tfps.config import ConfigError, MAX_DIM
+    from tfps.data.sources import schema_of
+    cfg = load_config("configs/demo.yaml", [f"model.name={name}", f"model.embedding_dim={MAX_DIM - 1}",
+                                            "model.hidden_units=[400]"])
+    features = {"dense": tf.zeros([2, 13]), "ids": tf.zeros([2, 26], tf.int64)}
+    params = {"model": dataclasses.asdict(cfg.model), "train": dataclasses.asdict(cfg.train),
+              "schema": schema_of(cfg).to_params()}
+    with pytest.raises(ConfigError, match=r"dense variable \S+/kernel of shape \[436207603, (400|436207603)\]"):
+        model_fn(features, tf.zeros([2]), tf.estimator.ModeKeys.TRAIN, params)
+    assert not [v for v in tf.compat.v1.global_variables() if v.shape.num_elements() > 1 << 30]
+    with tf.Graph().as_default():   # the same model at dim 8 builds
+        small = dataclasses.replace(cfg.model, embedding_dim=8)
+        features = {"dense": tf.zeros([2, 13]), "ids": tf.zeros([2, 26], tf.int64)}
+        model_fn(features, tf.zeros([2]), tf.estimator.ModeKeys.TRAIN, {**params, "model": dataclasses.asdict(small)})
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Overrides pointing a config at each reader's tiny data."""

@@ -1,7 +1,9 @@
 """Typed job configuration: dataclasses that configs/*.yaml map onto one-to-one.
 
 `load_config(path, overrides)` reads YAML, applies `--set a.b=value` overrides, and checks
-every key and type; an unknown key or a wrong type is a ConfigError naming it.
+every key and type; an unknown key or a wrong type is a ConfigError naming it. Every numeric
+field has a range (BOUNDS), checked before anything is built: a value outside it (NaN and the
+infinities included) is a ConfigError naming the field and the range.
 """
 import dataclasses
 import os
@@ -166,6 +168,148 @@ class JobConfig:
     pipeline: PipelineSection = dataclasses.field(default_factory=PipelineSection)
 
 
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The values a numeric field may take: lo .. hi, each end included unless open. NaN is in
+    no range."""
+    lo: float
+    hi: float
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def __contains__(self, v):
+        return (self.lo < v if self.lo_open else self.lo <= v) and (v < self.hi if self.hi_open else v <= self.hi)
+
+    def __str__(self):
+        def text(x):
+            return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+        return f"{'(' if self.lo_open else '['}{text(self.lo)}, {text(self.hi)}{')' if self.hi_open else ']'}"
+
+
+MAX_DIM = 1 << 24          # kernels/core/config.h kMaxDim: a table's widest row (deepfm and wdl add one column)
+MIN_SKETCH_WIDTH, MAX_SKETCH_WIDTH = 1 << 12, 1 << 26   # kMinSketchWidth, kMaxSketchWidth there
+MAX_SHARDS = 1024          # tables per feature: each shard adds ops (512 build in 15 s, 70000 in many minutes;
+                           # the partition op's own limit is 65536), and no placement needs more
+MAX_STEPS = 2**32 - 1      # a row records its last step and update count as uint32
+MAX_BATCH = 1 << 20        # rows (samples) of one batch
+MAX_SECS = 365 * 86400     # periods and timeouts in seconds
+MAX_SEED = 2**31 - 1
+MAX_FLOAT32 = 3.4028234663852886e38   # hyper-parameters become float32 attributes
+MAX_SYNTHETIC_EVAL = 10**7   # the synthetic eval set is made in memory (about 270 bytes an example)
+
+# The range of every numeric field (list fields: of each item; data.features.length: of each
+# feature's). tests/test_config.py checks that no numeric field is missing here.
+BOUNDS = {
+    "data.num_dense": Range(0, 4096),
+    "data.num_categorical": Range(1, 1024),
+    "data.vocab_min": Range(1, 1 << 24),
+    "data.vocab_max": Range(1, 1 << 24),
+    "data.zipf": Range(0, 10),
+    "data.weight_scale": Range(0, 100),
+    "data.factor_dim": Range(0, 64),
+    "data.factor_scale": Range(0, 100),
+    "data.num_interacting": Range(0, 1024),
+    "data.rank_scale": Range(0, 1e12, lo_open=True),
+    "data.bias": Range(-100, 100),
+    "data.seed": Range(0, MAX_SEED),
+    "data.eval_fraction": Range(0, 1, lo_open=True, hi_open=True),
+    "data.window": Range(1, 1024),
+    "data.history_len": Range(0, 4096),
+    "data.realtime_len": Range(0, 4096),
+    "data.max_tokens": Range(1, 1 << 22),
+    "data.features.length": Range(1, 4096),
+    "model.embedding_dim": Range(1, MAX_DIM - 1),
+    "model.hidden_units": Range(1, 1 << 16),
+    "model.num_shards": Range(1, MAX_SHARDS),
+    "model.initializer_stddev": Range(0, 100),
+    "model.admit_min_count": Range(1, 65535),          # the admission sketch counts in 16 bits
+    "model.admit_sketch_width": Range(MIN_SKETCH_WIDTH, MAX_SKETCH_WIDTH),
+    "model.eviction.after_steps": Range(0, MAX_STEPS),
+    "model.eviction.min_freq": Range(0, MAX_STEPS),
+    "model.eviction.l2_below": Range(0, MAX_FLOAT32),
+    "model.eviction.max_rows": Range(0, 1 << 40),
+    "model.cross_layers": Range(0, 64),
+    "model.d_model": Range(1, 4096),
+    "model.heads": Range(1, 64),
+    "model.blocks": Range(0, 64),
+    "train.steps": Range(1, MAX_STEPS),
+    "train.batch_size": Range(1, MAX_BATCH),
+    "train.learning_rate": Range(0, 1e4, lo_open=True),
+    "train.adagrad.initial_accumulator_value": Range(0, MAX_FLOAT32, lo_open=True),
+    "train.adam.beta1": Range(0, 1, hi_open=True),
+    "train.adam.beta2": Range(0, 1, hi_open=True),
+    "train.adam.epsilon": Range(0, 1, lo_open=True),
+    "train.ftrl.learning_rate_power": Range(-10, 0),
+    "train.ftrl.initial_accumulator_value": Range(0, MAX_FLOAT32, lo_open=True),
+    "train.ftrl.l1_regularization_strength": Range(0, MAX_FLOAT32),
+    "train.ftrl.l2_regularization_strength": Range(0, MAX_FLOAT32),
+    "train.ftrl.beta": Range(0, MAX_FLOAT32),
+    "train.log_every_steps": Range(1, MAX_STEPS),
+    "train.save_checkpoints_steps": Range(1, MAX_STEPS),
+    "train.save_checkpoints_secs": Range(1, MAX_SECS),
+    "train.keep_checkpoint_max": Range(0, 1 << 20),    # 0: keep every checkpoint (TF's Saver)
+    "train.delta_every_secs": Range(0, MAX_SECS, lo_open=True),
+    "train.evict_every_steps": Range(1, MAX_STEPS),
+    "train.seed": Range(0, MAX_SEED),
+    "eval.examples": Range(1, 1 << 40),                # synthetic data: at most MAX_SYNTHETIC_EVAL
+    "eval.batch_size": Range(1, MAX_BATCH),
+    "eval.throttle_secs": Range(0, MAX_SECS),
+    "cluster.peer_timeout_secs": Range(0, MAX_SECS, lo_open=True),
+    "cluster.emulated_latency_ms": Range(0, 1000),
+    "pipeline.depth": Range(1, 8),
+}
+MAX_HIDDEN_LAYERS = 64
+
+
+def numeric_fields(cls=None, prefix=""):
+    """(dotted name, type) of every int and float field of JobConfig (Optional ones and lists of
+    them included; data.features.length for the features' lengths)."""
+    cls = cls or JobConfig
+    out = []
+    for name, tp in typing.get_type_hints(cls).items():
+        where = f"{prefix}{name}"
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if typing.get_origin(tp) is typing.Union:
+            tp = args[0]
+            args = list(typing.get_args(tp))
+        if dataclasses.is_dataclass(tp):
+            out += numeric_fields(tp, where + ".")
+        elif typing.get_origin(tp) in (list, List) and dataclasses.is_dataclass(args[0]):
+            out += numeric_fields(args[0], where + ".")
+        elif typing.get_origin(tp) in (list, List) and args[0] in (int, float):
+            out.append((where, args[0]))
+        elif tp in (int, float):
+            out.append((where, tp))
+    return out
+
+
+def _values(cfg, dotted):
+    """(name, value) of a numeric field of cfg, one per list item (None values left out)."""
+    node, parts = [("", cfg)], dotted.split(".")
+    for part in parts:
+        nxt = []
+        for where, obj in node:
+            value = getattr(obj, part)
+            name = f"{where}.{part}" if where else part
+            if isinstance(value, list):
+                nxt += [(f"{name}[{i}]", v) for i, v in enumerate(value)]
+            else:
+                nxt.append((name, value))
+        node = nxt
+    return [(name, v) for name, v in node if v is not None]
+
+
+def check_bounds(cfg):
+    """ConfigError naming the first numeric field of cfg outside its range (BOUNDS)."""
+    for dotted, _ in numeric_fields():
+        allowed = BOUNDS[dotted]
+        for name, value in _values(cfg, dotted):
+            if value not in allowed:
+                raise ConfigError(f"{name} must be in {allowed}, got {value!r}")
+    if len(cfg.model.hidden_units) > MAX_HIDDEN_LAYERS:
+        raise ConfigError(f"model.hidden_units: at most {MAX_HIDDEN_LAYERS} layers, got {len(cfg.model.hidden_units)}")
+
+
 def _coerce(value, tp, where):
     origin = typing.get_origin(tp)
     if origin is typing.Union:  # Optional[X]
@@ -246,29 +390,31 @@ def load_config(path=None, overrides=()):
 
 
 def validate(cfg):
-    """Range checks that types cannot express."""
+    """The ranges of every numeric field (check_bounds), then what ranges cannot express."""
+    check_bounds(cfg)
+    w = cfg.model.admit_sketch_width
     checks = [
         (cfg.model.name in ("deepfm", "wdl", "dcn_v2", "mtgr"), f"model.name must be deepfm, wdl, dcn_v2 or mtgr, "
                                                                 f"got {cfg.model.name!r}"),
         ((cfg.model.name == "mtgr") == (cfg.data.format == "movielens_sequences"),
          "model.name mtgr reads data.format movielens_sequences, and only it does"),
-        (cfg.model.d_model > 0, f"model.d_model must be > 0, got {cfg.model.d_model}"),
-        (cfg.model.heads > 0, f"model.heads must be > 0, got {cfg.model.heads}"),
-        (cfg.model.d_model % max(cfg.model.heads, 1) == 0,
+        (cfg.model.d_model % cfg.model.heads == 0,
          f"model.heads ({cfg.model.heads}) must divide model.d_model ({cfg.model.d_model})"),
-        (cfg.model.blocks >= 0, "model.blocks must be >= 0"),
-        (cfg.data.window >= 1 and cfg.data.history_len >= 0 and cfg.data.realtime_len >= 0,
-         "data.window must be >= 1, data.history_len and data.realtime_len >= 0"),
-        (cfg.data.max_tokens is None or cfg.data.max_tokens >= 1, "data.max_tokens must be null or >= 1"),
-        (cfg.model.cross_layers >= 0, "model.cross_layers must be >= 0"),
+        (cfg.data.vocab_min <= cfg.data.vocab_max,
+         f"data.vocab_min ({cfg.data.vocab_min}) must be <= data.vocab_max ({cfg.data.vocab_max})"),
+        (cfg.data.num_interacting <= cfg.data.num_categorical,
+         f"data.num_interacting ({cfg.data.num_interacting}) must be <= data.num_categorical "
+         f"({cfg.data.num_categorical})"),
         (cfg.model.dcn_structure in ("stacked", "parallel"), "model.dcn_structure must be stacked or parallel"),
         (cfg.data.format in FORMATS, f"data.format must be one of {', '.join(FORMATS)}, got {cfg.data.format!r}"),
         (cfg.data.format == "synthetic" or cfg.data.path, f"data.path must name the {cfg.data.format} data"),
         (cfg.data.format != "criteo" or cfg.data.eval_path, "data.eval_path must name the criteo eval files"),
         (cfg.data.format != "synthetic" or cfg.eval.examples is not None, "eval.examples must be set for synthetic data"),
+        (cfg.data.format != "synthetic" or (cfg.eval.examples or 0) <= MAX_SYNTHETIC_EVAL,
+         f"eval.examples must be at most {MAX_SYNTHETIC_EVAL} for synthetic data (its eval set is made in memory), "
+         f"got {cfg.eval.examples}"),
         (cfg.data.format != "tfrecord" or not cfg.data.skip_bad_rows,
          "data.skip_bad_rows applies to the text formats (criteo, movielens); TFRecord parse errors always stop"),
-        (0.0 < cfg.data.eval_fraction < 1.0, "data.eval_fraction must be in (0, 1)"),
         (not (cfg.data.skip_bad_rows and cfg.data.format == "movielens_sequences"),
          "data.skip_bad_rows is not supported with movielens_sequences: a user's sequence with a line left out "
          "would be another sequence; fix the line the error names"),
@@ -276,54 +422,22 @@ def validate(cfg):
          "data.validation applies to the movielens and movielens_sequences formats (they split by time themselves)"),
         (all(f.type in FEATURE_TYPES for f in cfg.data.features),
          f"data.features: each type must be one of {', '.join(FEATURE_TYPES)}"),
-        (all(f.length > 0 and (f.names is None or len(f.names) == f.length) for f in cfg.data.features),
+        (all(f.names is None or len(f.names) == f.length for f in cfg.data.features),
          "data.features: length must be > 0 and names, if given, one per value"),
-        (cfg.model.embedding_dim > 0, "model.embedding_dim must be > 0"),
-        (cfg.model.num_shards > 0, "model.num_shards must be > 0"),
-        (all(u > 0 for u in cfg.model.hidden_units), "model.hidden_units must be positive"),
-        (cfg.train.steps > 0, "train.steps must be > 0"),
-        (cfg.train.batch_size > 0, "train.batch_size must be > 0"),
         (cfg.train.optimizer in OPTIMIZERS, f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, "
                                             f"got {cfg.train.optimizer!r}"),
-        (cfg.train.adagrad.initial_accumulator_value > 0, "train.adagrad.initial_accumulator_value must be > 0"),
-        (0 <= cfg.train.adam.beta1 < 1 and 0 <= cfg.train.adam.beta2 < 1,
-         "train.adam.beta1 and train.adam.beta2 must be in [0, 1)"),
-        (cfg.train.adam.epsilon > 0, "train.adam.epsilon must be > 0"),
-        (cfg.train.ftrl.learning_rate_power <= 0, "train.ftrl.learning_rate_power must be <= 0"),
-        (cfg.train.ftrl.initial_accumulator_value > 0, "train.ftrl.initial_accumulator_value must be > 0"),
-        (min(cfg.train.ftrl.l1_regularization_strength, cfg.train.ftrl.l2_regularization_strength,
-             cfg.train.ftrl.beta) >= 0, "train.ftrl.l1/l2_regularization_strength and beta must be >= 0"),
-        (cfg.model.admit_min_count >= 1, "model.admit_min_count must be >= 1"),
-        (2**12 <= cfg.model.admit_sketch_width <= 2**30 and not cfg.model.admit_sketch_width & (cfg.model.admit_sketch_width - 1),
-         "model.admit_sketch_width must be a power of two in [2^12, 2^30]"),
+        (not w & (w - 1), f"model.admit_sketch_width must be a power of two in [2^12, 2^26], got {w}"),
         (cfg.model.eviction.cap_policy in ("lfu", "lru"), "model.eviction.cap_policy must be lfu or lru"),
-        (all(v is None or v >= 0 for v in (cfg.model.eviction.after_steps, cfg.model.eviction.min_freq,
-                                            cfg.model.eviction.l2_below, cfg.model.eviction.max_rows)),
-         "model.eviction rules must be >= 0"),
         (not cfg.train.evict_every_steps or cfg.model.eviction.any,
          "train.evict_every_steps is set but model.eviction has no rule (after_steps, min_freq, l2_below, "
          "max_rows): nothing would be evicted"),
         (not cfg.model.eviction.any or cfg.train.evict_every_steps,
          "model.eviction has rules but train.evict_every_steps is not set: they would never run"),
-        (cfg.train.learning_rate > 0, "train.learning_rate must be > 0"),
-        (cfg.train.log_every_steps > 0, "train.log_every_steps must be > 0"),
-        (cfg.train.delta_every_secs is None or cfg.train.delta_every_secs > 0, "train.delta_every_secs must be > 0"),
-        (cfg.train.evict_every_steps is None or cfg.train.evict_every_steps > 0,
-         "train.evict_every_steps must be > 0"),
-        ((cfg.eval.examples is None or cfg.eval.examples > 0) and cfg.eval.batch_size > 0,
-         "eval.examples and eval.batch_size must be > 0"),
         (cfg.data.format not in ("movielens", "synthetic") or cfg.data.eval_path is None,
          f"data.eval_path does not apply to {cfg.data.format} data (its eval set is "
          f"{'each user’s latest ratings' if cfg.data.format == 'movielens' else 'generated'})"),
-        (cfg.eval.throttle_secs >= 0, "eval.throttle_secs must be >= 0"),
-        (cfg.cluster.peer_timeout_secs > 0, "cluster.peer_timeout_secs must be > 0"),
-        (0 <= cfg.cluster.emulated_latency_ms <= 1000, "cluster.emulated_latency_ms must be in [0, 1000]"),
-        (1 <= cfg.pipeline.depth <= 8, f"pipeline.depth must be in [1, 8], got {cfg.pipeline.depth}"),
         (cfg.pipeline.fuse_dense or not cfg.pipeline.defer_push,
          "pipeline.defer_push needs pipeline.fuse_dense: true (the deferred push is part of the fused one)"),
-        (cfg.train.save_checkpoints_steps > 0, "train.save_checkpoints_steps must be > 0"),
-        (cfg.train.save_checkpoints_secs is None or cfg.train.save_checkpoints_secs > 0,
-         "train.save_checkpoints_secs must be > 0"),
         (cfg.cluster.protocol in ("grpc", "grpc+verbs", "grpc+mpi", "grpc+gdr"),
          f"cluster.protocol must be grpc, grpc+verbs, grpc+mpi or grpc+gdr, got {cfg.cluster.protocol!r}"),
     ]

@@ -7,6 +7,7 @@ batch's features (embed_inputs) and dense [B, num_dense] its dense values (dense
 import tensorflow as tf
 
 import tfps
+from tfps.config import ConfigError
 from tfps.data.schema import PAD_ID
 from tfps.embedding.lookup import combine_padded
 from tfps.embedding.merged import Feature, lookup_feature_matrix, lookup_features
@@ -23,8 +24,29 @@ EVAL_EXAMPLES_COLLECTION = "tfps_eval_batch_examples"
 BAD_ROWS_VARIABLE = "tfps_bad_rows"   # malformed training rows the readers skipped (global, checkpointed)
 
 
+# The most values one dense kernel may hold (4 GiB of float32, as much again per optimizer slot):
+# a larger one -- model.embedding_dim times the features feeding an MLP, say -- is refused before
+# its variable is made (TF would fail to make it, or the process run out of memory).
+MAX_DENSE_VALUES = 1 << 30
+
+
+def check_dense_shape(shape, name):
+    """ConfigError naming the variable when a dense variable of this shape (ints) is larger than
+    MAX_DENSE_VALUES."""
+    dims = [int(d) for d in shape]
+    values = 1
+    for d in dims:
+        values *= d
+    if values > MAX_DENSE_VALUES:
+        raise ConfigError(f"dense variable {name} of shape {dims} has {values} values, more than the "
+                          f"{MAX_DENSE_VALUES} a model allows: lower model.embedding_dim, model.hidden_units or "
+                          f"model.d_model (or use fewer features)")
+
+
 def dense_layer(x, units, name, activation=None):
-    """x [B, K] -> [B, units]: glorot-uniform kernel, zero bias (tf.compat.v1.layers.dense defaults)."""
+    """x [B, K] -> [B, units]: glorot-uniform kernel, zero bias (tf.compat.v1.layers.dense defaults);
+    ConfigError when the kernel would be larger than MAX_DENSE_VALUES."""
+    check_dense_shape([x.shape[-1], units], f"{name}/kernel")
     with tf.compat.v1.variable_scope(name):
         kernel = tf.compat.v1.get_variable("kernel", [x.shape[-1], units],
                                            initializer=tf.compat.v1.glorot_uniform_initializer())
