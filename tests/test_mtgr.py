@@ -167,3 +167,25 @@ def test_mtgr_learns_in_one_process_and_on_the_local_cluster(data, tmp_path, mod
                                atol=1e-6)
     n = len(cold["label"])
     np.testing.assert_allclose(cold_scores[:n], want[12][:n], rtol=1e-5, atol=1e-6)
+
+
+def test_a_batch_without_candidates_is_an_invalid_argument_naming_the_feature(samples, graph):
+    """K = 0 candidates: nothing to score (x[:, -0:] was every token, scored as if candidates).
+    Oracle: the same sample with its first candidate scores one logit."""
+    from tfps.models.mtgr import mtgr_logits
+    per_candidate = ("candidate_movie", "candidate_time", "candidate_genres", "label", "cross")
+
+    def batch(k):
+        s = {**samples[3], **{name: samples[3][name][:k] for name in per_candidate}}
+        return {name: tf.compat.v1.placeholder_with_default(np.asarray(s[name])[None].astype(SPEC[name].dtype.as_numpy_dtype),
+                                                             [1] + SPEC[name].shape.as_list()) for name in SPEC}
+    feeds = {k: batch(k) for k in (0, 1)}
+    with tf.compat.v1.variable_scope("m", reuse=tf.compat.v1.AUTO_REUSE):
+        outputs = {k: mtgr_logits(f, MODEL, insert=False) for k, f in feeds.items()}
+    with tf.compat.v1.Session() as s:
+        s.run(tf.compat.v1.global_variables_initializer())
+        logits, valid = s.run(outputs[1])
+        assert logits.shape == valid.shape == (1, 1) and valid.all()
+        with pytest.raises(tf.errors.InvalidArgumentError) as err:
+            s.run(outputs[0])
+    assert "candidate_movie" in err.value.message

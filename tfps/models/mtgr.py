@@ -20,7 +20,7 @@ import tensorflow as tf
 
 import tfps
 from tfps.data.sequences import SCHEMA, SPEC
-from tfps.models.common import estimator_spec
+from tfps.models.common import check_dense_shape, estimator_spec
 from tfps.models.hstu import CANDIDATE, HISTORY, PAD, PROFILE, REALTIME, group_layer_norm, hstu_block, mtgr_mask
 
 PROFILE_BITS = 40   # profile feature f's value v has key (f << PROFILE_BITS) + v
@@ -34,6 +34,7 @@ def _table(name, dim, model):
 def _mlp(x, units, name):
     """x [..., k] -> [..., units[-1]]: SiLU layers, the last one linear."""
     for i, u in enumerate(units):
+        check_dense_shape([x.shape[-1], u], f"{name}_{i}/kernel")
         with tf.compat.v1.variable_scope(f"{name}_{i}"):
             w = tf.compat.v1.get_variable("kernel", [x.shape[-1], u], initializer=tf.compat.v1.glorot_uniform_initializer())
             b = tf.compat.v1.get_variable("bias", [u], initializer=tf.compat.v1.zeros_initializer())
@@ -49,7 +50,8 @@ def _item_tokens(movie_rows, rating, d):
 
 
 def mtgr_logits(features, model, insert):
-    """(logits float32 [B, K], valid bool [B, K]) for a padded batch of samples."""
+    """(logits float32 [B, K], valid bool [B, K]) for a padded batch of samples; a batch without
+    candidates (K = 0) is InvalidArgumentError naming candidate_movie when run."""
     d, e = model["d_model"], model["embedding_dim"]
     movies = _table("mtgr_movie", e, model)
     profile = features["profile"]                                                   # [B, P]
@@ -84,10 +86,14 @@ def mtgr_logits(features, model, insert):
     mask = mtgr_mask(group, time)
     for i in range(model["blocks"]):
         x = hstu_block(x, group, time, mask, model["heads"], f"hstu_{i}", gln=model["gln"])
-    k = tf.shape(candidates)[1]
-    out = group_layer_norm(x[:, -k:], group[:, -k:], "final_ln", enabled=model["gln"])
+    k, n = tf.shape(candidates)[1], tf.shape(x)[1]
+    # a batch without candidates has nothing to score (x[:, -0:] would be every token)
+    some = tf.debugging.assert_positive(k, message="mtgr: the candidates feature candidate_movie holds no candidate "
+                                                   "(shape [B, 0]); a request needs at least one to score")
+    out = group_layer_norm(x[:, n - k:], group[:, n - k:], "final_ln", enabled=model["gln"])
     logits = tf.squeeze(_mlp(out, [1], "logit"), -1)
-    return logits, features["candidate_movie"] > 0
+    with tf.control_dependencies([some]):
+        return tf.identity(logits), features["candidate_movie"] > 0
 
 
 def mtgr_model_fn(features, labels, mode, params):
