@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import tfps
 from tfps.embedding.checkpoint_tools import checkpoint_tables
-from tfps.state import lease as leases
+from tfps.state import deltas, lease as leases
 from tfps.state import manifest as manifests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -128,13 +128,61 @@ def _updates(model_dir):
     return out, int(reader.get_tensor("global_step"))
 
 
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """An uninterrupted run of CHAOS: (final JSON, {table: (keys, update counts)}, global step)."""
+    model_dir = str(tmp_path_factory.mktemp("straight"))
+    result = _train(model_dir)
+    return (result, *_updates(model_dir))
+
+
+def _same_updates(model_dir, straight):
+    got_updates, got_step = _updates(model_dir)
+    _, want_updates, want_step = straight
+    assert got_step == want_step == 6000
+    assert sorted(got_updates) == sorted(want_updates)
+    for table, (keys, freq) in want_updates.items():
+        np.testing.assert_array_equal(got_updates[table][0], keys)
+        np.testing.assert_array_equal(got_updates[table][1], freq)
+
+
 @pytest.mark.slow
-def test_kill_9_at_random_moments_trains_every_batch_once(tmp_path):
+def test_a_refused_delta_says_what_to_move_and_moving_it_trains_every_batch_once(tmp_path, straight):
+    """A delta in the middle of the chain is cut short: the resume is refused (exit 2) before it
+    trains; moving the files DeltaRefused names resumes from the cut before it, and the run ends
+    with every row's update count equal to the uninterrupted run's."""
+    model_dir = str(tmp_path)
+    assert _train(model_dir, kill_after=7.0) is None, "the run ended before it was killed"
+    full, chain, _ = deltas.latest_cut(model_dir)
+    assert len(chain) >= 3, chain
+    bad = chain[1][1]
+    data = bad + ".data-00000-of-00001"
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 2)
+    p = subprocess.run([sys.executable, "-m", "tfps.cli", "train", *CHAOS, "--set", f"model_dir={model_dir}"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert deltas.delta_files(model_dir, after_step=-1)[-len(chain):] == chain   # nothing trained or written
+    assert tf.train.latest_checkpoint(model_dir) == full
+    with pytest.raises(deltas.DeltaRefused) as refused:
+        deltas.delta_chain(model_dir, deltas.checkpoint_step(full))
+    assert refused.value.files == [prefix for _, prefix in chain[1:]]
+    os.makedirs(tmp_path / "moved")
+    for prefix in refused.value.files:
+        for path in tf.io.gfile.glob(prefix + ".*"):
+            os.rename(path, tmp_path / "moved" / os.path.basename(path))
+    assert deltas.latest_cut(model_dir)[2] == chain[0][0]
+    _train(model_dir)
+    _same_updates(model_dir, straight)
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_moments_trains_every_batch_once(tmp_path, straight):
     """10 kills at random moments (deltas every second, full checkpoints every 2500 steps), each
     resumed: every row has as many updates as in an uninterrupted run of the same batches, and
     the AUC is within 0.002 of it."""
     rng = random.Random(23)
-    chaos, straight = str(tmp_path / "chaos"), str(tmp_path / "straight")
+    chaos = str(tmp_path / "chaos")
     kills = deltas_seen = 0
     while kills < 10:
         result = _train(chaos, kill_after=rng.uniform(0.0, 5.0))
@@ -145,12 +193,5 @@ def test_kill_9_at_random_moments_trains_every_batch_once(tmp_path):
     assert kills >= 8 and deltas_seen >= 5   # the kills hit training with deltas, not only start-ups
     if result is None:
         result = _train(chaos)
-    want = _train(straight)
-    got_updates, got_step = _updates(chaos)
-    want_updates, want_step = _updates(straight)
-    assert got_step == want_step == 6000
-    assert sorted(got_updates) == sorted(want_updates)
-    for table, (keys, freq) in want_updates.items():
-        np.testing.assert_array_equal(got_updates[table][0], keys)
-        np.testing.assert_array_equal(got_updates[table][1], freq)
-    assert abs(result["auc"] - want["auc"]) <= 0.002
+    _same_updates(chaos, straight)
+    assert abs(result["auc"] - straight[0]["auc"]) <= 0.002

@@ -34,6 +34,15 @@ DELTA_DTYPES = {**DTYPES, "removed": tf.int64, "complete": tf.bool}
 BASE_STEP = "tfps_delta/base_step"
 
 
+class DeltaRefused(ValueError):
+    """A delta the restore will not apply (unreadable, not continuing the chain, another model's).
+    `files`: the prefixes of the deltas to move away to resume from the cut before them."""
+
+    def __init__(self, message, files):
+        super().__init__(message)
+        self.files = list(files)
+
+
 def part_name(table_name, part):
     return f"{table_name}-delta-{part}"
 
@@ -90,7 +99,7 @@ def _read(prefix, whole):
 def delta_chain(model_dir, step, tables=(), description=None, exact=True, checked=None, whole=True):
     """[(step, prefix)]: the chain of deltas that continues the full checkpoint of `step`.
 
-    Raises ValueError (manifest.StateMismatch for another model's delta) before anything is
+    Raises DeltaRefused (a ValueError; its `files` are the deltas to move away) before anything is
     applied when a delta after `step` cannot be read (whole: every tensor), does not continue
     the one before it, lacks a table of `tables` or has another dim, or its manifest differs from
     `description` (see manifest.difference; exact as there); the message says which files to
@@ -107,25 +116,25 @@ def delta_chain(model_dir, step, tables=(), description=None, exact=True, checke
             try:
                 saved, base, shapes = _read(prefix, whole)
             except ValueError as e:
-                raise ValueError(f"{e}; nothing applied: {_move_away(model_dir, later)}") from None
+                raise DeltaRefused(f"{e}; nothing applied: {_move_away(model_dir, later)}", later) from None
             if checked is not None and whole:
                 checked[prefix] = (signature, (saved, base, shapes))
         if saved is None:
-            raise ValueError(f"delta {prefix} has no {manifests.MANIFEST} (written by a tfps before state manifests): "
-                             f"nothing applied; {_move_away(model_dir, later)}")
+            raise DeltaRefused(f"delta {prefix} has no {manifests.MANIFEST} (written by a tfps before state "
+                               f"manifests): nothing applied; {_move_away(model_dir, later)}", later)
         if base != previous:
-            raise ValueError(f"delta {prefix} continues from step {base}, but the cut before it is at step {previous}: "
-                             f"it is not part of this model_dir's chain; nothing applied; "
-                             f"{_move_away(model_dir, later)}")
+            raise DeltaRefused(f"delta {prefix} continues from step {base}, but the cut before it is at step "
+                               f"{previous}: it is not part of this model_dir's chain; nothing applied; "
+                               f"{_move_away(model_dir, later)}", later)
         problems = table_problems(shapes, tables, _name)
         if problems:
-            raise manifests.StateMismatch(f"delta {prefix} does not match the model: " + "; ".join(problems) +
-                                          f"; nothing applied; {_move_away(model_dir, later)}")
+            raise DeltaRefused(f"delta {prefix} does not match the model: " + "; ".join(problems) +
+                               f"; nothing applied; {_move_away(model_dir, later)}", later)
         if description is not None:
             try:
                 manifests.check(saved, description, f"delta {prefix}", exact)
             except manifests.StateMismatch as e:
-                raise manifests.StateMismatch(f"{e}; nothing applied; {_move_away(model_dir, later)}") from None
+                raise DeltaRefused(f"{e}; nothing applied; {_move_away(model_dir, later)}", later) from None
         out.append((delta_step, prefix))
         previous = delta_step
     return out
