@@ -67,8 +67,31 @@ def _inspect(args):
         top = ", ".join(f"{k}:{f}" for k, f in t["top_ids_by_freq"])
         print(f"{t['table']}: {t['rows']} rows, dim {t['dim']}, {t['slots']} slots, "
               f"{t['bytes'] / 2**20:.2f} MiB; top ids (id:updates) {top}", flush=True)
-    print(json.dumps({"tables": tables}), flush=True)
+    state = _state_of(args.checkpoint)
+    if state:
+        print(f"model fingerprint {state['fingerprint']}; tables above are {state['checkpoint']}"
+              + (f"; the newest cut adds deltas {state['deltas']} (step {state['step']})" if state["deltas"] else ""),
+              flush=True)
+    print(json.dumps({"tables": tables, **({"state": state} if state else {})}), flush=True)
     return 0
+
+
+def _state_of(path):
+    """{fingerprint, checkpoint, step, deltas} of a checkpoint (or of a model_dir's newest cut:
+    its latest checkpoint and the deltas after it); {} without a manifest."""
+    import os
+    import tensorflow as tf
+    from tfps.state import deltas, manifest
+    checkpoint, chain = path, []
+    if os.path.isdir(path):
+        checkpoint, chain, _ = deltas.latest_cut(path)
+        if checkpoint is None:
+            return {}
+    saved = manifest.read(checkpoint)
+    if saved is None:
+        return {}
+    return {"fingerprint": saved["fingerprint"], "checkpoint": os.path.basename(checkpoint),
+            "deltas": [s for s, _ in chain], "step": chain[-1][0] if chain else deltas.checkpoint_step(checkpoint)}
 
 
 def _convert(args):

@@ -3,6 +3,10 @@ import dataclasses
 from typing import Optional
 
 
+MAX_SHARDS = 1024                 # tables per feature: each shard adds ops to the graph (512 build in 15 s)
+MAX_SKETCH_WIDTH = 1 << 26        # kernels/core/config.h kMaxSketchWidth
+
+
 @dataclasses.dataclass(frozen=True)
 class EmbeddingOptions:
     """Options of a feature's embedding table.
@@ -38,16 +42,18 @@ class EmbeddingOptions:
     cap_policy: str = "lfu"
 
     def __post_init__(self):
-        if not isinstance(self.num_shards, int) or self.num_shards <= 0:
-            raise ValueError(f"EmbeddingOptions: num_shards must be a positive int, got {self.num_shards!r}")
+        if not isinstance(self.num_shards, int) or isinstance(self.num_shards, bool) or \
+                not 1 <= self.num_shards <= MAX_SHARDS:
+            raise ValueError(f"EmbeddingOptions: num_shards must be an int in [1, {MAX_SHARDS}], got "
+                             f"{self.num_shards!r}")
         if not isinstance(self.merge, bool):
             raise ValueError(f"EmbeddingOptions: merge must be a bool, got {self.merge!r}")
         if not isinstance(self.admit_min_count, int) or isinstance(self.admit_min_count, bool) \
                 or self.admit_min_count < 1:
             raise ValueError(f"EmbeddingOptions: admit_min_count must be an int >= 1, got {self.admit_min_count!r}")
         w = self.admit_sketch_width
-        if not isinstance(w, int) or isinstance(w, bool) or w < 2**12 or w > 2**30 or w & (w - 1):
-            raise ValueError(f"EmbeddingOptions: admit_sketch_width must be a power of two in [2^12, 2^30], got {w!r}")
+        if not isinstance(w, int) or isinstance(w, bool) or w < 2**12 or w > MAX_SKETCH_WIDTH or w & (w - 1):
+            raise ValueError(f"EmbeddingOptions: admit_sketch_width must be a power of two in [2^12, 2^26], got {w!r}")
         for field in ("evict_after_steps", "evict_min_freq", "max_rows"):
             value = getattr(self, field)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
