@@ -38,11 +38,11 @@ class StateSaver(Saver):
     the last restore resumed at."""
 
     def __init__(self, *args, exact=True, write_manifest=True, printer=print, **kwargs):
-        kwargs.setdefault("defer_build", True)
-        super().__init__(*args, **kwargs)
         self._exact, self._write_manifest, self._print = exact, write_manifest, printer
         self._state_ops = None
         self.restored_step = None
+        kwargs.setdefault("defer_build", True)
+        super().__init__(*args, **kwargs)
 
     def build(self):
         graph = tf.compat.v1.get_default_graph()
