@@ -78,7 +78,7 @@ def test_bad_columns(graph):
         FC.embedding_column(FC.categorical_column_with_embedding("a"), 0)
     with pytest.raises(ValueError, match="options must be tfps.EmbeddingOptions"):
         FC.categorical_column_with_embedding("a", options={"merge": False})
-    with pytest.raises(ValueError, match="num_shards must be a positive int"):
+    with pytest.raises(ValueError, match="num_shards must be an int in"):
         tfps.EmbeddingOptions(num_shards=0)
     with pytest.raises(ValueError, match="is not in the features dict"):
         FC.input_layer({}, [FC.embedding_column(FC.categorical_column_with_embedding("a"), 4)])

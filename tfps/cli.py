@@ -82,14 +82,12 @@ def _state_of(path):
     import os
     import tensorflow as tf
     from tfps.state import deltas, manifest
-    checkpoint, chain = path, []
-    if os.path.isdir(path):
-        checkpoint, chain, _ = deltas.latest_cut(path)
-        if checkpoint is None:
-            return {}
-    saved = manifest.read(checkpoint)
+    checkpoint, chain = (tf.train.latest_checkpoint(path), []) if os.path.isdir(path) else (path, [])
+    saved = manifest.read(checkpoint) if checkpoint else None
     if saved is None:
         return {}
+    if os.path.isdir(path):
+        checkpoint, chain, _ = deltas.latest_cut(path)
     return {"fingerprint": saved["fingerprint"], "checkpoint": os.path.basename(checkpoint),
             "deltas": [s for s, _ in chain], "step": chain[-1][0] if chain else deltas.checkpoint_step(checkpoint)}
 

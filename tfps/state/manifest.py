@@ -51,9 +51,18 @@ def record_optimizer(optimizer, graph=None):
         records.append(record)
 
 
+READY_FLAG = "tfps_state_ready"   # a training graph's readiness flag (tfps.state.saver), never saved
+
+
+def internal(variable):
+    """Whether a variable is tfps's own bookkeeping, not the model's (never saved or described)."""
+    name = getattr(getattr(variable, "op", None), "name", "")
+    return name == READY_FLAG
+
+
 def dense_variables(graph):
     """The graph's global variables that a checkpoint saves, by their name there (v.op.name)."""
-    return {v.op.name: v for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
+    return {v.op.name: v for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES) if not internal(v)}
 
 
 def describe(graph=None):

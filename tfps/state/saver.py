@@ -3,7 +3,7 @@ restore of the newest cut (the checkpoint and its delta chain) that checks every
 import os
 
 import tensorflow as tf
-from tensorflow.python.ops import variables as tf_variables
+from tensorflow.python.ops import resources, variables as tf_variables
 from tensorflow.python.training.saving import saveable_object
 
 from tfps.embedding.checkpoint_tools import Saver
@@ -37,10 +37,20 @@ class StateSaver(Saver):
     (manifest.StateMismatch) naming the first difference. `restored_step` is the step of the cut
     the last restore resumed at."""
 
-    def __init__(self, *args, exact=True, write_manifest=True, printer=print, **kwargs):
+    def __init__(self, *args, exact=True, write_manifest=True, in_flight=0, printer=print, **kwargs):
         self._exact, self._write_manifest, self._print = exact, write_manifest, printer
+        self._in_flight = int(in_flight)
         self._state_ops = None
         self.restored_step = None
+        # Training graphs: a variable that is never saved and that only a completed restore (or
+        # the init op) initializes, so that the session's ready op -- which other trainers wait
+        # on after a PS restart -- says ready only once the whole cut is in. Made here, in the
+        # model_fn, so that the scaffold's init and ready ops include it.
+        self._ready = None
+        if exact:
+            self._ready = tf.compat.v1.get_variable(manifests.READY_FLAG, shape=[], dtype=tf.bool, trainable=False,
+                                                    initializer=tf.compat.v1.ones_initializer(),
+                                                    collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
         kwargs.setdefault("defer_build", True)
         super().__init__(*args, **kwargs)
 
@@ -48,17 +58,24 @@ class StateSaver(Saver):
         graph = tf.compat.v1.get_default_graph()
         description = manifests.describe(graph)
         whole = self._var_list is None
-        if whole and self._write_manifest:
-            self._var_list = tf_variables._all_saveable_objects() + [   # pylint: disable=protected-access
-                _ManifestSaveable(manifests.manifest(description, "full"))]
+        if whole:
+            self._var_list = [v for v in tf_variables._all_saveable_objects()   # pylint: disable=protected-access
+                              if not manifests.internal(v)]
+            if self._write_manifest:
+                self._var_list.append(_ManifestSaveable(manifests.manifest(description, "full")))
         if whole:   # the saver of the whole model: it restores deltas too
             tables = embedding_variables(graph)
             with tf.compat.v1.name_scope("tfps_state_restore"):
                 prefix = tf.compat.v1.placeholder(tf.string, [], name="delta_prefix")
                 dense = manifests.dense_variables(graph)
-                self._state_ops = dict(description=description, tables=tables, prefix=prefix,
-                                       apply_tables=deltas.apply_tables_op(tables, prefix),
-                                       apply_dense=deltas.apply_dense_op(dense, prefix))
+                gs = tf.compat.v1.train.get_global_step(graph)
+                self._state_ops = dict(
+                    description=description, tables=tables, prefix=prefix,
+                    apply_tables=deltas.apply_tables_op(tables, prefix), apply_dense=deltas.apply_dense_op(dense, prefix),
+                    uninitialized=tf.size(tf.compat.v1.report_uninitialized_variables()) + tf.size(
+                        resources.report_uninitialized_resources()),
+                    in_flight=tf.compat.v1.assign_add(gs, self._in_flight) if gs is not None and self._in_flight else None,
+                    ready=self._ready.initializer if self._ready is not None else None)
         super().build()
 
     def restore(self, sess, save_path):
@@ -67,6 +84,13 @@ class StateSaver(Saver):
                 self.build()
         chain, step = [], None
         ops = self._state_ops
+        if ops is not None and _remote(sess) and not sess.run(ops["uninitialized"]):
+            # A trainer of a cluster (the chief restarted) finds the model whole on the PS tasks:
+            # that live state is newer than any cut, and the other trainers are training on it.
+            self._print("the model on the PS tasks is whole: going on from it, not restoring "
+                        f"{os.path.basename(save_path or '')}", flush=True)
+            self.restored_step = None
+            return None
         if ops is not None and save_path is not None and tf.io.gfile.exists(save_path + ".index"):
             saved = manifests.read(save_path)
             where = f"checkpoint {save_path}"
@@ -88,5 +112,17 @@ class StateSaver(Saver):
         if chain:
             self._print(f"restored the state at step {chain[-1][0]}: checkpoint {os.path.basename(save_path)} and "
                         f"{len(chain)} deltas {[s for s, _ in chain]}", flush=True)
+        if ops is not None and ops["in_flight"] is not None and _remote(sess):
+            # A cut taken while other trainers ran can hold the table updates of one step per
+            # other trainer whose global-step increment had not landed yet: count them, so that
+            # no row holds more updates than the global step.
+            sess.run(ops["in_flight"])
+        if ops is not None and ops["ready"] is not None:
+            sess.run(ops["ready"])
         self.restored_step = chain[-1][0] if chain else step
         return out
+
+
+def _remote(sess):
+    """Whether the session runs on a cluster (a grpc:// target), not in this process."""
+    return bool(getattr(sess, "sess_str", ""))
