@@ -26,7 +26,7 @@ class PipelineDataset(tf.compat.v1.data.Dataset):
         step never waits on the PS: dense values are then one step old, rows exactly depth. None:
         on at depth 1 when dense variables live on a PS, off in one process (where nothing waits
         on a network) and deeper (at depth 4 and more the demo model needs a smaller learning
-        rate with it: see the README).
+        rate with it: see docs/pipeline.md).
 
     tf.estimator makes its iterator with make_initializable_iterator(), which here builds the
     pipeline; as a plain dataset (iterated, or transformed further) it is `dataset` unchanged.
