@@ -3,6 +3,7 @@ PY      := .venv/bin/python
 SO      := tfps/_tfps_ops.so
 CXX     ?= g++
 CC_SRCS := $(wildcard kernels/core/*.cc)
+CC_TESTS := $(wildcard tests/cc/*.cc)
 CC_BIN  := build/cc
 CC_FLAGS = -std=c++17 -I. -Wall -Wextra -Werror -g -O1 -pthread
 export TF_CPP_MIN_LOG_LEVEL ?= 2
@@ -41,11 +42,11 @@ build: setup $(SO)
 $(CC_BIN)/core_asan: $(CC_SRCS) $(wildcard kernels/core/*.h tests/cc/*.cc tests/cc/*.h) | deps
 	@mkdir -p $(CC_BIN)
 	$(CXX) $(CC_FLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all \
-	  $(CC_SRCS) tests/cc/test_main.cc tests/cc/test_core.cc tests/cc/stress_test.cc tests/cc/prefetch_test.cc -o $@ -ltbb
+	  $(CC_SRCS) $(CC_TESTS) -o $@ -ltbb
 $(CC_BIN)/core_tsan: $(CC_SRCS) $(wildcard kernels/core/*.h tests/cc/*.cc tests/cc/*.h) | deps
 	@mkdir -p $(CC_BIN)
 	$(CXX) $(CC_FLAGS) -fsanitize=thread -DTFPS_STD_THREAD_FORK_JOIN \
-	  $(CC_SRCS) tests/cc/test_main.cc tests/cc/test_core.cc tests/cc/stress_test.cc tests/cc/prefetch_test.cc -o $@ -ltbb
+	  $(CC_SRCS) $(CC_TESTS) -o $@ -ltbb
 $(CC_BIN)/bench_%: $(CC_SRCS) $(wildcard kernels/core/*.h) benchmarks/bench_%.cc | deps
 	@mkdir -p $(CC_BIN)
 	$(CXX) -std=c++17 -I. -O3 -DNDEBUG -march=x86-64-v2 -fno-math-errno -fno-semantic-interposition -pthread $(CC_SRCS) benchmarks/bench_$*.cc -o $@ -ltbb
