@@ -46,7 +46,7 @@ def read_movielens(path):
                                       hint="fix the line: movielens_sequences does not skip lines")
             user, movie, rating, ts, _ = session.run(columns)
         except tf.errors.InvalidArgumentError as e:
-            from tfps.serving.errors import error_line   # the telling line of TF's message
+            from tfps.errors import error_line   # the telling line of TF's message
             raise ValueError(error_line(e)) from None
     genres, names = {}, {}
     where = os.path.join(path, "movies.csv")

@@ -366,13 +366,6 @@ class SequenceSource(_FileSource):
         taken = sizes if n is None else sizes[:int(np.searchsorted(sizes, n, side="left")) + 1]
         return int(taken[-1]) if len(taken) else 0
 
-    def describe_cost(self):
-        """The model's forward FLOPs per sample (TF profiler, 64 training samples padded into one batch)."""
-        from tfps.models.mtgr import flops_per_sample   # here: the models import the data package
-        flops = flops_per_sample(dataclasses.asdict(self.cfg.model), self.samples("train", 64))
-        return f"MTGR forward: {flops / 1e6:.2f} MFLOPs per sample ({self.cfg.model.blocks} blocks, d_model " \
-               f"{self.cfg.model.d_model}; TF profiler, 64 samples padded into one batch)"
-
 
 SOURCES = {"synthetic": SyntheticSource, "criteo": CriteoSource, "movielens": MovieLensSource,
            "tfrecord": TFRecordSource, "movielens_sequences": SequenceSource}

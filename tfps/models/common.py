@@ -6,7 +6,7 @@ batch's features (embed_inputs) and dense [B, num_dense] its dense values (dense
 """
 import tensorflow as tf
 
-import tfps
+from tfps import train as train_lib
 from tfps.config import ConfigError
 from tfps.data.schema import PAD_ID
 from tfps.embedding.lookup import combine_padded
@@ -82,13 +82,13 @@ def make_optimizer(train):
     with their hyper-parameters."""
     name, lr = train["optimizer"], train["learning_rate"]
     if name == "sgd":
-        return tfps.train.GradientDescentOptimizer(lr)
+        return train_lib.GradientDescentOptimizer(lr)
     if name == "adagrad":
-        return tfps.train.AdagradOptimizer(lr, **train["adagrad"])
+        return train_lib.AdagradOptimizer(lr, **train["adagrad"])
     if name == "adam":
-        return tfps.train.AdamOptimizer(lr, **train["adam"])
+        return train_lib.AdamOptimizer(lr, **train["adam"])
     if name == "ftrl":
-        return tfps.train.FtrlOptimizer(lr, **train["ftrl"])
+        return train_lib.FtrlOptimizer(lr, **train["ftrl"])
     raise ValueError(f"unknown optimizer {name!r} (sgd, adagrad, adam or ftrl)")
 
 

@@ -6,7 +6,7 @@ its first-order weight, so one probe per id serves both.
 """
 import tensorflow as tf
 
-import tfps
+from tfps.embedding import embedding_lookup, get_embedding_variable
 from tfps.data.schema import Schema
 from tfps.embedding.merged import Feature, lookup_feature_matrix
 from tfps.embedding.options import EmbeddingOptions
@@ -21,9 +21,9 @@ def table_per_feature_embedder(embedding_dim, num_shards=1, initializer_stddev=0
     def embed(ids):
         rows = []
         for f in range(ids.shape[1]):
-            ev = tfps.get_embedding_variable(f"C{f + 1}", embedding_dim + 1, initializer=init,
+            ev = get_embedding_variable(f"C{f + 1}", embedding_dim + 1, initializer=init,
                                              num_shards=num_shards)
-            rows.append(tfps.embedding_lookup(ev, ids[:, f], insert=insert))
+            rows.append(embedding_lookup(ev, ids[:, f], insert=insert))
         return tf.stack(rows, axis=1)
     return embed
 

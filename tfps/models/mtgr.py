@@ -15,10 +15,12 @@ only the real-time tokens before the window's first request, as if real-time wer
 
     logits, valid = mtgr_logits(features, model, insert=True)   # [B, K], bool [B, K]
 """
+import dataclasses
+
 import numpy as np
 import tensorflow as tf
 
-import tfps
+from tfps.embedding import embedding_lookup, get_embedding_variable
 from tfps.data.sequences import SCHEMA, SPEC
 from tfps.models.common import check_dense_shape, estimator_spec
 from tfps.models.hstu import CANDIDATE, HISTORY, PAD, PROFILE, REALTIME, group_layer_norm, hstu_block, mtgr_mask
@@ -27,7 +29,7 @@ PROFILE_BITS = 40   # profile feature f's value v has key (f << PROFILE_BITS) + 
 
 
 def _table(name, dim, model):
-    return tfps.get_embedding_variable(
+    return get_embedding_variable(
         name, dim, initializer=tf.compat.v1.truncated_normal_initializer(stddev=model["initializer_stddev"]))
 
 
@@ -57,14 +59,14 @@ def mtgr_logits(features, model, insert):
     profile = features["profile"]                                                   # [B, P]
     p = profile.shape[1]
     keys = profile + (tf.range(p, dtype=tf.int64) * (1 << PROFILE_BITS))[None]
-    profile_tokens = _mlp(tfps.embedding_lookup(_table("mtgr_profile", e, model), keys, insert=insert), [d], "profile")
+    profile_tokens = _mlp(embedding_lookup(_table("mtgr_profile", e, model), keys, insert=insert), [d], "profile")
     # history and real-time share the item MLP
-    history = _item_tokens(tfps.embedding_lookup(movies, features["history_movie"], insert=insert),
+    history = _item_tokens(embedding_lookup(movies, features["history_movie"], insert=insert),
                            features["history_rating"], d)
     with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True):
-        realtime = _item_tokens(tfps.embedding_lookup(movies, features["realtime_movie"], insert=insert),
+        realtime = _item_tokens(embedding_lookup(movies, features["realtime_movie"], insert=insert),
                                 features["realtime_rating"], d)
-    parts = [tfps.embedding_lookup(movies, features["candidate_movie"], insert=insert),
+    parts = [embedding_lookup(movies, features["candidate_movie"], insert=insert),
              tf.cast(features["candidate_genres"], tf.float32)]
     if model["cross_features"]:
         parts.append(features["cross"])
@@ -133,3 +135,11 @@ def flops_per_sample(model, samples):
         opts["output"] = "none"
         stats = tf.compat.v1.profiler.profile(graph, options=opts)
     return stats.total_float_ops / len(samples)
+
+
+def describe_cost(cfg, source):
+    """One line: MTGR's forward FLOPs per sample (TF profiler, 64 training samples of `source`, a
+    sequence source, padded into one batch)."""
+    flops = flops_per_sample(dataclasses.asdict(cfg.model), source.samples("train", 64))
+    return f"MTGR forward: {flops / 1e6:.2f} MFLOPs per sample ({cfg.model.blocks} blocks, d_model " \
+           f"{cfg.model.d_model}; TF profiler, 64 samples padded into one batch)"

@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-import tfps  # noqa: F401  (registers the ops the SavedModel's graph holds)
+from tfps.ops import _loader
 from tfps.serving.errors import ServingError, error_line
 from tfps.state import manifest as manifests
 
@@ -115,6 +115,7 @@ class Servable:
 
     def __init__(self, path, version, threads=0):
         self.path, self.version = path, int(version)
+        _loader.load()   # the ops the SavedModel's graph holds
         self.manifest = read_export_manifest(path)
         # The step of the model's state it serves: the export's, then what --follow applied.
         self.state_step = self.manifest["step"] if self.manifest else None
