@@ -205,3 +205,14 @@ def test_accepted_extremes_train_a_step_without_a_signal(tmp_path):
                          cwd=os.path.join(os.path.dirname(__file__), ".."))
     assert out.returncode == 0, (out.returncode, out.stderr[-3000:])   # a signal is a negative code
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [0, 0, 0], out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("field", ["train.learning_rate", "train.adam.epsilon", "train.adagrad.initial_accumulator_value",
+                                   "train.ftrl.initial_accumulator_value"])
+def test_a_positive_hyper_parameter_that_float32_makes_zero_is_refused(field):
+    import numpy as np
+    for tiny in (1e-46, 1e-300):
+        assert np.float32(tiny) == 0
+        with pytest.raises(ConfigError, match=re.escape(field)):
+            load_config("configs/demo.yaml", [f"{field}={tiny}"])
+    load_config("configs/demo.yaml", [f"{field}={float(np.finfo(np.float32).tiny)}"])   # the smallest normal is fine

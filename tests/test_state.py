@@ -159,9 +159,11 @@ def test_a_refused_delta_says_what_to_move_and_moving_it_trains_every_batch_once
     data = bad + ".data-00000-of-00001"
     with open(data, "r+b") as f:
         f.truncate(os.path.getsize(data) // 2)
+    before = sorted(os.listdir(model_dir))
     p = subprocess.run([sys.executable, "-m", "tfps.cli", "train", *CHAOS, "--set", f"model_dir={model_dir}"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 2, p.stderr[-2000:]
+    assert sorted(os.listdir(model_dir)) == before   # a refused run leaves model_dir as it was
     assert deltas.delta_files(model_dir, after_step=-1)[-len(chain):] == chain   # nothing trained or written
     assert tf.train.latest_checkpoint(model_dir) == full
     with pytest.raises(deltas.DeltaRefused) as refused:

@@ -72,6 +72,8 @@ def _inspect(args):
         print(f"model fingerprint {state['fingerprint']}; tables above are {state['checkpoint']}"
               + (f"; the newest cut adds deltas {state['deltas']} (step {state['step']})" if state["deltas"] else ""),
               flush=True)
+        if "refused" in state:
+            print(f"a resume would refuse: {state['refused']}", flush=True)
     print(json.dumps({"tables": tables, **({"state": state} if state else {})}), flush=True)
     return 0
 
@@ -87,7 +89,13 @@ def _state_of(path):
     if saved is None:
         return {}
     if os.path.isdir(path):
-        checkpoint, chain, _ = deltas.latest_cut(path)
+        try:
+            checkpoint, chain, _ = deltas.latest_cut(path)
+        except deltas.DeltaRefused as e:   # the newest usable cut is the one before the refused deltas
+            usable = [(s, p) for s, p in deltas.delta_files(path, deltas.checkpoint_step(checkpoint)) if p not in e.files]
+            return {"fingerprint": saved["fingerprint"], "checkpoint": os.path.basename(checkpoint),
+                    "deltas": [s for s, _ in usable], "step": usable[-1][0] if usable else deltas.checkpoint_step(checkpoint),
+                    "refused": str(e), "refused_files": [os.path.basename(p) for p in e.files]}
     return {"fingerprint": saved["fingerprint"], "checkpoint": os.path.basename(checkpoint),
             "deltas": [s for s, _ in chain], "step": chain[-1][0] if chain else deltas.checkpoint_step(checkpoint)}
 

@@ -195,6 +195,7 @@ MAX_BATCH = 1 << 20        # rows (samples) of one batch
 MAX_SECS = 365 * 86400     # periods and timeouts in seconds
 MAX_SEED = 2**31 - 1
 MAX_FLOAT32 = 3.4028234663852886e38   # hyper-parameters become float32 attributes
+MIN_FLOAT32 = 1.1754943508222875e-38  # the smallest normal float32: a positive one below it is 0 or denormal
 MAX_SYNTHETIC_EVAL = 10**7   # the synthetic eval set is made in memory (about 270 bytes an example)
 
 # The range of every numeric field (list fields: of each item; data.features.length: of each
@@ -234,13 +235,13 @@ BOUNDS = {
     "model.blocks": Range(0, 64),
     "train.steps": Range(1, MAX_STEPS),
     "train.batch_size": Range(1, MAX_BATCH),
-    "train.learning_rate": Range(0, 1e4, lo_open=True),
-    "train.adagrad.initial_accumulator_value": Range(0, MAX_FLOAT32, lo_open=True),
+    "train.learning_rate": Range(MIN_FLOAT32, 1e4),
+    "train.adagrad.initial_accumulator_value": Range(MIN_FLOAT32, MAX_FLOAT32),
     "train.adam.beta1": Range(0, 1, hi_open=True),
     "train.adam.beta2": Range(0, 1, hi_open=True),
-    "train.adam.epsilon": Range(0, 1, lo_open=True),
+    "train.adam.epsilon": Range(MIN_FLOAT32, 1),
     "train.ftrl.learning_rate_power": Range(-10, 0),
-    "train.ftrl.initial_accumulator_value": Range(0, MAX_FLOAT32, lo_open=True),
+    "train.ftrl.initial_accumulator_value": Range(MIN_FLOAT32, MAX_FLOAT32),
     "train.ftrl.l1_regularization_strength": Range(0, MAX_FLOAT32),
     "train.ftrl.l2_regularization_strength": Range(0, MAX_FLOAT32),
     "train.ftrl.beta": Range(0, MAX_FLOAT32),

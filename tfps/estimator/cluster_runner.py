@@ -14,6 +14,7 @@ restores the latest checkpoint (tables included) and the workers wait until the 
 again, tables included (they register as resources with an initialized flag), checking every
 30 s as TF's SessionManager does.
 """
+import contextlib
 import dataclasses
 import json
 import logging
@@ -29,7 +30,8 @@ from tfps.cluster.tf_config import ClusterConfigError, check_protocol
 from tfps.data.sources import make_source
 from tfps.estimator.hooks import EvalProgressHook, ProgressHook, StepStatsHook
 from tfps.estimator.runner import (batch_fields, check_reached, checkpoint_every, final_metrics, json_metric,
-                                   make_estimator, pipelined, state_step, table_hooks)
+                                   cost_line, make_estimator, nothing_left_if_refused, pipelined, state_step,
+                                   table_hooks)
 from tfps.state.lease import Lease
 
 FIRST_CHECKPOINT_POLL_SECS = 0.5
@@ -224,16 +226,17 @@ def run_task(cfg, cluster_config, printer=print):
     if job == "ps":
         printer(f"ps {index} serving at {cluster_config.cluster['ps'][index]}", flush=True)
     elif job != "evaluator":
-        printer(f"{job} {index}: training to global step {cfg.train.steps} from step {start}, "
-                f"batches {rank}, {rank + len(trainers)}, ... of the stream, resuming at the latest checkpoint",
+        printer(f"{job} {index}: training to global step {cfg.train.steps} (model_dir's newest state: step {start}), "
+                f"batches {rank}, {rank + len(trainers)}, ... of the stream, each from the step the session starts at",
                 flush=True)
-        if cluster_config.is_chief and hasattr(source, "describe_cost"):
-            printer(source.describe_cost(), flush=True)
+        if cluster_config.is_chief and cost_line(cfg, source):
+            printer(cost_line(cfg, source), flush=True)
     if job == "worker" and not cluster_config.is_chief:
         _wait_for_first_checkpoint(cfg.model_dir, printer)
     stop_watch = _watch_ps(cfg, cluster_config, printer) if job in ("chief", "master", "worker") else None
     t0 = time.time()
-    tf.estimator.train_and_evaluate(est, train_spec, eval_spec)
+    with nothing_left_if_refused(cfg.model_dir) if cluster_config.is_chief else contextlib.nullcontext():
+        tf.estimator.train_and_evaluate(est, train_spec, eval_spec)
     seconds = time.time() - t0
     if stop_watch is not None:
         stop_watch.set()

@@ -1,4 +1,5 @@
 """Train and evaluate a JobConfig with tf.estimator in one process."""
+import contextlib
 import dataclasses
 import json
 import math
@@ -18,7 +19,7 @@ from tfps.models.zoo import model_fn
 from tfps.pipeline import settings as pipeline_settings
 from tfps.pipeline.dataset import PipelineDataset
 from tfps.state import manifest as manifests
-from tfps.state.deltas import latest_cut
+from tfps.state.deltas import DeltaRefused, latest_cut
 from tfps.state.lease import Lease
 from tfps.state.saver import StateSaver
 
@@ -140,6 +141,21 @@ def with_checked_saver(model_fn, keep_checkpoint_max):
     return fn
 
 
+@contextlib.contextmanager
+def nothing_left_if_refused(model_dir):
+    """Runs training; when the restore refuses model_dir's state (another model's, a damaged
+    delta), removes what the session wrote before the refusal (its event file), so that a refused
+    run leaves model_dir as it found it."""
+    before = set(os.listdir(model_dir)) if os.path.isdir(model_dir) else set()
+    try:
+        yield
+    except (manifests.StateMismatch, DeltaRefused):
+        for name in set(os.listdir(model_dir)) - before if os.path.isdir(model_dir) else ():
+            if name.startswith("events.out.tfevents."):
+                os.remove(os.path.join(model_dir, name))
+        raise
+
+
 def state_step(model_dir):
     """The global step of the newest cut of model_dir (its latest checkpoint and the deltas after
     it; 0 when it has none): where training resumes, its reader with it."""
@@ -166,6 +182,14 @@ def table_hooks(cfg, printer):
     if cfg.train.evict_every_steps:
         hooks.append(EvictionHook(cfg.train.evict_every_steps, printer))
     return hooks, listeners
+
+
+def cost_line(cfg, source):
+    """The model's forward cost per sample, for the models that report one (MTGR), else None."""
+    if cfg.model.name != "mtgr":
+        return None
+    from tfps.models.mtgr import describe_cost
+    return describe_cost(cfg, source)
 
 
 def batch_words(cfg):
@@ -224,19 +248,21 @@ def _run(cfg, printer):
     printer(f"model_dir {cfg.model_dir}; training {cfg.model.name} for {cfg.train.steps} steps of "
             f"{batch_words(cfg)} on {source.describe()} (dim {cfg.model.embedding_dim}, "
             f"{'one merged table' if cfg.model.merge_tables else 'a table each'})", flush=True)
-    if hasattr(source, "describe_cost"):
-        printer(source.describe_cost(), flush=True)
+    if cost_line(cfg, source):
+        printer(cost_line(cfg, source), flush=True)
     start_step = state_step(cfg.model_dir)
     if start_step >= cfg.train.steps:
         printer(f"the checkpoint in model_dir is at step {start_step}, train.steps is {cfg.train.steps}: nothing to "
                 f"train (raise train.steps to go on)", flush=True)
     elif start_step:
-        printer(f"resuming from the state at step {start_step}", flush=True)
+        printer(f"model_dir holds a state at step {start_step}: resuming from it once it is checked against the "
+                f"model", flush=True)
     hook = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer, max_steps=cfg.train.steps)
     hooks, listeners = table_hooks(cfg, printer)
     t0 = time.time()
-    est.train(pipelined(source.train_input_fn(cfg.train.batch_size, start=start_step), cfg), max_steps=cfg.train.steps,
-              hooks=[hook] + hooks, saving_listeners=listeners)
+    with nothing_left_if_refused(cfg.model_dir):
+        est.train(pipelined(source.train_input_fn(cfg.train.batch_size, start=start_step), cfg),
+                  max_steps=cfg.train.steps, hooks=[hook] + hooks, saving_listeners=listeners)
     train_seconds = time.time() - t0
     check_reached(cfg)
     trained_steps = max(cfg.train.steps - start_step, 0)

@@ -13,7 +13,7 @@ from tfps.embedding.variable import attached_tables
 from tfps.serving.errors import ServingError, error_line
 from tfps.serving.servable import Servable
 from tfps.state import manifest as manifests
-from tfps.state.deltas import apply_dense_op, apply_tables_op, delta_chain, delta_files
+from tfps.state.deltas import apply_dense_op, apply_tables_op, checkpoint_step, delta_chain, delta_files
 
 
 def version_dirs(base_path):
@@ -236,6 +236,7 @@ class TableFollower:
         self.applied = []     # (version, "full"/"delta", step), in the order applied
         self.lags = []        # seconds from each applied delta's appearance to its apply
         self._checked = {}    # deltas read whole (delta_chain's cache)
+        self._steps = {}      # checkpoint path -> the global step it holds
 
     def _ops(self, servable):
         state = self._state.get(servable)
@@ -291,7 +292,13 @@ class TableFollower:
             return []
         done = []
         latest = tf.train.latest_checkpoint(self.model_dir)
-        full_step = int(latest.rsplit("-", 1)[1]) if latest else None
+        try:   # the global step it holds (on a cluster it can be past the one in its name)
+            full_step = self._steps[latest] if latest in self._steps else checkpoint_step(latest) if latest else None
+        except ValueError as e:
+            self._report(f"checkpoint {latest} not applied, version {servable.version} keeps serving step "
+                         f"{state['applied']}: {error_line(e)}")
+            return done
+        self._steps[latest] = full_step
         if full_step is not None and (state["applied"] is None or full_step > state["applied"]):
             if not self._full(servable, state, latest, full_step):
                 return done
@@ -305,20 +312,29 @@ class TableFollower:
         current = {prefix for _, prefix in files}
         for prefix in [p for p in self._checked if p not in current]:
             del self._checked[prefix]
-        try:
-            if servable.manifest is None:
-                self._check(servable, files[0][1], "delta")
-            chain = delta_chain(self.model_dir, full_step, state["tables"], servable.manifest["model"], exact=True,
-                                checked=self._checked)
-        except ValueError as e:
-            self._report(f"version {servable.version} keeps serving step {state['applied']}: {e}")
-            return done
-        steps = [s for s, _ in chain]
-        if state["applied"] != full_step and state["applied"] not in steps:
-            # The version holds a cut that is not on model_dir's chain (the trainer went on from an
-            # earlier cut): start over from the full checkpoint.
-            if not self._full(servable, state, latest, full_step):
+        chain = None
+        if servable.manifest is not None and state["applied"] > full_step:
+            # On a delta: the deltas that continue it (those before it are applied already, and
+            # read again only if the chain does not continue from here).
+            try:
+                chain = delta_chain(self.model_dir, state["applied"], state["tables"], servable.manifest["model"],
+                                    exact=True, checked=self._checked)
+            except ValueError:
+                chain = None
+        if chain is None:
+            try:
+                if servable.manifest is None:
+                    self._check(servable, files[0][1], "delta")
+                chain = delta_chain(self.model_dir, full_step, state["tables"], servable.manifest["model"],
+                                    exact=True, checked=self._checked)
+            except ValueError as e:
+                self._report(f"version {servable.version} keeps serving step {state['applied']}: {e}")
                 return done
+            if state["applied"] != full_step and state["applied"] not in [s for s, _ in chain]:
+                # The version holds a cut that is not on model_dir's chain (the trainer went on
+                # from an earlier cut): start over from the full checkpoint.
+                if not self._full(servable, state, latest, full_step):
+                    return done
         for step, prefix in chain:
             if step <= state["applied"]:
                 continue

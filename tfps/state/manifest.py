@@ -128,7 +128,9 @@ def difference(saved, model, exact=True):
                 return f"table {name!r} is saved but not in the model"
             continue
         if a is None:
-            return f"table {name!r} of the model is not saved"
+            others = {n: t["dim"] for n, t in saved["tables"].items() if n not in model["tables"]}
+            return f"table {name!r} (dim {b['dim']}) of the model is not saved" + (
+                f"; saved tables the model does not have: {others} (name: dim)" if others else "")
         for key in sorted(set(a) | set(b)):
             if a.get(key) != b.get(key):
                 return f"table {name!r}: {key} {a.get(key)} saved, {b.get(key)} in the model"
