@@ -58,7 +58,7 @@ cc-test: | deps
 	TSAN_OPTIONS=halt_on_error=1 $(CC_BIN)/core_tsan
 
 py-test: build
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_op_mix
 	$(CC_BIN)/bench_index
