@@ -197,3 +197,45 @@ def test_kill_9_at_random_moments_trains_every_batch_once(tmp_path, straight):
         result = _train(chaos)
     _same_updates(chaos, straight)
     assert abs(result["auc"] - straight[0]["auc"]) <= 0.002
+
+
+class _NoFinalSave(tf.compat.v1.train.CheckpointSaverHook):
+    def end(self, session):   # the job dies after its last delta: the newest cut is a delta
+        pass
+
+
+def _partitioned(parts):
+    """A model with a dense variable in `parts` partitions and a table; (train op, whole variable)."""
+    gs = tf.compat.v1.train.get_or_create_global_step()
+    ev = tfps.get_embedding_variable("emb", 4)
+    w = tf.compat.v1.get_variable("w", [6, 4], partitioner=tf.compat.v1.fixed_size_partitioner(parts),
+                                  initializer=tf.compat.v1.random_normal_initializer(seed=1))
+    x = tfps.embedding_lookup(ev, tf.constant([1, 2, 3], tf.int64))
+    loss = tf.reduce_sum(tf.matmul(tf.matmul(x, tf.transpose(w.as_tensor())), w.as_tensor()))
+    return tfps.train.AdagradOptimizer(0.1).minimize(loss, global_step=gs), w.as_tensor()
+
+
+def test_a_partitioned_variable_is_described_and_cut_whole_whatever_its_partitions(tmp_path):
+    """The fingerprint of a model does not change with a dense variable's partition count, and a
+    delta of 2 partitions restores into 3 (oracle: the value the 2-partition session had)."""
+    from tfps.estimator.incremental import DeltaRestoreHook, IncrementalCheckpoints
+    with tf.Graph().as_default() as g:
+        train, whole = _partitioned(2)
+        two = manifests.describe(g)
+        inc = IncrementalCheckpoints(str(tmp_path), every_steps=3, printer=lambda *a, **k: None)
+        saver_hook = _NoFinalSave(str(tmp_path), save_steps=1000, listeners=[inc.listener])
+        with tf.compat.v1.train.SingularMonitoredSession(hooks=[saver_hook, inc]) as s:
+            for _ in range(6):
+                s.run(train)
+            want = s.raw_session().run(whole)
+    assert deltas.latest_cut(str(tmp_path))[2] == 6
+    with tf.Graph().as_default() as g:
+        train, whole = _partitioned(3)
+        assert manifests.fingerprint(manifests.describe(g)) == manifests.fingerprint(two)
+        assert two["dense"]["w"]["shape"] == [6, 4]
+        restore = DeltaRestoreHook(str(tmp_path), printer=lambda *a, **k: None)
+        with tf.compat.v1.train.SingularMonitoredSession(hooks=[restore], checkpoint_dir=str(tmp_path)) as s:
+            got = s.raw_session().run(whole)
+            step = s.raw_session().run(tf.compat.v1.train.get_global_step())
+    assert restore.applied == [3, 6] and step == 6
+    np.testing.assert_array_equal(got, want)

@@ -194,11 +194,14 @@ def save_op(tables, dense, manifest_text, since, base, prefix):
         flags.append(complete)
     # The dense state is read after the tables' rows: with other trainers running, a row holds no
     # update the saved global step does not count.
+    slices = [""] * len(names)
     with tf.control_dependencies(tensors[2:]):
-        for name, v in sorted(dense.items()):
+        for _, v in sorted(dense.items()):
+            name, spec, _ = manifests.saved_as(v)   # a partitioned variable's part: a slice of the whole
             names.append(name)
+            slices.append(spec)
             tensors.append(tf.identity(v.read_value() if hasattr(v, "read_value") else v))
-    save = tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names), tensors=tensors)
+    save = tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=slices, tensors=tensors)
     return save, (tf.reduce_any(tf.stack(flags)) if flags else tf.constant(False))
 
 
@@ -234,13 +237,15 @@ def _apply_rows(ev, t):
 
 
 def apply_dense_op(dense, prefix):
-    """The op that assigns every variable of `dense` ({checkpoint name: variable}) its value in
-    the delta at `prefix` (a string tensor); None when there is none."""
+    """The op that assigns every variable of `dense` (manifest.dense_variables) its value in the
+    delta at `prefix` (a string tensor) -- a part of a partitioned variable its slice, whatever
+    the partition count that wrote it; None when there is none."""
     graph = tf.compat.v1.get_default_graph()
     ops = []
-    for name, v in sorted(dense.items()):
+    for _, v in sorted(dense.items()):
+        name, spec, _ = manifests.saved_as(v)
         with graph.colocate_with(v.op if hasattr(v, "op") else v):
-            value = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[name], shape_and_slices=[""],
+            value = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[name], shape_and_slices=[spec],
                                          dtypes=[v.dtype.base_dtype])[0]
             ops.append(tf.compat.v1.assign(v, value, validate_shape=True).op)
     return tf.group(*ops) if ops else None

@@ -61,8 +61,23 @@ def internal(variable):
 
 
 def dense_variables(graph):
-    """The graph's global variables that a checkpoint saves, by their name there (v.op.name)."""
-    return {v.op.name: v for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES) if not internal(v)}
+    """{key: variable} of the graph's global variables that a checkpoint saves: the key is the
+    name in a checkpoint (v.op.name), with '@' and the slice of a partitioned variable's part."""
+    out = {}
+    for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+        if not internal(v):
+            name, spec, _ = saved_as(v)
+            out[f"{name}@{spec}" if spec else name] = v
+    return out
+
+
+def saved_as(v):
+    """(name, slice spec, full shape) under which a checkpoint holds variable v: a part of a
+    partitioned variable is a slice of its whole variable, whatever the partition count."""
+    info = getattr(v, "_save_slice_info", None)
+    if info is not None:
+        return info.full_name, info.spec, list(info.full_shape)
+    return v.op.name, "", v.shape.as_list()
 
 
 def describe(graph=None):
@@ -75,8 +90,10 @@ def describe(graph=None):
                            "admit_min_count": ev.options.admit_min_count,
                            "admit_sketch_width": ev.options.admit_sketch_width if ev.options.admit_min_count > 1
                            else 0}
-    dense = {name: {"shape": v.shape.as_list(), "dtype": v.dtype.base_dtype.name}
-             for name, v in sorted(dense_variables(graph).items())}
+    dense = {}
+    for v in dense_variables(graph).values():
+        name, _, shape = saved_as(v)
+        dense[name] = {"shape": shape, "dtype": v.dtype.base_dtype.name}
     return {"tables": tables, "dense": dense, "optimizer": sorted(set(graph.get_collection(OPTIMIZERS)))}
 
 
