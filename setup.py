@@ -140,8 +140,7 @@ py_test(
 """
 
 
-class BuildFile(Command):
-    description = "write BUILD from this file's sources and flags"
+class _NoOptions(Command):
     user_options = []
 
     def initialize_options(self):
@@ -149,21 +148,18 @@ class BuildFile(Command):
 
     def finalize_options(self):
         pass
+
+
+class BuildFile(_NoOptions):
+    description = "write BUILD from this file's sources and flags"
 
     def run(self):
         with open(BUILD_FILE, "w") as f:
             f.write(render_build())
 
 
-class BuildOps(Command):
+class BuildOps(_NoOptions):
     description = "compile tfps/_tfps_ops.so"
-    user_options = []
-
-    def initialize_options(self):
-        pass
-
-    def finalize_options(self):
-        pass
 
     def run(self):
         build_ops()
