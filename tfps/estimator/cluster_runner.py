@@ -196,14 +196,11 @@ def run_task(cfg, cluster_config, printer=print):
     trainers = [t for t in ("chief", "master", "worker") for _ in cluster_config.cluster.get(t, [])]
     rank = index + (0 if job in ("chief", "master") else len(cluster_config.cluster.get("chief", [])))
 
-    def checkpoint_step():
-        return state_step(cfg.model_dir)
-
-    def resume_batch():
-        step = checkpoint_step()
+    def resume_batch():   # the newest cut's step, read when the session's iterator starts
+        step = state_step(cfg.model_dir)
         return step - step % len(trainers)
 
-    start = checkpoint_step()
+    start = state_step(cfg.model_dir)
     progress = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer, task_rate=True,
                             max_steps=cfg.train.steps)
     traffic = StepStatsHook(after_local_steps=min(50, cfg.train.steps // 4), num_steps=5, printer=printer)
@@ -229,8 +226,9 @@ def run_task(cfg, cluster_config, printer=print):
         printer(f"{job} {index}: training to global step {cfg.train.steps} (model_dir's newest state: step {start}), "
                 f"batches {rank}, {rank + len(trainers)}, ... of the stream, each from the step the session starts at",
                 flush=True)
-        if cluster_config.is_chief and cost_line(cfg, source):
-            printer(cost_line(cfg, source), flush=True)
+        cost = cost_line(cfg, source) if cluster_config.is_chief else None   # MTGR profiles its graph: once
+        if cost:
+            printer(cost, flush=True)
     if job == "worker" and not cluster_config.is_chief:
         _wait_for_first_checkpoint(cfg.model_dir, printer)
     stop_watch = _watch_ps(cfg, cluster_config, printer) if job in ("chief", "master", "worker") else None

@@ -248,8 +248,9 @@ def _run(cfg, printer):
     printer(f"model_dir {cfg.model_dir}; training {cfg.model.name} for {cfg.train.steps} steps of "
             f"{batch_words(cfg)} on {source.describe()} (dim {cfg.model.embedding_dim}, "
             f"{'one merged table' if cfg.model.merge_tables else 'a table each'})", flush=True)
-    if cost_line(cfg, source):
-        printer(cost_line(cfg, source), flush=True)
+    cost = cost_line(cfg, source)   # MTGR profiles its graph: once
+    if cost:
+        printer(cost, flush=True)
     start_step = state_step(cfg.model_dir)
     if start_step >= cfg.train.steps:
         printer(f"the checkpoint in model_dir is at step {start_step}, train.steps is {cfg.train.steps}: nothing to "
