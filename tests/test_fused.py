@@ -9,7 +9,9 @@ import tfps
 from tfps.cluster.launch import cluster_spec
 from tfps.cluster.placement import replica_device_setter
 from tfps.estimator import rpc_stats
+from tfps.embedding.step import TrainingStep
 from tfps.train.fused import FusedDense
+from tfps.train.push import FusedPush
 
 STEPS, BATCH = 6, 32
 START = 100   # the global step the session starts at
@@ -23,17 +25,20 @@ def _train(spec, target, fused, optimizer):
             gs = tf.compat.v1.train.get_or_create_global_step()
             ids = tf.compat.v1.placeholder(tf.int64, [BATCH, 3])
             x = tf.compat.v1.placeholder(tf.float32, [BATCH, 4])
+            # the step passed explicitly (no graph default): its push policy carries the gradients
+            step = TrainingStep(push=FusedPush(FusedDense(anchor=ids.op)) if fused else None)
             if fused:
-                FusedDense(anchor=ids.op).install(graph)
+                step.push.fused.install(graph)
             ev = tfps.get_embedding_variable("e", 4, num_shards=2)
-            rows = tf.reshape(tfps.embedding_lookup(ev, ids), [BATCH, 12])
+            rows = tf.reshape(tfps.embedding_lookup(ev, ids, step=step), [BATCH, 12])
             h = tf.compat.v1.layers.dense(tf.concat([rows, x], 1), 8, activation=tf.nn.relu, name="h",
                                           kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=1),
                                           kernel_regularizer=lambda w: 0.01 * tf.reduce_sum(tf.square(w)))
             logit = tf.compat.v1.layers.dense(h, 1, name="out",
                                               kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=2))
             loss = tf.reduce_mean(tf.square(logit)) + tf.add_n(tf.compat.v1.losses.get_regularization_losses())
-            train_op = optimizer().minimize(loss, global_step=gs)
+            train_op = optimizer().minimize(loss, global_step=gs, step=step)
+            assert not TrainingStep.of(graph).lookups   # nothing went through the graph's own step
             names = sorted(v.op.name for v in tf.compat.v1.global_variables())
         dense = [v for v in tf.compat.v1.trainable_variables()]
         with tf.compat.v1.Session(target, graph=graph) as s:
@@ -50,7 +55,7 @@ def _train(spec, target, fused, optimizer):
                                                   output_partition_graphs=True), run_metadata=meta)
             values = {v.op.name: s.run(v) for v in dense}
             table = s.run(ev.export())
-        copies = FusedDense.of(graph).copies if fused else {}
+        copies = step.push.fused.copies if fused else {}
     order = np.argsort(table["keys"])
     return names, values, (table["values"][order], table["last_step"][order]), rpc_stats(meta), len(copies)
 

@@ -1,7 +1,7 @@
 """Lookups on EmbeddingVariables: dedup, one probe per distinct id per shard, gather back."""
 import tensorflow as tf
 
-from tfps.embedding.records import TableLookup, record, stager_of
+from tfps.embedding.step import TableLookup, TrainingStep
 from tfps.ops import embedding_table as table_ops
 from tfps.ops.unique_partition_ops import unique_partition_with_counts
 
@@ -12,17 +12,20 @@ def _check(ev):
         raise TypeError(f"expected a tfps.EmbeddingVariable, got {type(ev).__name__}")
 
 
-def probe(ev, keys, insert):
+def probe(ev, keys, insert, after=None):
     """keys int64 [N] -> (unique_keys int64 [U], inverse int32 [N], offsets, rows float32 [U, dim]),
-    one probe per distinct key.
+    one probe per distinct key. after: None, or {table handle name: ops} that the probe of that
+    shard runs after (the pipeline orders a probe ahead after the same step's push).
 
     One shard: a fused dedup + probe op, offsets None. k shards: unique_partition groups the
     distinct keys by shard (floormod(key, k)), each shard is probed on its own device, and the
     concatenated rows line up with the grouped unique keys; shard p owns positions
     offsets[p]:offsets[p+1] (int64 [k + 1])."""
+    after = after or {}
     if ev.num_shards == 1:
         handle = ev.handles[0]
-        with tf.compat.v1.get_default_graph().colocate_with(handle.op):
+        with tf.compat.v1.get_default_graph().colocate_with(handle.op), \
+                tf.control_dependencies(after.get(handle.name, [])):
             uids, inverse, uvals = table_ops.table_lookup_unique(handle, keys, insert=insert)
         uvals.set_shape([None, ev.dim])
         return uids, inverse, None, uvals
@@ -33,27 +36,29 @@ def probe(ev, keys, insert):
     part_counts = tf.split(counts, sizes, num=ev.num_shards) if admit else [None] * ev.num_shards
     rows = []
     for handle, part, part_count in zip(ev.handles, parts, part_counts):
-        with tf.compat.v1.get_default_graph().colocate_with(handle.op):
+        with tf.compat.v1.get_default_graph().colocate_with(handle.op), \
+                tf.control_dependencies(after.get(handle.name, [])):
             rows.append(table_ops.table_find(handle, part, insert=insert, counts=part_count))
     uvals = tf.concat(rows, 0)
     uvals.set_shape([None, ev.dim])
     return uids, inverse, offsets, uvals
 
 
-def _lookup_flat(ev, keys, insert):
-    """keys int64 [N] -> float32 [N, dim]; records (unique_ids, unique_values) for training.
+def _lookup_flat(ev, keys, insert, step=None):
+    """keys int64 [N] -> float32 [N, dim]; adds (unique_ids, unique_values) to `step` (default:
+    the graph's TrainingStep) for training.
 
-    The probe runs here, or -- when the graph's input is a tfps pipeline -- ahead, on a later
+    The probe runs here, or -- when the step has a stager (a tfps pipeline) -- ahead, on a later
     batch, and its staged result is read here (tfps.pipeline)."""
-    stager = stager_of()
-    staged = stager.stage(ev, keys, insert, probe) if stager is not None else None
+    step = step or TrainingStep.of()
+    staged = step.stager.stage(ev, keys, insert, probe) if step.stager is not None else None
     uids, inverse, offsets, uvals = staged if staged is not None else probe(ev, keys, insert)
     if insert and ev.trainable:
-        record(TableLookup(ev, uids, uvals, offsets=offsets))
+        step.record(TableLookup(ev, uids, uvals, offsets=offsets))
     return table_ops.gather_rows(uvals, inverse)
 
 
-def embedding_lookup(ev, ids, insert=True, name=None):
+def embedding_lookup(ev, ids, insert=True, name=None, step=None):
     """Rows of `ids` in `ev`.
 
     Args:
@@ -61,6 +66,8 @@ def embedding_lookup(ev, ids, insert=True, name=None):
       ids: int64/int32 (or string, for string-keyed ev) tensor of any shape, any values.
       insert: True while training (a new id gets a row); False for serving (the table is not
         changed and a missing id reads as its initializer value).
+      step: the tfps.embedding.TrainingStep the lookup belongs to (hand the same one to the
+        optimizer's minimize); None: the graph's own.
 
     Returns:
       float32 ids.shape + [dim]. Example: ids [[1, 5], [5, 9]] with dim 4 -> [2, 2, 4].
@@ -69,19 +76,20 @@ def embedding_lookup(ev, ids, insert=True, name=None):
     with tf.compat.v1.name_scope(name, "embedding_lookup"):
         keys = ev.to_keys(ids)
         flat = tf.reshape(keys, [-1])
-        rows = _lookup_flat(ev, flat, insert)
+        rows = _lookup_flat(ev, flat, insert, step)
         out = tf.reshape(rows, tf.concat([tf.shape(keys, out_type=tf.int32), [ev.dim]], 0))
         out.set_shape(keys.shape.concatenate([ev.dim]))
         return out
 
 
-def embedding_lookup_sparse(ev, sp_ids, sp_weights=None, combiner="mean", insert=True, name=None):
+def embedding_lookup_sparse(ev, sp_ids, sp_weights=None, combiner="mean", insert=True, name=None, step=None):
     """Combined rows per example, with the semantics of tf.nn.embedding_lookup_sparse.
 
     Args:
       sp_ids: SparseTensor [B, L] of ids (row-major ordered, as tf.sparse.reorder gives).
       sp_weights: None, or a SparseTensor of float weights with the same indices.
       combiner: "sum", "mean" or "sqrtn".
+      step: as for embedding_lookup.
 
     Returns:
       float32 [R, dim] where R = 1 + the largest row index present (rows with no ids are zeros),
@@ -93,7 +101,7 @@ def embedding_lookup_sparse(ev, sp_ids, sp_weights=None, combiner="mean", insert
     if not isinstance(sp_ids, tf.SparseTensor):
         raise TypeError(f"embedding_lookup_sparse: sp_ids must be a SparseTensor, got {type(sp_ids).__name__}")
     with tf.compat.v1.name_scope(name, "embedding_lookup_sparse"):
-        rows = _lookup_flat(ev, ev.to_keys(sp_ids.values), insert)
+        rows = _lookup_flat(ev, ev.to_keys(sp_ids.values), insert, step)
         return combine_sparse(rows, sp_ids, sp_weights, combiner)
 
 

@@ -108,7 +108,7 @@ def _keys(feature, ev, ids):
     return feature_tag(ids, feature.tag)
 
 
-def lookup_features(requests, insert=True, stats=None, combine=combine_sparse):
+def lookup_features(requests, insert=True, stats=None, combine=combine_sparse, step=None):
     """Rows of several features, one fused lookup per physical table.
 
     Args:
@@ -119,6 +119,7 @@ def lookup_features(requests, insert=True, stats=None, combine=combine_sparse):
         and 'ids_stage2' (distinct keys actually probed) per step.
       combine: how sparse requests are combined (combine_sparse: tf.nn.embedding_lookup_sparse
         rows; combine_padded: one row per example, as feature columns give).
+      step: the tfps.embedding.TrainingStep of the lookups (None: the graph's own).
 
     Returns:
       one tensor per request: ids.shape + [dim] for dense ids; [R, dim] for sparse ones.
@@ -134,7 +135,7 @@ def lookup_features(requests, insert=True, stats=None, combine=combine_sparse):
     stage1, stage2 = [], []
     for ev, members in groups.values():
         sizes = [tf.size(k) for _, k in members]
-        rows = _lookup_flat(ev, tf.concat([k for _, k in members], 0), insert)
+        rows = _lookup_flat(ev, tf.concat([k for _, k in members], 0), insert, step)
         if stats is not None:
             stage1 += [tf.size(tf.unique(k)[0]) for _, k in members]
             stage2.append(tf.size(tf.unique(tf.concat([k for _, k in members], 0))[0]))
@@ -152,7 +153,7 @@ def lookup_features(requests, insert=True, stats=None, combine=combine_sparse):
     return out
 
 
-def lookup_feature_matrix(features, ids, insert=True, stats=None):
+def lookup_feature_matrix(features, ids, insert=True, stats=None, step=None):
     """Rows of F single-valued features given as one matrix: ids [B, F] -> [B, F, dim].
 
     When the features share one physical table (all merge-able alike), the whole matrix is
@@ -170,11 +171,12 @@ def lookup_feature_matrix(features, ids, insert=True, stats=None):
             stats["ids_stage1"] = tf.cast(tf.add_n([tf.size(tf.unique(keys[:, f])[0])
                                                     for f in range(len(features))]), tf.int64)
             stats["ids_stage2"] = tf.cast(tf.size(tf.unique(flat)[0]), tf.int64)
-        rows = _lookup_flat(ev, flat, insert)
+        rows = _lookup_flat(ev, flat, insert, step)
         out = tf.reshape(rows, [-1, len(features), ev.dim])
         out.set_shape(ids.shape.concatenate([ev.dim]))
         return out
-    return tf.stack(lookup_features([(f, ids[:, i]) for i, f in enumerate(features)], insert, stats), axis=1)
+    return tf.stack(lookup_features([(f, ids[:, i]) for i, f in enumerate(features)], insert, stats,
+                                    step=step), axis=1)
 
 
 def export_feature(feature):

@@ -247,14 +247,26 @@ def run_task(cfg, cluster_config, printer=print):
         return task
     check_reached(cfg)
     lease.release()   # the final evaluation writes nothing
-    # Evaluate the last checkpoint in this process: no cluster needed, and a RunConfig made while
-    # TF_CONFIG is set would join the cluster.
-    os.environ.pop("TF_CONFIG", None)
-    return {**final_metrics(cfg, source, printer, name="final"), **task, "model": cfg.model.name,
+    # Evaluate the last checkpoint in this process: no cluster needed.
+    with _outside_the_cluster():
+        metrics = final_metrics(cfg, source, printer, name="final")
+    return {**metrics, **task, "model": cfg.model.name,
             # every worker's steps count in the shared global step
             "examples_per_sec_overall": round((cfg.train.steps - start) * progress.examples_per_step / seconds, 1),
             "steps": cfg.train.steps, **batch_fields(cfg), "train_seconds": round(seconds, 1),
             "model_dir": cfg.model_dir, "cluster": {k: len(v) for k, v in cluster_config.cluster.items()}}
+
+
+@contextlib.contextmanager
+def _outside_the_cluster():
+    """TF_CONFIG hidden while the block runs: a RunConfig reads it from the environment when it
+    is made (it has no argument to ignore it) and would join the cluster."""
+    saved = os.environ.pop("TF_CONFIG", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["TF_CONFIG"] = saved
 
 
 def _round(x):

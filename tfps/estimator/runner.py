@@ -16,7 +16,6 @@ from tfps.estimator.hooks import CheckpointSaverHook, EvalProgressHook, Eviction
 from tfps.estimator.incremental import IncrementalCheckpoints
 from tfps.models.common import BAD_ROWS_VARIABLE
 from tfps.models.zoo import model_fn
-from tfps.pipeline import settings as pipeline_settings
 from tfps.pipeline.dataset import PipelineDataset
 from tfps.state import manifest as manifests
 from tfps.state.deltas import DeltaRefused, latest_cut
@@ -84,14 +83,10 @@ def write_export_manifest(export_path, checkpoint):
 
 def pipelined(input_fn, cfg):
     """input_fn, its dataset wrapped in a tfps.data.PipelineDataset when the config's
-    pipeline.enabled is on (at pipeline.depth) or tfps.pipeline.enable() was called."""
-    if cfg.pipeline.enabled:
-        depth = cfg.pipeline.depth
-    elif pipeline_settings.enabled():
-        depth = pipeline_settings.depth()
-    else:
+    pipeline.enabled is on (at pipeline.depth)."""
+    if not cfg.pipeline.enabled:
         return input_fn
-    return lambda: PipelineDataset(input_fn(), depth, fuse_dense=cfg.pipeline.fuse_dense,
+    return lambda: PipelineDataset(input_fn(), cfg.pipeline.depth, fuse_dense=cfg.pipeline.fuse_dense,
                                    defer_push=cfg.pipeline.defer_push)
 
 

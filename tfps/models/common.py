@@ -12,6 +12,7 @@ from tfps.data.schema import PAD_ID
 from tfps.embedding.lookup import combine_padded
 from tfps.embedding.merged import Feature, lookup_feature_matrix, lookup_features
 from tfps.embedding.options import EmbeddingOptions
+from tfps.embedding.step import TrainingStep
 from tfps.metrics import streaming_metrics, streaming_sum
 
 # The training loss (a float32 scalar) a model_fn adds here, for the runners' progress hooks.
@@ -165,7 +166,8 @@ def estimator_spec(mode, logits, labels, features, schema, train):
         return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
     tf.compat.v1.add_to_collection(TRAIN_EXAMPLES_COLLECTION, tf.size(labels))
     gs = tf.compat.v1.train.get_or_create_global_step()
-    train_op = make_optimizer(train).minimize(loss, global_step=gs)
+    # the step the model's lookups went into (the graph's: a model_fn is handed only features)
+    train_op = make_optimizer(train).minimize(loss, global_step=gs, step=TrainingStep.of())
     counted = _count_bad_rows(features)
     if counted is not None:
         train_op = tf.group(train_op, counted)

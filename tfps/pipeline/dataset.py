@@ -1,7 +1,6 @@
 """PipelineDataset: what an input_fn returns to have its model's lookups pipelined."""
 import tensorflow as tf
 
-from tfps.pipeline import settings
 from tfps.pipeline.stage import Pipeline
 
 
@@ -18,7 +17,7 @@ class PipelineDataset(tf.compat.v1.data.Dataset):
 
     Args:
       dataset: a tf.data.Dataset of batches.
-      depth: batches the lookups run ahead (1 .. 8); None: tfps.pipeline.enable's depth, or 1.
+      depth: batches the lookups run ahead (1 .. 8).
       fuse_dense: read the dense variables (those the model_fn makes with
         tf.compat.v1.get_variable) of each PS as one tensor per step, and push their gradients
         as one (tfps.train.fused); numerically the same training.
@@ -32,11 +31,11 @@ class PipelineDataset(tf.compat.v1.data.Dataset):
     pipeline; as a plain dataset (iterated, or transformed further) it is `dataset` unchanged.
     """
 
-    def __init__(self, dataset, depth=None, fuse_dense=True, defer_push=None):
+    def __init__(self, dataset, depth=1, fuse_dense=True, defer_push=None):
         if not isinstance(dataset, tf.data.Dataset):
             raise TypeError(f"PipelineDataset: dataset must be a tf.data.Dataset, got {type(dataset).__name__}")
         self._dataset = dataset
-        self.depth = settings.depth() if depth is None else depth
+        self.depth = depth
         if defer_push and not fuse_dense:
             raise ValueError("PipelineDataset: defer_push=True needs fuse_dense=True (the deferred push is part of "
                              "the fused one)")

@@ -11,6 +11,11 @@ model_fn is built once, on it. Each training lookup that model_fn makes
   main graph:      the staged (unique ids, inverse, offsets, rows) of batch t out of that queue
                    -> gather -> the dense model -> gradients pushed to the tables.
 
+The Pipeline is the stager of the graph's tfps.embedding.TrainingStep, with the push policy
+(tfps.train.push) its dataset's settings choose. The embedding graph of a step is built when the
+optimizer asks for it (carrier()), after the step's pushes exist, so a probe that must read
+after a push is built to (control dependencies), not edited afterwards.
+
 A tfps optimizer's train op also runs the embedding graph (carrier()), so one session.run
 trains batch t and probes batch t + depth, concurrently. When a session starts (and again
 whenever it is re-created) the iterator's initializer fills the queues with batches 0 ..
@@ -23,7 +28,7 @@ gradient is applied once, to the rows of the batch it was computed on.
 
 With defer_push (and fused dense traffic, tfps.train.fused) a step's gradients are pushed
 during the next step, so no step waits on the PS; the step's probes run after its push
-(probe_after), so rows hold exactly the updates of the batches before t - depth; dense values
+(carrier(after=...)), so rows hold exactly the updates of the batches before t - depth; dense values
 are 1 step old. The initializer also computes batch 0's gradients, and the global step counts
 pushed gradients, so a checkpoint at step s holds batches 0 .. s - 1 exactly.
 
@@ -37,22 +42,21 @@ thread (a tf.compat.v1.train.QueueRunner) instead.
 """
 import tensorflow as tf
 
-from tfps.embedding.records import set_stager, stager_of
+from tfps.embedding.step import TrainingStep
 from tfps.pipeline.replay import replay, depends_on
-from tfps.train.fused import FusedDense
+from tfps.train.push import push_policy
 
 MAX_DEPTH = 8
 DEQUEUE_OPS = ("QueueDequeueV2", "QueueDequeueManyV2", "QueueDequeueUpToV2")
 
 
 class _Stage:
-    """One queue: the tensors `build(fresh, has_value)` makes from a fresh batch, and their
-    dequeued counterparts for the main graph."""
+    """One queue: the tensors `build(fresh, has_value, after)` makes from a fresh batch (of the
+    given dtypes and shapes), and their dequeued counterparts for the main graph."""
 
-    def __init__(self, name, build, depth, first):
+    def __init__(self, name, build, depth, dtypes, shapes):
         self.name, self.build = name, build
-        self.dtypes = [t.dtype for t in first]
-        self.shapes = [t.shape for t in first]
+        self.dtypes, self.shapes = list(dtypes), [tf.TensorShape(s) for s in shapes]
         # depth + 1: the carrier's enqueue never waits for the same step's dequeue.
         self.queue = tf.queue.FIFOQueue(depth + 1, self.dtypes, name=f"tfps_pipeline_{name}")
         self.dequeued = self.queue.dequeue(name=f"tfps_pipeline_{name}_staged")
@@ -60,7 +64,6 @@ class _Stage:
             self.dequeued = [self.dequeued]
         for t, shape in zip(self.dequeued, self.shapes):
             t.set_shape(shape)
-        self.first = first
 
 
 class Pipeline:
@@ -81,36 +84,30 @@ class Pipeline:
 
     def __init__(self, dataset, depth, fuse_dense=True, defer_push=None):
         self.check_depth(depth)
-        self._defer_push = defer_push if fuse_dense else False
         self._first_step = None
         graph = tf.compat.v1.get_default_graph()
-        if stager_of(graph) is not None:
-            raise ValueError("PipelineDataset: this graph already reads a PipelineDataset; a graph has one pipeline")
+        step = TrainingStep.of(graph)
         self.depth = depth
         self._spec = dataset.element_spec
         self._specs = tf.nest.flatten(self._spec, expand_composites=True)
         self._iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
         self._stages = []
-        self._probes = []   # the carrier's ops that read a table (its shard probes)
         self._carrier = None
         self._initializer = None
         self._fresh = self._next_batch()
-        self._batch = self._add_stage("batch", lambda fresh, has_value: list(fresh))
+        self._batch = self._add_stage("batch", lambda fresh, has_value, after=None: list(fresh),
+                                      [t.dtype for t in self._fresh[0]], [t.shape for t in self._fresh[0]])
         self._staged_names = {t.name for t in self._batch.dequeued}
-        set_stager(self, graph)
+        self.push = push_policy(fuse_dense, defer_push, depth, anchor=self._batch.dequeued[0].op)
+        step.use(self, self.push)
         if fuse_dense:
-            FusedDense(anchor=self._batch.dequeued[0].op).install(graph)
+            self.push.fused.install(graph)
 
     @property
     def defer_push(self):
-        """Whether a step's gradients are pushed during the next step. None (auto) is decided when
-        the optimizer asks, once the model's variables exist: on at depth 1 when some dense
-        variable lives on a PS (has a fused copy), off otherwise -- in one process no push waits
-        on a network, and deferring only costs a step of staleness."""
-        if self._defer_push is None:
-            fused = FusedDense.of()
-            self._defer_push = self.depth == 1 and fused is not None and bool(fused.copies)
-        return self._defer_push
+        """Whether a step's gradients are pushed during the next step (the push policy's choice;
+        for defer_push=None, made when the optimizer asks: tfps.train.push.AutoPush)."""
+        return self.push.defers
 
     # -- the iterator protocol tf.estimator uses --------------------------------------------
     @property
@@ -140,19 +137,20 @@ class Pipeline:
         if not insert or not depends_on(keys, self._staged_names):
             return None
         staged = self._batch.dequeued
+        index = len(self._stages)
 
-        def build(fresh, has_value):
-            next_keys, = replay([keys], dict(zip(staged, fresh)), name=f"tfps_pipeline_keys_{len(self._stages)}",
+        def build(fresh, has_value, after=None):
+            next_keys, = replay([keys], dict(zip(staged, fresh)), name=f"tfps_pipeline_keys_{index}",
                                 forbidden=DEQUEUE_OPS)
             # Past the end of the data the fresh batch is a placeholder: probe no keys.
             next_keys = next_keys[:tf.size(next_keys) * tf.cast(has_value, tf.int32)]
-            uids, inverse, offsets, rows = probe(ev, next_keys, insert)
+            uids, inverse, offsets, rows = probe(ev, next_keys, insert, after=after)
             return [uids, inverse, rows] + ([] if offsets is None else [offsets])
-        graph = tf.compat.v1.get_default_graph()
-        known = len(graph.get_operations())
-        stage = self._add_stage(f"{ev.name.replace('/', '_')}_{len(self._stages)}", build)
-        handles = {h.name for h in ev.handles}
-        self._probes += [op for op in graph.get_operations()[known:] if any(t.name in handles for t in op.inputs)]
+        sharded = ev.num_shards > 1
+        # what probe() gives: unique ids, inverse (int32 below 2^31 keys), rows, and the offsets
+        dtypes = [tf.int64, tf.int32, tf.float32] + [tf.int64] * sharded
+        shapes = [[None], [None], [None, ev.dim]] + [[ev.num_shards + 1]] * sharded
+        stage = self._add_stage(f"{ev.name.replace('/', '_')}_{index}", build, dtypes, shapes)
         uids, inverse, rows = stage.dequeued[:3]
         return uids, inverse, (stage.dequeued[3] if len(stage.dequeued) > 3 else None), rows
 
@@ -165,24 +163,24 @@ class Pipeline:
         next step to push; the initializer runs it once on batch 0."""
         self._first_step = op
 
-    def probe_after(self, updates):
-        """Orders the carrier's probes of each table shard after that shard's update op of the
-        same step: [(handle tensor, update op)]. With a deferred push the update (the previous
-        step's gradients) waits on nothing the step computes, so the probe of the batch
-        `depth` ahead then reads every update before it, on the shard's own device (no message)."""
-        after = {}
-        for handle, op in updates:
-            after.setdefault(handle.name, []).append(op.op if isinstance(op, tf.Tensor) else op)
-        for op in self._probes:
-            for t in op.inputs:
-                for update in after.get(t.name, ()):
-                    op._add_control_input(update)   # pylint: disable=protected-access
-
-    def carrier(self):
+    def carrier(self, after=None):
         """The embedding graph of this step's fresh batch: enqueues each stage's item (nothing
-        past the end of the data, where it closes the queues instead). A train op runs it."""
+        past the end of the data, where it closes the queues instead). A train op runs it.
+
+        after: None, or [(table handle tensor, update op)]: the step's pushes, each of which the
+        probe of its table shard runs after. With a deferred push the update (the previous
+        step's gradients) waits on nothing the step computes, so the probe of the batch `depth`
+        ahead then reads every update before it, on the shard's own device (no message)."""
         if self._carrier is None:
-            enqueue = self._enqueue([s.first for s in self._stages], self._fresh[1], "tfps_pipeline_carrier",
+            order = {}
+            for handle, op in after or ():
+                order.setdefault(handle.name, []).append(op.op if isinstance(op, tf.Tensor) else op)
+            fresh, has_value = self._fresh
+            # outside any control context the train op is built in: the embedding graph waits on
+            # nothing of the step but the pushes it is ordered after
+            with tf.control_dependencies(None):
+                items = [s.build(fresh, has_value, order) for s in self._stages]
+            enqueue = self._enqueue(items, has_value, "tfps_pipeline_carrier",
                                     fallback=[s.dequeued for s in self._stages])
             # Each step takes one item from every queue, used or not, so the queues stay aligned.
             self._carrier = tf.group(enqueue, *self._dequeues(), name="tfps_pipeline_step")
@@ -192,12 +190,11 @@ class Pipeline:
     def _dequeues(self):
         return [s.dequeued[0].op for s in self._stages]
 
-    def _add_stage(self, name, build):
+    def _add_stage(self, name, build, dtypes, shapes):
         if self._carrier is not None:
             raise ValueError("tfps pipeline: a training lookup was built after the optimizer's train op; with a "
                              "PipelineDataset, build every tfps.embedding_lookup before minimize()/apply_gradients()")
-        fresh, has_value = self._fresh
-        stage = _Stage(name, build, self.depth, build(fresh, has_value))
+        stage = _Stage(name, build, self.depth, dtypes, shapes)
         self._stages.append(stage)
         return stage
 

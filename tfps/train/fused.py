@@ -1,12 +1,15 @@
 """Fused dense traffic: per PS task and step, one message with the values of the dense variables
-it holds and one with their gradients (and the gradients of its table shards).
+it holds and one with their gradients (and the gradients of its table shards). The policies
+that use it are in tfps.train.push.
 
 Stock TF sends each dense variable to the worker as its own tensor when an op reads it, and each
-gradient back as its own: 2 messages per variable and step. With a FusedDense on the graph:
+gradient back as its own: 2 messages per variable and step. With a FusedDense:
 
-  read:  the model_fn's tf.compat.v1.get_variable returns a worker-local copy of each trainable
-         variable (a custom getter; the real variable is created as usual, on its PS, with its
-         usual name, and stays what checkpoints and exports hold). After a step's updates each
+  read:  once install()ed on a graph (by a PipelineDataset with fuse_dense, the one object a
+         tf.estimator model_fn gives tfps: documented there), tf.compat.v1.get_variable returns a
+         worker-local copy of each trainable variable (a custom getter on the root variable
+         scope; the real variable is created as usual, on its PS, with its usual name, and stays
+         what checkpoints and exports hold). After a step's updates each
          PS concatenates its variables into one tensor; the worker splits it into the copies the
          next step reads. The copies start from the variables at session start (local init,
          after restore).
@@ -21,11 +24,8 @@ stage() (the pipeline's defer_push) trades that identity for a step that never w
 PS: gradients pushed one step later (packed when computed), dense values one step old.
 """
 import dataclasses
-import weakref
 
 import tensorflow as tf
-
-_FUSED = weakref.WeakKeyDictionary()   # graph -> FusedDense
 
 
 @dataclasses.dataclass
@@ -64,17 +64,10 @@ class FusedDense:
         self.copies = {}    # real variable -> its local copy
         self._seen = set()  # names of the variables the getter returned uncopied
 
-    @staticmethod
-    def of(graph=None):
-        """The graph's FusedDense, or None."""
-        return _FUSED.get(graph or tf.compat.v1.get_default_graph())
-
     def install(self, graph=None):
-        """Makes variables created through the graph's root variable scope come with copies."""
+        """Makes variables created through the graph's root variable scope from now on come with
+        copies (a custom getter, chained after any the scope has)."""
         graph = graph or tf.compat.v1.get_default_graph()
-        if graph in _FUSED:
-            raise ValueError("fused dense variables are already set up for this graph")
-        _FUSED[graph] = self
         with graph.as_default():
             scope = tf.compat.v1.get_variable_scope()
             outer = scope.custom_getter

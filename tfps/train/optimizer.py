@@ -7,10 +7,10 @@ one row per distinct key (duplicates summed).
 import tensorflow as tf
 from tensorflow.python.training import training_util   # the key of the global step read the hooks fetch
 
-from tfps.embedding.records import lookups_of, stager_of
+from tfps.embedding.step import TrainingStep
 from tfps.embedding.variable import EmbeddingVariable, TableShard, trainable_embedding_variables
 from tfps.state import manifest as manifests
-from tfps.train.fused import FusedDense
+from tfps.train.push import PlainPush
 
 
 def _rows_per_unique(grad, num_unique):
@@ -20,28 +20,40 @@ def _rows_per_unique(grad, num_unique):
     return grad
 
 
-def _after(grad, op):
-    """grad (a Tensor or IndexedSlices) available only once `op` ran."""
-    with tf.control_dependencies([op]):
-        if isinstance(grad, tf.IndexedSlices):
-            return tf.IndexedSlices(tf.identity(grad.values), grad.indices, grad.dense_shape)
-        return tf.identity(grad)
-
-
 def _merge_by_key(keys, rows):
     """Sums rows of equal keys: (unique keys [U], rows [U, dim])."""
     uniq, idx = tf.unique(keys)
     return uniq, tf.math.unsorted_segment_sum(rows, idx, tf.size(uniq))
 
 
+def _push_of(step):
+    return step.push if step.push is not None else PlainPush()
+
+
 class TableOptimizerMixin:
-    """Mixed into a tf.compat.v1.train optimizer; subclasses define _apply_table."""
+    """Mixed into a tf.compat.v1.train optimizer; subclasses define _apply_table.
+
+    minimize, compute_gradients and apply_gradients take the tfps.embedding.TrainingStep whose
+    lookups they train and whose push policy carries the gradients (step=; None: the graph's
+    own, which a tf.estimator model_fn uses)."""
 
     def _apply_table(self, shard, keys, grads, lr, step):
         raise NotImplementedError
 
+    def minimize(self, loss, global_step=None, var_list=None, gate_gradients=tf.compat.v1.train.Optimizer.GATE_OP,
+                 aggregation_method=None, colocate_gradients_with_ops=False, name=None, grad_loss=None, step=None):
+        step = step or TrainingStep.of()
+        grads_and_vars = self.compute_gradients(loss, var_list=var_list, gate_gradients=gate_gradients,
+                                                aggregation_method=aggregation_method,
+                                                colocate_gradients_with_ops=colocate_gradients_with_ops,
+                                                grad_loss=grad_loss, step=step)
+        if not any(g is not None for g, _ in grads_and_vars):
+            raise ValueError(f"No gradients provided for any variable: {[v.name for _, v in grads_and_vars]}")
+        return self.apply_gradients(grads_and_vars, global_step=global_step, name=name, step=step)
+
     def compute_gradients(self, loss, var_list=None, gate_gradients=tf.compat.v1.train.Optimizer.GATE_OP,
-                          aggregation_method=None, colocate_gradients_with_ops=False, grad_loss=None):
+                          aggregation_method=None, colocate_gradients_with_ops=False, grad_loss=None, step=None):
+        step = step or TrainingStep.of()
         if callable(loss):
             raise ValueError("tfps optimizers run in graph mode; pass a loss tensor")
         if var_list is None:
@@ -53,13 +65,13 @@ class TableOptimizerMixin:
             var_list = tf.nest.flatten(var_list)
             dense = [v for v in var_list if not isinstance(v, EmbeddingVariable)]
             tables = [v for v in var_list if isinstance(v, EmbeddingVariable)]
-        records = [(r.variable, r) for r in lookups_of(tables)]
+        records = [(r.variable, r) for r in step.lookups_of(tables)]
         if not dense and not records:
             raise ValueError("No variables to optimize: no trainable variables and no training lookups "
                              "(tfps.embedding_lookup with insert=True) of trainable embedding variables")
-        fused = FusedDense.of()
         # With fused dense traffic the model read worker-local copies of the variables.
-        xs = [fused.source(v) if fused else v for v in dense] + [r.unique_values for _, r in records]
+        push = _push_of(step)
+        xs = [push.source(v) for v in dense] + [r.unique_values for _, r in records]
         grads = tf.compat.v1.gradients(loss, xs, grad_ys=grad_loss,
                                        gate_gradients=(gate_gradients == self.GATE_OP),
                                        aggregation_method=aggregation_method,
@@ -93,78 +105,35 @@ class TableOptimizerMixin:
             grads_and_vars.append((tf.IndexedSlices(rows, keys), TableShard(ev, shard)))
         return grads_and_vars
 
-    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None, step=None):
+        step = step or TrainingStep.of()
         grads_and_vars = list(grads_and_vars)
         manifests.record_optimizer(self)   # the optimizer is part of the model's fingerprint
         dense = [(g, v) for g, v in grads_and_vars if not isinstance(v, TableShard)]
         tables = [(g, v) for g, v in grads_and_vars if isinstance(v, TableShard) and g is not None]
         name = name or self.get_name()
         graph = tf.compat.v1.get_default_graph()
-        fused = FusedDense.of()
-        stager = stager_of()
-        computed, stamps, after_stamp = None, None, []
-        if fused is not None:
-            # Table updates are stamped with a step the worker knows, sent in the keys' message so
-            # that the keys wait on no PS: fused.step_stamp, or with defer_push the read of the
-            # step that computed the gradients plus one (the step that pushes them).
-            gs = graph.as_graph_element(global_step) if global_step is not None else None
-            zero = tf.constant(0, tf.int64)
-            if stager is not None and stager.defer_push:
-                # This step's gradients wait on the worker, packed; the previous step's are pushed
-                # now. Those computed in a step are pushed in the next, whose stamp is this step's
-                # read of the global step plus one; the initializer's, in the first step (the
-                # global step at its start).
-                present = [(g, v) for g, v in dense if g is not None]
-                stamp_of = ((tf.cast(gs, tf.int64) + 1, tf.cast(gs, tf.int64)) if gs is not None else (zero, zero))
-                computed, first, present, tables, stamps = fused.stage(present, tables, stamp_of,
-                                                                       after=[stager.staged_batch()])
-                stager.first_step(first)
-                # A variable without a worker copy is read by this step's model directly: its
-                # previous gradient is applied once the step's gradients are computed (its reads
-                # done), not racing them -- one step stale, as the copies are.
-                dense = [(_after(g, computed), v) if v not in fused.copies else (g, v) for g, v in present]
-            else:
-                copied = [(g, v) for g, v in dense if g is not None and v in fused.copies]
-                stamp = zero
-                if tables and gs is not None:
-                    stamp, advance = fused.step_stamp(gs)
-                    after_stamp.append(advance)
-                copied, tables, stamps = fused.unpack(*fused.pack(copied, tables, stamp))
-                dense = copied + [(g, v) for g, v in dense if g is not None and v not in fused.copies]
-        elif tables:
-            step = tf.constant(0, tf.int64) if global_step is None else tf.cast(tf.identity(global_step), tf.int64)
-            stamps = [step] * len(tables)
+        push, stager = _push_of(step), step.stager
+        routed = push.route(dense, tables, global_step, stager)
         updates, pushed = [], []
-        if tables:
+        if routed.tables:
             # tf.compat.v1.train optimizers keep it as _learning_rate, except Adam (_lr).
             lr = self._learning_rate if hasattr(self, "_learning_rate") else self._lr
             lr = tf.cast(self._call_if_callable(lr), tf.float32)
-            for i, (grad, shard) in enumerate(tables):
+            for (grad, shard), stamp in zip(routed.tables, routed.stamps):
                 with graph.colocate_with(shard.handle.op):
-                    updates.append(self._apply_table(shard, grad.indices, grad.values, lr, stamps[i]))
+                    updates.append(self._apply_table(shard, grad.indices, grad.values, lr, stamp))
                 pushed.append((shard.handle, updates[-1]))
-        if any(g is not None for g, _ in dense):
-            updates.append(super().apply_gradients(dense, name=name + "_dense"))
+        if any(g is not None for g, _ in routed.dense):
+            updates.append(super().apply_gradients(routed.dense, name=name + "_dense"))
         if not updates:
             raise ValueError(f"No gradients provided for any variable: {[v.name for _, v in grads_and_vars]}")
-        after = []
-        if fused is not None:
-            # One group per device: a PS's fused read waits only for its own updates, and the
-            # global step only for those on its own device (the step's run ends once every
-            # device's group ran, so the next step still sees them all) -- no control message
-            # between tasks except the one that ends the step.
-            by_device = _by_device(updates)
-            refresh, refreshed = fused.refresh(by_device, reads_done=computed)
-            home = global_step.op.device if global_step is not None else ""
-            after += [refresh] + ([computed] if computed is not None else []) + after_stamp
-            after += [op for device, op in by_device.items() if device not in refreshed and device != home]
-            updates = [op for device, op in by_device.items() if device == home]
+        updates, after = push.finish(updates, global_step, routed)
         # With a pipelined input (tfps.pipeline) the step also runs the embedding graph of the
-        # batch `depth` steps ahead, concurrently with this one's.
-        if stager is not None and stager.defer_push:
-            # The push carries the previous step's gradients: the probes ahead read after it.
-            stager.probe_after(pushed)
-        after += [stager.carrier()] if stager is not None else []
+        # batch `depth` steps ahead, concurrently with this one's; with a deferred push the push
+        # carries the previous step's gradients, and the probes ahead read after it.
+        if stager is not None:
+            after.append(stager.carrier(after=pushed if push.defers else None))
         if global_step is not None:   # the read the hooks fetch (and the step stamp) comes first
             updates = updates + [graph.as_graph_element(global_step).op]
         with tf.control_dependencies(updates):
@@ -189,27 +158,3 @@ class TableOptimizerMixin:
 
 def _device(name):
     return tf.DeviceSpec.from_string(name or "").to_string()
-
-
-def _by_device(ops):
-    """{device: one op colocated there that runs every op of `ops` on that device}, the groups
-    (tf.group NoOps) among `ops` opened up to the ops they wait for."""
-    leaves, stack, seen = [], list(ops), set()
-    while stack:
-        op = stack.pop()
-        op = op.op if isinstance(op, tf.Tensor) else op
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        if op.type == "NoOp" and op.control_inputs and not op.inputs:
-            stack.extend(op.control_inputs)
-        else:
-            leaves.append(op)
-    devices = {}
-    for op in leaves:
-        devices.setdefault(op.device, []).append(op)
-    out = {}
-    for device, members in devices.items():
-        with tf.compat.v1.colocate_with(members[0], ignore_existing=True):
-            out[device] = tf.group(*members, name="tfps_updates")
-    return out
