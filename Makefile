@@ -8,7 +8,7 @@ CC_BIN  := build/cc
 CC_FLAGS = -std=c++17 -I. -Wall -Wextra -Werror -g -O1 -pthread
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test build setup deps cc-test py-test bench clean
+.PHONY: demo test build setup deps cc-test py-test bench bench-smoke clean
 
 # The demo model on a local cluster: 2 PS, a chief and a worker, one process each (gRPC on loopback).
 demo: build
@@ -59,6 +59,10 @@ cc-test: | deps
 
 py-test: build
 	$(PY) -m pytest -q --durations=25 tests
+
+# Each benchmark's shortest run, checked (CI runs it after make test).
+bench-smoke: build
+	$(PY) -m pytest -q -p no:cacheprovider benchmarks/smoke
 
 bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_op_mix
 	$(CC_BIN)/bench_index

@@ -16,3 +16,25 @@ def graph():
     g = tf.Graph()
     with g.as_default():
         yield g
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """tfps's command line in this process, for runs that end before training (errors):
+    cli(*argv, env={...}) -> (exit code, stdout, stderr). A subprocess costs a TensorFlow import."""
+    from tfps.cli import main
+
+    def run(*argv, env=None):
+        for key, value in (env or {}).items():
+            monkeypatch.setenv(key, value)
+        capsys.readouterr()
+        try:
+            code = main(list(argv))
+        except SystemExit as e:   # argparse's usage errors
+            code = e.code
+        finally:
+            for key in env or {}:
+                monkeypatch.delenv(key, raising=False)
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run

@@ -34,11 +34,10 @@ def test_train_prints_final_json(tmp_path):
     assert (tmp_path / "checkpoint").exists()
 
 
-def test_bad_override_exits_with_named_error():
-    out = subprocess.run([sys.executable, "-m", "tfps.cli", "train", "--config", "configs/demo.yaml",
-                          "--set", "train.nope=1"], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2
-    assert "unknown config key 'train.nope'" in out.stderr
+def test_bad_override_exits_with_named_error(cli):
+    code, _, err = cli("train", "--config", "configs/demo.yaml", "--set", "train.nope=1")
+    assert code == 2
+    assert "unknown config key 'train.nope'" in err
 
 
 def test_a_damaged_or_mismatched_checkpoint_is_one_line(tmp_path):

@@ -290,22 +290,6 @@ print(json.dumps(result))
     assert got == {"error": "ResourceExhausted", "after": 20000.0 * 1000}, got
 
 
-def test_the_scaling_benchmark_runs_its_smallest_cell():
-    """benchmarks/bench_scaling.py --quick (10^5 keys, dim 16): every phase runs and reports."""
-    out = subprocess.run([sys.executable, "benchmarks/bench_scaling.py", "--quick"], capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    (cell,) = json.loads(out.stdout.strip().splitlines()[-1])
-    assert (cell["n"], cell["dim"]) == (10**5, 16)
-    for phase, rates in (("tfps", ("insert", "lookup_uniform", "lookup_zipf", "adagrad_uniform", "adagrad_zipf")),
-                         ("dht", ("insert", "lookup_uniform", "lookup_zipf")),
-                         ("variable", ("adagrad_uniform", "adagrad_zipf", "gather_uniform"))):
-        assert all(cell[phase][r] > 0 for r in rates), cell[phase]
-    for key in ("memory", "memory_slot"):
-        (rows, reserved, *_), split = cell["tfps"][key]
-        assert rows == 10**5 and split[0] + split[1] + split[3] + split[4] == reserved
-
-
 def test_prefetch_mode_op_switches_modes_and_results_stay_identical(graph):
     """set_prefetch_mode: on a table past the prefetch threshold (512 KiB of rows per shard),
     every mode reads the same rows and applies the same update (checked against numpy), and

@@ -99,25 +99,20 @@ def _constant_logloss(data):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["train", "launch", "tfrecords"])
-def test_mtgr_learns_in_one_process_and_on_the_local_cluster(data, tmp_path, mode):
-    """... and from TFRecords of the samples (tfps convert --from movielens_sequences)."""
+def test_mtgr_learns_on_the_local_cluster_from_tfrecords_then_serves(data, tmp_path, cli):
+    """tfps convert --from movielens_sequences, tfps launch (2 PS, chief and worker) on the
+    TFRecords, tfps export, tfps serve: the one MTGR flow of the suite (its model_fn in one
+    process: test_mtgr_trains_and_its_loss_falls)."""
     import json
     import subprocess
     import sys
     import urllib.request
-    path = data
-    if mode == "tfrecords":
-        path = str(tmp_path / "records")
-        out = subprocess.run([sys.executable, "-m", "tfps.cli", "convert", "--from", "movielens_sequences", data,
-                              "--to", path], capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr[-3000:]
-    args = [sys.executable, "-m", "tfps.cli", "launch" if mode == "launch" else "train",
-            "--config", "configs/movielens_mtgr.yaml",
+    path = str(tmp_path / "records")
+    code, _, err = cli("convert", "--from", "movielens_sequences", data, "--to", path)
+    assert code == 0, err[-3000:]
+    args = [sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/movielens_mtgr.yaml",
             "--set", "train.steps=150", "--set", "model.blocks=1", "--set", "data.max_tokens=4096",
-            "--set", f"model_dir={tmp_path / 'model'}", "--set", f"data.path={path}"]
-    if mode == "launch":
-        args += ["--ps", "2", "--workers", "2"]
+            "--set", f"model_dir={tmp_path / 'model'}", "--set", f"data.path={path}", "--ps", "2", "--workers", "2"]
     out = subprocess.run(args, capture_output=True, text=True, timeout=900,
                          cwd=os.path.join(os.path.dirname(__file__), ".."))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -95,9 +95,10 @@ def test_a_second_trainer_on_a_model_dir_is_refused(tmp_path):
     assert not tf.train.latest_checkpoint(str(tmp_path))   # it wrote nothing
 
 
-CHAOS = ["--config", "configs/demo.yaml", "--set", "train.steps=6000", "--set", "train.batch_size=256",
-         "--set", "train.delta_every_secs=1", "--set", "train.save_checkpoints_steps=2500",
-         "--set", "train.log_every_steps=1000", "--set", "eval.examples=50000"]
+STEPS = 3000
+CHAOS = ["--config", "configs/demo.yaml", "--set", f"train.steps={STEPS}", "--set", "train.batch_size=256",
+         "--set", "train.delta_every_secs=1", "--set", "train.save_checkpoints_steps=1200",
+         "--set", "train.log_every_steps=1000", "--set", "eval.examples=20000"]
 
 
 def _train(model_dir, kill_after=None):
@@ -139,7 +140,7 @@ def straight(tmp_path_factory):
 def _same_updates(model_dir, straight):
     got_updates, got_step = _updates(model_dir)
     _, want_updates, want_step = straight
-    assert got_step == want_step == 6000
+    assert got_step == want_step == STEPS
     assert sorted(got_updates) == sorted(want_updates)
     for table, (keys, freq) in want_updates.items():
         np.testing.assert_array_equal(got_updates[table][0], keys)
@@ -180,19 +181,19 @@ def test_a_refused_delta_says_what_to_move_and_moving_it_trains_every_batch_once
 
 @pytest.mark.slow
 def test_kill_9_at_random_moments_trains_every_batch_once(tmp_path, straight):
-    """10 kills at random moments (deltas every second, full checkpoints every 2500 steps), each
+    """6 kills at random moments (deltas every second, full checkpoints every 1200 steps), each
     resumed: every row has as many updates as in an uninterrupted run of the same batches, and
     the AUC is within 0.002 of it."""
     rng = random.Random(23)
     chaos = str(tmp_path / "chaos")
     kills = deltas_seen = 0
-    while kills < 10:
-        result = _train(chaos, kill_after=rng.uniform(0.0, 5.0))
+    while kills < 6:
+        result = _train(chaos, kill_after=rng.uniform(0.0, 4.0))
         if result is not None:
             break   # it finished before this kill
         kills += 1
         deltas_seen += len([f for f in os.listdir(chaos) if f.startswith("delta-") and f.endswith(".index")])
-    assert kills >= 8 and deltas_seen >= 5   # the kills hit training with deltas, not only start-ups
+    assert kills >= 5 and deltas_seen >= 3   # the kills hit training with deltas, not only start-ups
     if result is None:
         result = _train(chaos)
     _same_updates(chaos, straight)

@@ -1,0 +1,38 @@
+"""`make bench-smoke`: each benchmark's shortest run, checked (outside `make test`, which they would
+double; .ci/run runs both)."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(*args, timeout=900):
+    out = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_scaling_benchmark_runs_its_smallest_cell():
+    """benchmarks/bench_scaling.py --quick (10^5 keys, dim 16): every phase runs and reports."""
+    (cell,) = _run("benchmarks/bench_scaling.py", "--quick", timeout=600)
+    assert (cell["n"], cell["dim"]) == (10**5, 16)
+    for phase, rates in (("tfps", ("insert", "lookup_uniform", "lookup_zipf", "adagrad_uniform", "adagrad_zipf")),
+                         ("dht", ("insert", "lookup_uniform", "lookup_zipf")),
+                         ("variable", ("adagrad_uniform", "adagrad_zipf", "gather_uniform"))):
+        assert all(cell[phase][r] > 0 for r in rates), cell[phase]
+    for key in ("memory", "memory_slot"):
+        (rows, reserved, *_), split = cell["tfps"][key]
+        assert rows == 10**5 and split[0] + split[1] + split[3] + split[4] == reserved
+
+
+def test_the_benchmarks_load_run_has_no_failed_request_across_a_swap_and_deltas():
+    """benchmarks/bench_serving.py --quick: its load run (a trainer writing deltas that the
+    server follows, a new version dropped in) in short."""
+    result = _run("benchmarks/bench_serving.py", "--quick", "--no-plot")
+    load = result["load_run"]
+    assert load["failed"] == 0 and load["qps"] > 0
+    assert load["versions_answered"] == 2   # from the answers' model_spec
+    for mode in result["latency"].values():
+        assert all(cell["failed"] == 0 and cell["qps"] > 0 for cell in mode.values())
