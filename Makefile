@@ -64,26 +64,30 @@ py-test: build
 bench-smoke: build
 	$(PY) -m pytest -q -p no:cacheprovider benchmarks/smoke
 
+# Every benchmark, each recorded (benchmarks/record.py: its output, dated, in benchmarks/results/),
+# then docs/benchmarks.md written from the results. Run it on a quiet machine.
+REC := $(PY) benchmarks/record.py
 bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_op_mix
-	$(CC_BIN)/bench_index
-	$(CC_BIN)/bench_unique_paths
-	$(CC_BIN)/bench_op_mix
 	$(PY) -m pip install -q -r benchmarks/requirements.txt
-	$(PY) benchmarks/bench_table.py
-	$(PY) benchmarks/bench_scaling.py --prefetch-modes
-	$(PY) benchmarks/bench_unique_partition.py
-	$(PY) benchmarks/bench_step.py
-	$(PY) benchmarks/bench_merge.py
-	$(PY) benchmarks/bench_online.py
-	$(PY) benchmarks/bench_memory.py
-	$(PY) benchmarks/bench_checkpoint.py
-	$(PY) benchmarks/bench_placement.py
-	$(PY) benchmarks/bench_cluster.py
-	$(PY) benchmarks/bench_pipeline.py
-	$(PY) benchmarks/bench_readers.py
-	$(PY) benchmarks/bench_quality.py --repeats 5
-	$(PY) benchmarks/bench_mtgr.py
-	$(PY) benchmarks/bench_serving.py
+	$(REC) bench_index -- $(CC_BIN)/bench_index
+	$(REC) bench_unique_paths -- $(CC_BIN)/bench_unique_paths
+	$(REC) bench_op_mix -- $(CC_BIN)/bench_op_mix
+	$(REC) bench_table -- $(PY) benchmarks/bench_table.py
+	$(REC) bench_scaling -- $(PY) benchmarks/bench_scaling.py --prefetch-modes
+	$(REC) bench_unique_partition -- $(PY) benchmarks/bench_unique_partition.py
+	$(REC) bench_step -- $(PY) benchmarks/bench_step.py
+	$(REC) bench_merge -- $(PY) benchmarks/bench_merge.py
+	$(REC) bench_online -- $(PY) benchmarks/bench_online.py
+	$(REC) bench_memory -- $(PY) benchmarks/bench_memory.py
+	$(REC) bench_checkpoint -- $(PY) benchmarks/bench_checkpoint.py
+	$(REC) bench_placement -- $(PY) benchmarks/bench_placement.py
+	$(REC) bench_cluster -- $(PY) benchmarks/bench_cluster.py
+	$(REC) bench_pipeline -- $(PY) benchmarks/bench_pipeline.py
+	$(REC) bench_readers -- $(PY) benchmarks/bench_readers.py
+	$(REC) bench_serving -- $(PY) benchmarks/bench_serving.py
+	$(REC) bench_mtgr -- $(PY) benchmarks/bench_mtgr.py
+	$(REC) bench_quality -- $(PY) benchmarks/bench_quality.py --repeats 5
+	$(PY) benchmarks/report.py
 
 clean:
 	rm -rf build $(SO) tfps/_core*.so tfps/_build_info.json

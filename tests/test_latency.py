@@ -53,7 +53,8 @@ def test_round_trips_take_twice_the_delay_more(delay_ms):
         direct, relayed = _round_trips(server.getsockname()[:2]), _round_trips(relay.address)
         added = relayed - direct
         assert 2 * delay_ms / 1000 <= added + 1e-4, (direct, relayed)
-        assert added < 2 * delay_ms / 1000 + 0.003, (direct, relayed)
+        # and not much more (generous: the suite shares 2 cores with other tests)
+        assert added < 2 * delay_ms / 1000 + 0.02, (direct, relayed)
     finally:
         relay.stop()
         server.close()

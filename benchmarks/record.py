@@ -1,0 +1,58 @@
+"""Runs one benchmark and keeps what it printed, dated: `python benchmarks/record.py NAME -- CMD...`.
+
+The benchmark's output goes to the terminal as it comes, and into benchmarks/results/NAME.json:
+its lines (the ratios it prints against the built-in or peer it replaces), its final JSON line
+when it ends with one, the date, the commit and the machine. `make bench` runs every benchmark
+this way, then benchmarks/report.py writes docs/benchmarks.md from the results: re-measuring
+changes no prose. Exits with the benchmark's code (a failed run records nothing)."""
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+
+
+def _commit():
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True).stdout.strip()
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def main(argv):
+    if len(argv) < 3 or argv[1] != "--":
+        raise SystemExit("usage: record.py NAME -- CMD [ARGS...]")
+    name, cmd = argv[0], argv[2:]
+    started = datetime.datetime.now(datetime.timezone.utc)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        lines.append(line.rstrip("\n"))
+    code = proc.wait()
+    if code != 0:
+        print(f"record.py: {name} exited {code}; nothing recorded", file=sys.stderr)
+        return code
+    final = None
+    if lines and lines[-1].lstrip().startswith(("{", "[")):
+        try:
+            final = json.loads(lines[-1])
+            lines = lines[:-1]
+        except ValueError:
+            pass
+    os.makedirs(RESULTS, exist_ok=True)
+    result = {"benchmark": name, "command": " ".join(cmd), "date": started.strftime("%Y-%m-%d"),
+              "seconds": round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds(), 1),
+              "commit": _commit(), "cores": os.cpu_count(), "lines": lines, "json": final}
+    with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
