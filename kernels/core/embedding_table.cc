@@ -27,9 +27,8 @@ EmbeddingTable::EmbeddingTable(int64_t dim, const InitSpec& init, uint32_t admit
     throw std::invalid_argument("EmbeddingTable: sketch_width must be a power of two >= kMinSketchWidth");
   }
   for (int i = 0; i < kNumShards; ++i) {
-    shards_[i].slots.assign(kShardInitialCapacity, 0);
     shards_[i].rows = NewArena(0);
-    if (admit_min_count_ > 1) shards_[i].sketch.assign(kSketchDepth * (sketch_width_ / kNumShards), 0);
+    if (admit_min_count_ > 1) shards_[i].sketch = AdmissionSketch(sketch_width_ / kNumShards, admit_min_count_);
   }
 }
 
@@ -44,31 +43,9 @@ int64_t EmbeddingTable::size() const {
   int64_t n = 0;
   for (int i = 0; i < kNumShards; ++i) {
     ReadLock lock(shards_[i].mu, false);
-    n += shards_[i].size;
+    n += shards_[i].index.size();
   }
   return n;
-}
-
-namespace {
-inline int64_t NextSlot(int64_t pos, int64_t capacity) { return pos + 1 == capacity ? 0 : pos + 1; }
-}  // namespace
-
-int64_t EmbeddingTable::Find(const Shard& s, uint64_t h, int64_t key) {
-  const int64_t capacity = static_cast<int64_t>(s.slots.size());
-  for (int64_t pos = Home(h, s.slots.size());; pos = NextSlot(pos, capacity)) {
-    const Slot e = s.slots[pos];
-    if (e == 0) return -1;
-    if (TagMatches(e, h) && KeyAt(s, e) == key) return pos;
-  }
-}
-
-int64_t EmbeddingTable::Candidate(const Shard& s, uint64_t h) {
-  const int64_t capacity = static_cast<int64_t>(s.slots.size());
-  for (int64_t pos = Home(h, s.slots.size());; pos = NextSlot(pos, capacity)) {
-    const Slot e = s.slots[pos];
-    if (e == 0) return -1;
-    if (TagMatches(e, h)) return pos;
-  }
 }
 
 PrefetchMode EmbeddingTable::PrefetchModeOf(const Shard& s) {
@@ -80,10 +57,10 @@ template <typename Visit>
 void EmbeddingTable::Prefetched(const Shard& s, const int64_t* idx, const uint64_t* h,
                                 int64_t m, size_t row_bytes, const void* batch, size_t batch_bytes,
                                 const Visit& visit) const {
-  auto slot_of = [&](int64_t j) { __builtin_prefetch(&s.slots[Home(h[j], s.slots.size())]); };
+  auto slot_of = [&](int64_t j) { s.index.PrefetchHome(h[j]); };
   auto row_of = [&](int64_t j) {
-    const int64_t pos = Candidate(s, h[j]);
-    if (pos >= 0) PrefetchLines(s.rows->Row(IdOf(s.slots[pos])), row_bytes);
+    const int64_t pos = s.index.Candidate(h[j]);
+    if (pos >= 0) PrefetchLines(s.rows->Row(s.index.IdAt(pos)), row_bytes);
     if (batch != nullptr) PrefetchLines(static_cast<const char*>(batch) + idx[j] * batch_bytes, batch_bytes);
   };
   constexpr int64_t d = kPrefetchDistance;
@@ -112,47 +89,20 @@ void EmbeddingTable::Prefetched(const Shard& s, const int64_t* idx, const uint64
 }
 
 void EmbeddingTable::ReserveLocked(Shard* s, int64_t more) {
-  size_t capacity = s->slots.size();
-  while (static_cast<double>(s->size + more) > kMaxLoadFactor * static_cast<double>(capacity)) {
-    capacity = static_cast<size_t>(static_cast<double>(capacity) * kIndexGrowth) + 1;
-  }
-  if (capacity == s->slots.size()) return;
-  std::vector<Slot> grown(capacity, 0);  // may throw: the index is unchanged
-  s->slots.swap(grown);
   // Rebuilt from the rows in memory order (no random row reads); ids are unchanged.
-  ForEachRow(*s, [&](uint32_t id, const float* value) {
-    const uint64_t h = HashKey(KeyOfRow(value - kKeyFloats));
-    int64_t pos = Home(h, capacity);
-    while (s->slots[pos] != 0) pos = NextSlot(pos, static_cast<int64_t>(capacity));
-    s->slots[pos] = MakeSlot(h, id);
+  s->index.Reserve(more, [s](const auto& place) {
+    ForEachRow(*s, [&](uint32_t id, const float* value) { place(HashKey(KeyOfRow(value - kKeyFloats)), id); });
   });
 }
 
-void EmbeddingTable::InsertLocked(Shard* s, uint64_t h, uint32_t id) {
-  const int64_t capacity = static_cast<int64_t>(s->slots.size());
-  int64_t pos = Home(h, s->slots.size());
-  while (s->slots[pos] != 0) pos = NextSlot(pos, capacity);
-  s->slots[pos] = MakeSlot(h, id);
-  ++s->size;
+void EmbeddingTable::EraseLocked(Shard* s, int64_t pos) {
+  const uint32_t freed = s->index.EraseAt(pos, HashOf(*s));
+  s->rows->Free(freed);  // after the shifts, which read other rows' keys only
 }
 
-void EmbeddingTable::EraseLocked(Shard* s, int64_t pos) {
-  // Backward-shift deletion keeps every probe chain unbroken without tombstones.
-  const int64_t capacity = static_cast<int64_t>(s->slots.size());
-  const uint32_t freed = IdOf(s->slots[pos]);
-  int64_t hole = pos;
-  for (int64_t next = NextSlot(hole, capacity); s->slots[next] != 0; next = NextSlot(next, capacity)) {
-    const int64_t home = Home(HashKey(KeyAt(*s, s->slots[next])), s->slots.size());
-    // Move the entry into the hole when its home is not in (hole, next].
-    const bool stays = (hole < next) ? (home > hole && home <= next) : (home > hole || home <= next);
-    if (!stays) {
-      s->slots[hole] = s->slots[next];
-      hole = next;
-    }
-  }
-  s->slots[hole] = 0;
-  --s->size;
-  s->rows->Free(freed);  // after the shifts, which read other rows' keys only
+void EmbeddingTable::RemoveLocked(Shard* s, int64_t key, int64_t pos) const {
+  if (removal_.on()) s->removed.Log(key, removal_.stamp());
+  EraseLocked(s, pos);
 }
 
 void EmbeddingTable::InitNewRow(int64_t key, float* row) const {
@@ -177,30 +127,24 @@ int64_t EmbeddingTable::InsertRowsLocked(Shard* s, const int64_t* keys, const in
   ReserveLocked(s, static_cast<int64_t>(missing.size()));
   std::vector<uint32_t> fresh(missing.size());
   s->rows->Allocate(static_cast<int64_t>(fresh.size()), fresh.data());
-  const int64_t capacity = static_cast<int64_t>(s->slots.size());
   size_t used = 0;
   const bool ahead = PrefetchModeOf(*s) != PrefetchMode::kOff;
+  const auto key_of = KeyOf(*s);
   for (size_t t = 0; t < missing.size(); ++t) {
-    if (ahead && t + kPrefetchDistance < missing.size()) {
-      __builtin_prefetch(&s->slots[Home(h[missing[t + kPrefetchDistance]], s->slots.size())]);
-    }
+    if (ahead && t + kPrefetchDistance < missing.size()) s->index.PrefetchHome(h[missing[t + kPrefetchDistance]]);
     const int64_t j = missing[t];
     const int64_t key = keys[idx[j]];
     // One probe finds the key (repeated in the batch, so in by now) or the empty slot for it.
-    int64_t pos = Home(h[j], s->slots.size());
-    while (s->slots[pos] != 0 && !(TagMatches(s->slots[pos], h[j]) && KeyAt(*s, s->slots[pos]) == key)) {
-      pos = NextSlot(pos, capacity);
-    }
+    const int64_t pos = s->index.FindOrEmpty(h[j], key, key_of);
     float* row;
-    if (s->slots[pos] == 0) {
+    if (s->index.EmptyAt(pos)) {
       const uint32_t id = fresh[used++];
       std::memcpy(s->rows->Row(id), &key, sizeof(key));
       row = s->rows->Row(id) + kKeyFloats;
       init(j, row);
-      s->slots[pos] = MakeSlot(h[j], id);
-      ++s->size;
+      s->index.FillAt(pos, h[j], id);
     } else {
-      row = ValueAt(*s, s->slots[pos]);
+      row = ValueAt(*s, pos);
     }
     use(j, row);
   }
@@ -208,117 +152,18 @@ int64_t EmbeddingTable::InsertRowsLocked(Shard* s, const int64_t* keys, const in
   return static_cast<int64_t>(used);
 }
 
-void EmbeddingTable::LogRemovedLocked(Shard* s, int64_t key) const {
-  if (!track_removed_.load(std::memory_order_relaxed) || s->removed_overflowed) return;
-  if (static_cast<int64_t>(s->removed.size()) >= kMaxRemovedPerShard) {
-    std::vector<std::pair<int64_t, int64_t>>().swap(s->removed);  // the next delta carries every row instead
-    s->removed_overflowed = true;
-    return;
-  }
-  s->removed.emplace_back(key, latest_step_.load(std::memory_order_relaxed));
-}
-
-void EmbeddingTable::NoteStep(int64_t step) {
-  int64_t seen = latest_step_.load(std::memory_order_relaxed);
-  while (step > seen && !latest_step_.compare_exchange_weak(seen, step, std::memory_order_relaxed)) {
-  }
-}
-
 void EmbeddingTable::WriteMeta(uint32_t* meta, int64_t freq, int64_t last_step) {
   meta[0] = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(freq, UINT32_MAX)));
   meta[1] = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(last_step, UINT32_MAX)));
 }
 
-std::pair<uint32_t, uint32_t> EmbeddingTable::CountSightingLocked(Shard* s, uint64_t h, uint32_t count) const {
-  // Conservative update: the estimate is the least of the key's counters; only counters
-  // below the new estimate are raised, which keeps over-counting from collisions small.
-  uint16_t* cell[kSketchDepth];
-  uint32_t before = UINT32_MAX;
-  const int64_t width = sketch_width_ / kNumShards;  // a power of two
-  for (int r = 0; r < kSketchDepth; ++r) {
-    const uint64_t pos = Mix64(h + 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(r + 1)) & (width - 1);
-    cell[r] = &s->sketch[r * width + pos];
-    before = std::min<uint32_t>(before, *cell[r]);
-  }
-  const uint32_t after = std::min<uint32_t>(UINT16_MAX, before + count);
-  for (int r = 0; r < kSketchDepth; ++r) {
-    if (*cell[r] < after) *cell[r] = static_cast<uint16_t>(after);
-  }
-  // Aging: every kSketchAgeFactor * width sightings the counts are halved, so that the sketch
-  // holds recent sightings and does not fill up with the keys of long ago.
-  s->sightings += count;
-  if (s->sightings >= kSketchAgeFactor * width) {
-    s->sightings = 0;
-    int64_t pending = 0;
-    for (size_t j = 0; j < s->sketch.size(); ++j) {
-      s->sketch[j] = static_cast<uint16_t>(s->sketch[j] >> 1);
-      if (static_cast<int64_t>(j) < width) pending += (s->sketch[j] > 0 && s->sketch[j] < admit_min_count_) ? 1 : 0;
-    }
-    s->pending = pending;  // re-estimated from the first row
-  }
-  return {before, after};
-}
-
 void EmbeddingTable::ForEachShard(
     const int64_t* keys, int64_t n,
     const std::function<void(Shard&, const int64_t* idx, const uint64_t* h, int64_t m)>& fn) const {
-  // Counting sort of key positions by shard: each shard is then locked once per batch by one
-  // thread, and its keys are probed back to back (its part of the index stays in cache). A
-  // large batch (kParallelSortMinKeys) is hashed, counted and scattered by ParallelParts()
-  // pieces, piece p's keys of a shard placed after those of pieces < p, so each shard's keys
-  // stay in batch order. (Done by one thread, this took 16% of the CPU samples of a 2^20-key
-  // lookup while the other core waited.) A sort that streams its output (kStreamMinBytes) goes
-  // through line buffers; a smaller one stores directly into lines that stay in cache.
   if (n == 0) return;
-  const int parts = n < kParallelSortMinKeys ? 1 : ParallelParts();
-  std::unique_ptr<uint64_t[]> hashes(new uint64_t[n]);
-  LineAligned<uint64_t> sorted_h(n);
-  LineAligned<int64_t> order(n);
-  // [part][shard], each part's counters two cache lines from the next part's: two threads
-  // counting into one line would pass it back and forth on every key.
-  constexpr size_t kStride = kNumShards + 2 * kPerLine;
-  std::vector<int64_t> fill(parts * kStride, 0);
-  // Allocated before the threads start: nothing throws inside them.
-  const bool stream = n * static_cast<int64_t>(sizeof(int64_t) + sizeof(uint64_t)) >= kStreamMinBytes;
-  std::vector<std::unique_ptr<ScatterLines<kNumShards>>> lines(stream ? parts : 0);
-  for (size_t p = 0; p < lines.size(); ++p) {
-    lines[p] = std::make_unique<ScatterLines<kNumShards>>(&fill[p * kStride], order.get(), sorted_h.get());
-  }
-  ParallelPieces(n, parts, [&](int p, int64_t lo, int64_t hi) {
-    int64_t* count = &fill[p * kStride];
-    for (int64_t i = lo; i < hi; ++i) {
-      hashes[i] = HashKey(keys[i]);
-      ++count[ShardOf(hashes[i])];
-    }
-  });
-  int64_t begin[kNumShards + 1];
-  int64_t at = 0;
-  for (int s = 0; s < kNumShards; ++s) {
-    begin[s] = at;
-    for (int p = 0; p < parts; ++p) {
-      const int64_t c = fill[p * kStride + s];
-      fill[p * kStride + s] = at;  // where piece p's keys of shard s start
-      at += c;
-    }
-  }
-  begin[kNumShards] = at;
-  ParallelPieces(n, parts, [&](int p, int64_t lo, int64_t hi) {
-    if (stream) {
-      for (int64_t i = lo; i < hi; ++i) lines[p]->Put(ShardOf(hashes[i]), i, hashes[i]);
-      lines[p]->Flush();
-      return;
-    }
-    int64_t* next = &fill[p * kStride];
-    for (int64_t i = lo; i < hi; ++i) {
-      const int64_t to = next[ShardOf(hashes[i])]++;
-      order.get()[to] = i;
-      sorted_h.get()[to] = hashes[i];
-    }
-  });
+  const ShardOrder order(keys, n);
   auto run = [&](int s) {
-    if (begin[s + 1] > begin[s]) {
-      fn(shards_[s], order.get() + begin[s], sorted_h.get() + begin[s], begin[s + 1] - begin[s]);
-    }
+    if (order.count(s) > 0) fn(shards_[s], order.idx(s), order.hashes(s), order.count(s));
   };
   if (n < kParallelThreshold) {
     for (int s = 0; s < kNumShards; ++s) run(s);
@@ -347,8 +192,8 @@ int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool insert,
           missing.push_back(j);
           return;
         }
-        if (stream) StoreRowOnce(out + i * dim_, ValueAt(s, s.slots[pos]), dim_);
-        else std::memcpy(out + i * dim_, ValueAt(s, s.slots[pos]), row_bytes);
+        if (stream) StoreRowOnce(out + i * dim_, ValueAt(s, pos), dim_);
+        else std::memcpy(out + i * dim_, ValueAt(s, pos), row_bytes);
       });
       if (stream) _mm_sfence();
     }
@@ -373,16 +218,10 @@ int64_t EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool insert,
           continue;
         }
         const uint32_t count = counts ? static_cast<uint32_t>(std::max<int32_t>(counts[i], 1)) : 1u;
-        const auto [before, after] = CountSightingLocked(&s, h[j], count);
-        if (after >= admit_min_count_) {
-          if (before > 0) --s.pending;
-          admitted.push_back(j);
-        } else {
-          if (before == 0) ++s.pending;
-          fill_missing(j);
-        }
+        if (s.sketch.Admit(h[j], count)) admitted.push_back(j);
+        else fill_missing(j);
       }
-      if (s.pending < 0) s.pending = 0;  // collisions can make a key look seen before
+      s.sketch.ClampPending();
       missing.swap(admitted);
     }
     // Another batch may have added some of them meanwhile: InsertRowsLocked looks again.
@@ -402,7 +241,7 @@ void EmbeddingTable::Assign(const int64_t* keys, int64_t n, const float* values)
       const int64_t i = idx[j];
       const int64_t pos = Find(s, h[j], keys[i]);
       if (pos >= 0) {
-        std::memcpy(ValueAt(s, s.slots[pos]), values + i * dim_, row_bytes);
+        std::memcpy(ValueAt(s, pos), values + i * dim_, row_bytes);
       } else {
         missing.push_back(j);
       }
@@ -423,8 +262,7 @@ int64_t EmbeddingTable::Remove(const int64_t* keys, int64_t n) {
     Prefetched(s, idx, h, m, sizeof(int64_t), nullptr, 0, [&](int64_t j) {
       const int64_t pos = Find(s, h[j], keys[idx[j]]);
       if (pos < 0) return;
-      LogRemovedLocked(&s, keys[idx[j]]);
-      EraseLocked(&s, pos);
+      RemoveLocked(&s, keys[idx[j]], pos);
       ++local;
     });
     removed += local;
@@ -436,7 +274,7 @@ int64_t EmbeddingTable::Update(const int64_t* keys, int64_t n, int64_t step,
                                const std::function<void(int64_t, float*, uint32_t)>& fn, const void* batch,
                                size_t batch_bytes) {
   std::atomic<int64_t> updated{0};
-  NoteStep(step);
+  removal_.NoteStep(step);
   const uint32_t step32 = static_cast<uint32_t>(std::max<int64_t>(0, std::min<int64_t>(step, UINT32_MAX)));
   ForEachShard(keys, n, [&](Shard& s, const int64_t* idx, const uint64_t* h, int64_t m) {
     ReadLock lock(s.mu, true);
@@ -445,7 +283,7 @@ int64_t EmbeddingTable::Update(const int64_t* keys, int64_t n, int64_t step,
     Prefetched(s, idx, h, m, stride_bytes, batch, batch_bytes, [&](int64_t j) {
       const int64_t pos = Find(s, h[j], keys[idx[j]]);
       if (pos < 0) return;
-      float* row = ValueAt(s, s.slots[pos]);
+      float* row = ValueAt(s, pos);
       uint32_t* meta = Meta(row);
       fn(idx[j], row, meta[0]);
       if (meta[0] != UINT32_MAX) ++meta[0];
@@ -464,7 +302,6 @@ void EmbeddingTable::LockAll() const {
 void EmbeddingTable::UnlockAll() const {
   for (int i = kNumShards - 1; i >= 0; --i) shards_[i].mu.unlock();
 }
-
 
 bool EmbeddingTable::EnsureSlots(int k, const float* slot_init, std::string* error) {
   // Every lock is a scoped guard: an allocation that throws below leaves the table as it was.
@@ -516,20 +353,19 @@ TableStats EmbeddingTable::Stats() const {
   int64_t index_bytes = 0;
   AllShardsLock lock(*this);
   for (int i = 0; i < kNumShards; ++i) {
-    st.rows += shards_[i].size;
-    index_bytes += static_cast<int64_t>(shards_[i].slots.size() * sizeof(Slot));
+    st.rows += shards_[i].index.size();
+    index_bytes += shards_[i].index.bytes();
   }
   st.row_bytes = stride_floats() * static_cast<int64_t>(sizeof(float));
   int64_t arena_bytes = 0;
   int64_t side_reserved = 0, side_in_use = 0;  // admission sketch and removed-keys log
   for (int i = 0; i < kNumShards; ++i) {
     const Shard& s = shards_[i];
-    st.pending += s.pending;
+    st.pending += s.sketch.pending();
     arena_bytes += s.rows->bytes_reserved();
-    st.removed_logged += static_cast<int64_t>(s.removed.size());
-    side_reserved += static_cast<int64_t>(s.sketch.capacity() * sizeof(uint16_t) +
-                                          s.removed.capacity() * sizeof(s.removed[0]));
-    side_in_use += static_cast<int64_t>(s.sketch.size() * sizeof(uint16_t) + s.removed.size() * sizeof(s.removed[0]));
+    st.removed_logged += s.removed.size();
+    side_reserved += s.sketch.bytes_reserved() + s.removed.bytes_reserved();
+    side_in_use += s.sketch.bytes_in_use() + s.removed.bytes_in_use();
   }
   st.bytes_reserved = arena_bytes + index_bytes + side_reserved;
   st.index_bytes = index_bytes;

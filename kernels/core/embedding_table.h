@@ -1,16 +1,14 @@
 // EmbeddingTable: int64 key -> one row [key | value dim | slots k*dim | freq | last_step].
 //
-// Index: 2^kShardBits shards of open addressing (linear probing, backward-shift
-// deletion), each under a tbb::spin_rw_mutex; the shard is chosen by the high
-// bits of Mix64(key), the home slot by its low 32 bits (multiply-shift, any capacity). A slot
-// is 4 bytes: the row's id in the shard's RowArena and a 7-bit tag of the hash, so the index
-// costs 5-7.5 bytes per key and a probe reads a row only on a tag match. The key lives in its
-// row. Each shard has its own arena, so allocation takes no lock that another shard's work holds.
-// Batch operations sort their keys by shard first (a stable counting sort, itself split over
-// threads above kParallelThreshold), so a batch takes each shard's lock once, and shards are
-// processed in parallel (tbb) above kParallelThreshold.
-// (Measured against tbb::concurrent_hash_map and std::unordered_map+mutex in
-// tests/cc/bench_index.cc; see README "Design measurements".)
+// A composition, per index shard (2^kShardBits, chosen by the high bits of Mix64(key)), each
+// under a tbb::spin_rw_mutex, of: a TaggedIndex (open addressing over 4-byte slots: row id and
+// hash tag; the key lives in its row), a RowArena (the shard's rows: allocation takes no lock
+// that another shard's work holds), an AdmissionSketch (sightings of keys without a row) and
+// a RemovedLog (keys dropped since the last delta). Batch operations group their keys by shard
+// first (ShardOrder), so a batch takes each shard's lock once, and shards are processed in
+// parallel (tbb) above kParallelThreshold. Eviction selects rows by policy; this class scans
+// and erases them. (Measured against tbb::concurrent_hash_map and std::unordered_map+mutex in
+// benchmarks/bench_index.cc; see docs/benchmarks.md.)
 //
 // Thread-safety: every public method may be called concurrently. Row contents
 // are read and written only under their shard's lock (reads under the shared
@@ -28,7 +26,6 @@
 #define TFPS_KERNELS_CORE_EMBEDDING_TABLE_H_
 
 #include <cstdint>
-#include <atomic>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -40,21 +37,18 @@
 
 #include <tbb/spin_rw_mutex.h>
 
+#include "kernels/core/admission_sketch.h"
 #include "kernels/core/config.h"
+#include "kernels/core/eviction.h"
+#include "kernels/core/hash.h"
 #include "kernels/core/initializer.h"
+#include "kernels/core/removed_log.h"
 #include "kernels/core/row_arena.h"
+#include "kernels/core/shard_order.h"
+#include "kernels/core/tagged_index.h"
 
 namespace tfps {
 namespace core {
-
-// Which rows Evict() removes; a field < 0 is off. A row goes if any rule says so.
-struct EvictPolicy {
-  int64_t after_steps = -1;   // step - last_step > after_steps (not updated for that long)
-  int64_t min_freq = -1;      // freq < min_freq (fewer training updates)
-  float l2_below = -1.f;      // ||value||_2 < l2_below
-  int64_t max_rows = -1;      // then keep at most this many rows, dropping the least
-  bool lru = false;           //   frequently (LFU, default) or least recently (LRU) updated
-};
 
 struct TableStats {
   int64_t rows = 0;
@@ -176,26 +170,15 @@ class EmbeddingTable {
   TableStats Stats() const;
 
  private:
-  static constexpr int kNumShards = 1 << kShardBits;
+  static constexpr int kNumShards = kNumIndexShards;
   using ReadLock = tbb::spin_rw_mutex::scoped_lock;
 
-  // An index slot: 0 when empty, else tag << kIdBits | (row id + 1), the tag being kTagBits
-  // of the key's hash (Tag()); the key itself is in its row.
-  using Slot = uint32_t;
   struct alignas(64) Shard {
     mutable tbb::spin_rw_mutex mu;
-    std::vector<Slot> slots;
-    int64_t size = 0;
+    TaggedIndex index;
     std::unique_ptr<RowArena> rows;  // this shard's rows; replaced only under its lock
-    // Admission: this shard's part of the count-min sketch, [kSketchDepth][sketch_width / kNumShards]
-    // (only with admit_min_count > 1), and the number of keys it counts that have no row.
-    std::vector<uint16_t> sketch;
-    int64_t pending = 0;
-    int64_t sightings = 0;  // counted since the sketch was last halved (aging)
-    // (key, step) of keys removed (Remove, Evict) since the last delta while tracking is on;
-    // when it would pass kMaxRemovedPerShard it is dropped and overflowed is set.
-    std::vector<std::pair<int64_t, int64_t>> removed;
-    bool removed_overflowed = false;
+    AdmissionSketch sketch;          // only with admit_min_count > 1
+    RemovedLog removed;              // only while tracking is on
   };
   // Holds every shard lock (exclusive) for its scope.
   class AllShardsLock {
@@ -209,15 +192,6 @@ class EmbeddingTable {
     const EmbeddingTable& t_;
   };
 
-  static int ShardOf(uint64_t h) { return static_cast<int>(h >> (64 - kShardBits)); }
-  // A key's first slot: the low 32 bits of its hash scaled to the capacity (multiply-shift).
-  static int64_t Home(uint64_t h, size_t capacity) {
-    return static_cast<int64_t>((static_cast<uint64_t>(static_cast<uint32_t>(h)) * capacity) >> 32);
-  }
-  static Slot Tag(uint64_t h) { return static_cast<Slot>((h >> 32) & ((1u << kTagBits) - 1)); }
-  static Slot MakeSlot(uint64_t h, uint32_t id) { return (Tag(h) << kIdBits) | (id + 1); }
-  static uint32_t IdOf(Slot e) { return (e & ((Slot{1} << kIdBits) - 1)) - 1; }
-  static bool TagMatches(Slot e, uint64_t h) { return (e >> kIdBits) == Tag(h); }
   // A row's layout: [key (8 bytes) | value dim | slots num_slots * dim | freq | last_step].
   // Every API below and the Update callbacks see `row` = the value (row + kKeyFloats).
   static constexpr int64_t kKeyFloats = 2;
@@ -226,18 +200,21 @@ class EmbeddingTable {
     std::memcpy(&key, key_at, sizeof(key));
     return key;
   }
-  static int64_t KeyAt(const Shard& s, Slot e) { return KeyOfRow(s.rows->Row(IdOf(e))); }
-  static float* ValueAt(const Shard& s, Slot e) { return s.rows->Row(IdOf(e)) + kKeyFloats; }
-  // Groups the keys by shard and calls fn(shard, idx, h, m) once per nonempty shard,
-  // where idx[0..m) are positions in keys, ascending (a key repeated in the batch is met in
-  // batch order), and h their hashes; shards run in parallel for large batches. fn takes the
-  // shard's lock itself.
+  static float* ValueAt(const Shard& s, int64_t pos) { return s.rows->Row(s.index.IdAt(pos)) + kKeyFloats; }
+  // The index's view of the shard's rows: the key of row id, and its hash.
+  static auto KeyOf(const Shard& s) {
+    return [&s](uint32_t id) { return KeyOfRow(s.rows->Row(id)); };
+  }
+  static auto HashOf(const Shard& s) {
+    return [&s](uint32_t id) { return HashKey(KeyOfRow(s.rows->Row(id))); };
+  }
+  static int64_t Find(const Shard& s, uint64_t h, int64_t key) { return s.index.Find(h, key, KeyOf(s)); }
+  // Groups the keys by shard (ShardOrder) and calls fn(shard, idx, h, m) once per nonempty
+  // shard, where idx[0..m) are positions in keys, ascending (a key repeated in the batch is
+  // met in batch order), and h their hashes; shards run in parallel for large batches. fn
+  // takes the shard's lock itself.
   void ForEachShard(const int64_t* keys, int64_t n,
                     const std::function<void(Shard&, const int64_t*, const uint64_t*, int64_t)>& fn) const;
-  static int64_t Find(const Shard& s, uint64_t h, int64_t key);  // slot index or -1
-  // The first slot from the key's home whose tag matches (the key's, unless a rare tag
-  // collision), or -1 at an empty slot: what a prefetch follows without reading a row.
-  static int64_t Candidate(const Shard& s, uint64_t h);
   // How the shard's batch paths prefetch: GetPrefetchMode(), or kOff while its rows take less
   // than GetPrefetchMinShardBytes() (they stay in cache).
   static PrefetchMode PrefetchModeOf(const Shard& s);
@@ -249,9 +226,6 @@ class EmbeddingTable {
   template <typename Visit>
   void Prefetched(const Shard& s, const int64_t* idx, const uint64_t* h, int64_t m,
                   size_t row_bytes, const void* batch, size_t batch_bytes, const Visit& visit) const;
-  // Puts row `id` (its key written) in the index; the key is known to be absent and the
-  // caller made room with ReserveLocked (never throws).
-  static void InsertLocked(Shard* s, uint64_t h, uint32_t id);
   // Grows the shard's index so that `more` inserts fit under kMaxLoadFactor (may throw). The
   // new index is built from the rows, read in id order.
   static void ReserveLocked(Shard* s, int64_t more);
@@ -271,14 +245,12 @@ class EmbeddingTable {
   int64_t InsertRowsLocked(Shard* s, const int64_t* keys, const int64_t* idx, const uint64_t* h,
                            const std::vector<int64_t>& missing, const Init& init, const Use& use);
   // Takes slot pos out of the index and frees its row.
-  void EraseLocked(Shard* s, int64_t pos);
+  static void EraseLocked(Shard* s, int64_t pos);
+  // Logs a removed key while tracking is on, then erases slot pos.
+  void RemoveLocked(Shard* s, int64_t key, int64_t pos) const;
   void InitNewRow(int64_t key, float* row) const;  // initialiser values, slot init, zero meta
   void InitSlotsAndMeta(float* row) const;          // slot init, zero meta
-  void LogRemovedLocked(Shard* s, int64_t key) const;
-  void NoteStep(int64_t step);  // latest_step_ = max(latest_step_, step)
   static void WriteMeta(uint32_t* meta, int64_t freq, int64_t last_step);  // clamped to uint32
-  // Adds count sightings of a key without a row; returns its estimate before and after.
-  std::pair<uint32_t, uint32_t> CountSightingLocked(Shard* s, uint64_t h, uint32_t count) const;
   // Floats per row with `slots` optimizer slots: key, value, slots, meta; even, so that every
   // row's key is 8-byte aligned.
   int64_t StrideFor(int slots) const { return (kKeyFloats + dim_ * (1 + slots) + 2 + 1) / 2 * 2; }
@@ -303,8 +275,7 @@ class EmbeddingTable {
   const InitSpec init_;
   const uint32_t admit_min_count_;
   const int64_t sketch_width_;        // counters per sketch row, over all index shards
-  std::atomic<bool> track_removed_{false};
-  std::atomic<int64_t> latest_step_{0};  // stamps removed keys
+  RemovalTracking removal_;           // whether removals are logged, and their stamp
   // Held shared by exports, exclusive (before every shard lock) where the row layout changes.
   mutable std::shared_mutex layout_mu_;
   int num_slots_ = 0;                 // changes only with layout_mu_ and every shard locked

@@ -13,60 +13,34 @@ namespace core {
 
 int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
   int64_t evicted = 0;
-  NoteStep(step);
-  // Rule-based eviction, one shard at a time under its exclusive lock.
-  auto doomed = [&](float* row) {
-    const uint32_t* meta = Meta(row);
-    if (policy.after_steps >= 0 && step - static_cast<int64_t>(meta[1]) > policy.after_steps) return true;
-    if (policy.min_freq >= 0 && static_cast<int64_t>(meta[0]) < policy.min_freq) return true;
-    if (policy.l2_below >= 0.f) {
-      double sq = 0;
-      for (int64_t j = 0; j < dim_; ++j) sq += static_cast<double>(row[j]) * row[j];
-      if (sq < static_cast<double>(policy.l2_below) * policy.l2_below) return true;
-    }
-    return false;
-  };
-  auto erase_if = [&](Shard& s, const std::function<bool(float*)>& pred) {
-    // The rows in memory order; a doomed row's key is then found in the index and erased.
-    std::vector<int64_t> doomed_keys;
+  removal_.NoteStep(step);
+  Eviction eviction(policy, step, dim_);
+  // The rules, one shard at a time under its exclusive lock: the rows in memory order, then a
+  // doomed row's key is found in the index and erased.
+  std::vector<int64_t> doomed;
+  for (int i = 0; eviction.has_rules() && i < kNumShards; ++i) {
+    Shard& s = shards_[i];
+    ReadLock lock(s.mu, true);
+    doomed.clear();
     ForEachRow(s, [&](uint32_t, float* row) {
-      if (pred(row)) doomed_keys.push_back(KeyOfRow(row - kKeyFloats));
+      if (eviction.Selects(row, Meta(row))) doomed.push_back(KeyOfRow(row - kKeyFloats));
     });
-    for (int64_t key : doomed_keys) {
-      LogRemovedLocked(&s, key);
-      EraseLocked(&s, Find(s, HashKey(key), key));
-    }
-    return static_cast<int64_t>(doomed_keys.size());
-  };
-  const bool rules = policy.after_steps >= 0 || policy.min_freq >= 0 || policy.l2_below >= 0.f;
-  for (int i = 0; rules && i < kNumShards; ++i) {
-    ReadLock lock(shards_[i].mu, true);
-    evicted += erase_if(shards_[i], [&](float* row) { return doomed(row); });
+    for (int64_t key : doomed) RemoveLocked(&s, key, Find(s, HashKey(key), key));
+    evicted += static_cast<int64_t>(doomed.size());
   }
-  if (policy.max_rows < 0) return evicted;
-  // Size cap: rank all rows by (freq or last_step) and drop the lowest until max_rows remain.
+  if (!eviction.has_cap()) return evicted;
+  // The size cap: every row ranked, the lowest dropped until max_rows remain.
   AllShardsLock lock(*this);
-  std::vector<std::pair<uint32_t, int64_t>> score;
   for (int i = 0; i < kNumShards; ++i) {
-    ForEachRow(shards_[i], [&](uint32_t, float* row) {
-      score.push_back({Meta(row)[policy.lru ? 1 : 0], KeyOfRow(row - kKeyFloats)});
-    });
+    ForEachRow(shards_[i], [&](uint32_t, float* row) { eviction.Rank(Meta(row), KeyOfRow(row - kKeyFloats)); });
   }
-  const int64_t excess = static_cast<int64_t>(score.size()) - policy.max_rows;
-  if (excess > 0) {
-    std::nth_element(score.begin(), score.begin() + excess, score.end());
-    std::vector<int64_t> keys;
-    for (int64_t k = 0; k < excess; ++k) keys.push_back(score[k].second);
-    for (int64_t key : keys) {
-      const uint64_t h = HashKey(key);
-      Shard& s = shards_[ShardOf(h)];
-      const int64_t pos = Find(s, h, key);
-      LogRemovedLocked(&s, key);
-      EraseLocked(&s, pos);
-    }
-    evicted += excess;
+  const std::vector<int64_t> over = eviction.OverCap();
+  for (int64_t key : over) {
+    const uint64_t h = HashKey(key);
+    Shard& s = shards_[IndexShardOf(h)];
+    RemoveLocked(&s, key, Find(s, h, key));
   }
-  return evicted;
+  return evicted + static_cast<int64_t>(over.size());
 }
 
 void EmbeddingTable::ExportRowsLocked(int64_t since_step, bool updated_only, TableSnapshot* snap, bool take_removed,
@@ -93,12 +67,8 @@ void EmbeddingTable::ExportRowsLocked(int64_t since_step, bool updated_only, Tab
       snap->last_step.push_back(meta[1]);
     });
     if (!take_removed) continue;
-    for (const auto& [key, stamp] : s.removed) {
-      if (stamp >= since_step) removed->push_back(key);  // older ones the last delta carried
-    }
-    *overflowed = *overflowed || s.removed_overflowed;
-    std::vector<std::pair<int64_t, int64_t>>().swap(s.removed);
-    s.removed_overflowed = false;
+    const bool lost = s.removed.Take(since_step, removed);  // older ones the last delta carried
+    *overflowed = *overflowed || lost;
   }
 }
 
@@ -123,16 +93,15 @@ void EmbeddingTable::ExportDelta(int64_t since_step, TableSnapshot* snap, std::v
 }
 
 void EmbeddingTable::SetTrackRemoved(bool on, int64_t step) {
-  NoteStep(step);
-  track_removed_.store(on, std::memory_order_relaxed);
+  removal_.NoteStep(step);
+  removal_.set_on(on);
   if (!on) ResetRemoved();
 }
 
 void EmbeddingTable::ResetRemoved() {
   for (int i = 0; i < kNumShards; ++i) {
     ReadLock lock(shards_[i].mu, true);
-    std::vector<std::pair<int64_t, int64_t>>().swap(shards_[i].removed);
-    shards_[i].removed_overflowed = false;
+    shards_[i].removed.Clear();
   }
 }
 
@@ -165,7 +134,7 @@ bool EmbeddingTable::ImportDelta(const TableSnapshot& snap, const std::vector<in
   if (n > 0 && snap.num_slots != num_slots() && !EnsureSlots(snap.num_slots, snap.slot_init.data(), error)) {
     return false;
   }
-  for (int64_t step : snap.last_step) NoteStep(step);
+  for (int64_t step : snap.last_step) removal_.NoteStep(step);
   Remove(removed.data(), static_cast<int64_t>(removed.size()));
   Assign(snap.keys.data(), n, snap.values.data());
   const int64_t slot_floats = dim_ * num_slots_;
@@ -176,7 +145,7 @@ bool EmbeddingTable::ImportDelta(const TableSnapshot& snap, const std::vector<in
       const int64_t i = idx[j];
       const int64_t pos = Find(s, h[j], snap.keys[i]);
       if (pos < 0) continue;
-      float* row = ValueAt(s, s.slots[pos]);
+      float* row = ValueAt(s, pos);
       if (slot_floats > 0) std::memcpy(row + dim_, &snap.slots[i * slot_floats], sizeof(float) * slot_floats);
       WriteMeta(Meta(row), snap.freq[i], snap.last_step[i]);
     }
@@ -191,10 +160,9 @@ bool EmbeddingTable::Import(const TableSnapshot& snap, std::string* error) {
   // bad snapshot or running out of memory (std::bad_alloc) leaves it as it was.
   std::unique_ptr<Shard[]> fresh(new Shard[kNumShards]);
   std::vector<int64_t> per_shard(kNumShards, 0);
-  for (int64_t i = 0; i < n; ++i) ++per_shard[ShardOf(HashKey(snap.keys[i]))];
+  for (int64_t i = 0; i < n; ++i) ++per_shard[IndexShardOf(HashKey(snap.keys[i]))];
   std::vector<std::vector<uint32_t>> ids(kNumShards);
   for (int i = 0; i < kNumShards; ++i) {
-    fresh[i].slots.assign(kShardInitialCapacity, 0);
     fresh[i].rows = NewArena(snap.num_slots);
     ReserveLocked(&fresh[i], per_shard[i]);
     ids[i].resize(per_shard[i]);
@@ -207,7 +175,7 @@ bool EmbeddingTable::Import(const TableSnapshot& snap, std::string* error) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t key = snap.keys[i];
     const uint64_t h = HashKey(key);
-    const int shard = ShardOf(h);
+    const int shard = IndexShardOf(h);
     Shard& s = fresh[shard];
     if (Find(s, h, key) >= 0) {
       *error = "key " + std::to_string(key) + " appears twice in the snapshot";
@@ -220,7 +188,7 @@ bool EmbeddingTable::Import(const TableSnapshot& snap, std::string* error) {
     if (slot_floats > 0) std::memcpy(row + dim_, &snap.slots[i * slot_floats], sizeof(float) * slot_floats);
     WriteMeta(reinterpret_cast<uint32_t*>(row + dim_ * (1 + snap.num_slots)), snap.freq[i], snap.last_step[i]);
     latest = std::max(latest, snap.last_step[i]);
-    InsertLocked(&s, h, id);
+    s.index.Insert(h, id);
   }
   std::unique_lock<std::shared_mutex> layout(layout_mu_);
   AllShardsLock lock(*this);
@@ -229,11 +197,10 @@ bool EmbeddingTable::Import(const TableSnapshot& snap, std::string* error) {
   num_slots_ = snap.num_slots;
   slot_init_.swap(slot_init);
   for (int i = 0; i < kNumShards; ++i) {
-    shards_[i].slots.swap(fresh[i].slots);
-    shards_[i].size = fresh[i].size;
+    shards_[i].index.Swap(fresh[i].index);
     shards_[i].rows.swap(fresh[i].rows);
   }
-  NoteStep(latest);
+  removal_.NoteStep(latest);
   return true;
 }
 
@@ -243,7 +210,8 @@ void EmbeddingTable::ExportAdmission(std::vector<int32_t>* counts) const {
   counts->reserve(admission_size());
   for (int i = 0; i < kNumShards; ++i) {
     ReadLock lock(shards_[i].mu, false);
-    counts->insert(counts->end(), shards_[i].sketch.begin(), shards_[i].sketch.end());
+    const std::vector<uint16_t>& cells = shards_[i].sketch.cells();
+    counts->insert(counts->end(), cells.begin(), cells.end());
   }
 }
 
@@ -256,28 +224,15 @@ bool EmbeddingTable::ImportAdmission(const int32_t* counts, int64_t n, std::stri
              " rows of a power-of-two width";
     return false;
   }
-  // Saved layout: [index shard][row][saved_width / kNumShards]. A key's cell in a sketch of
-  // width w is (its hash) & (w - 1) within its index shard, so a wider sketch folds into this
-  // one (max over the cells that meet) and a narrower one repeats across it; either way no
-  // estimate drops below what the saved sketch gave.
+  // Saved layout: [index shard][row][saved_width / kNumShards]; each shard's part is loaded
+  // into that shard's sketch (AdmissionSketch::Loaded), built before its lock is taken.
   const int64_t from = saved_width / kNumShards, to = sketch_width_ / kNumShards;
   for (int i = 0; i < kNumShards; ++i) {
-    std::vector<uint16_t> cells(kSketchDepth * to, 0);
-    for (int r = 0; r < kSketchDepth; ++r) {
-      const int32_t* src = counts + (static_cast<int64_t>(i) * kSketchDepth + r) * from;
-      uint16_t* dst = cells.data() + r * to;
-      for (int64_t j = 0; j < std::max(from, to); ++j) {
-        const int32_t c = std::max<int32_t>(0, std::min<int32_t>(src[j & (from - 1)], UINT16_MAX));
-        uint16_t& cell = dst[j & (to - 1)];
-        cell = std::max<uint16_t>(cell, static_cast<uint16_t>(c));
-      }
-    }
-    int64_t pending = 0;  // keys counted but below the threshold, estimated from the first row
-    for (int64_t j = 0; j < to; ++j) pending += (cells[j] > 0 && cells[j] < admit_min_count_) ? 1 : 0;
-    ReadLock lock(shards_[i].mu, true);
-    shards_[i].sketch.swap(cells);
-    shards_[i].pending = pending;
-    shards_[i].sightings = 0;
+    Shard& s = shards_[i];
+    AdmissionSketch loaded =
+        AdmissionSketch::Loaded(to, admit_min_count_, counts + static_cast<int64_t>(i) * kSketchDepth * from, from);
+    ReadLock lock(s.mu, true);
+    s.sketch.Swap(loaded);
   }
   return true;
 }
