@@ -173,6 +173,8 @@ class EmbeddingTable {
   static constexpr int kNumShards = kNumIndexShards;
   using ReadLock = tbb::spin_rw_mutex::scoped_lock;
 
+  // Two cache lines; the lock, the index and the arena pointer, which every batch path reads,
+  // share the first.
   struct alignas(64) Shard {
     mutable tbb::spin_rw_mutex mu;
     TaggedIndex index;

@@ -1,5 +1,6 @@
-// EmbeddingTable maintenance: eviction, and the snapshots behind checkpoints (full and
-// incremental export, import). The table itself is in embedding_table.cc.
+// EmbeddingTable maintenance: eviction, optimizer slots (row re-layout), and the snapshots
+// behind checkpoints (full and incremental export, import, the admission sketch). The batch
+// paths are in embedding_table.cc.
 #include <algorithm>
 #include <cstring>
 #include <utility>
@@ -41,6 +42,51 @@ int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
     RemoveLocked(&s, key, Find(s, h, key));
   }
   return evicted + static_cast<int64_t>(over.size());
+}
+
+bool EmbeddingTable::EnsureSlots(int k, const float* slot_init, std::string* error) {
+  // Every lock is a scoped guard: an allocation that throws below leaves the table as it was.
+  std::unique_lock<std::shared_mutex> layout(layout_mu_);
+  AllShardsLock lock(*this);
+  if (k != num_slots_ && (num_slots_ != 0 || k < 0)) {
+    *error = "table has " + std::to_string(num_slots_) + " optimizer slots per row, asked for " +
+             std::to_string(k) + " (one table serves one optimizer)";
+    return false;
+  }
+  std::vector<float> init(slot_init, slot_init + k);
+  if (k == num_slots_) {
+    slot_init_.swap(init);
+    return true;
+  }
+  // Every new arena first: running out of memory leaves the table as it was. A row keeps its
+  // id, so the index stays as it is.
+  std::vector<std::unique_ptr<RowArena>> arenas(kNumShards);
+  std::vector<uint32_t> ids;
+  for (int i = 0; i < kNumShards; ++i) {
+    arenas[i] = NewArena(k);
+    ids.resize(shards_[i].rows->end());
+    arenas[i]->Allocate(static_cast<int64_t>(ids.size()), ids.data());  // ids 0, 1, ... in order
+  }
+  for (int i = 0; i < kNumShards; ++i) {
+    const RowArena& old = *shards_[i].rows;
+    RowArena& now = *arenas[i];
+    for (uint32_t id = 0; id < old.end(); ++id) {
+      const float* from = old.Row(id);
+      float* to = now.Row(id);
+      if (!old.Live(id)) continue;
+      std::memcpy(to, from, sizeof(float) * (kKeyFloats + dim_));  // key and value
+      float* value = to + kKeyFloats;
+      for (int j = 0; j < k; ++j) std::fill(value + dim_ * (1 + j), value + dim_ * (2 + j), init[j]);
+      std::memcpy(value + dim_ * (1 + k), from + kKeyFloats + dim_, 2 * sizeof(uint32_t));  // meta
+    }
+    for (uint32_t id = old.end(); id-- > 0;) {
+      if (!old.Live(id)) now.Free(id);
+    }
+    shards_[i].rows.swap(arenas[i]);
+  }
+  num_slots_ = k;
+  slot_init_.swap(init);
+  return true;
 }
 
 void EmbeddingTable::ExportRowsLocked(int64_t since_step, bool updated_only, TableSnapshot* snap, bool take_removed,
