@@ -204,7 +204,7 @@ def _table_rows(checkpoint):
 
 def test_killed_ps_and_worker_are_restarted_and_every_restored_key_survives(tmp_path):
     # A large vocabulary, so that many restored rows are rare ids that training does not touch again.
-    job = _launch(tmp_path, ["train.steps=3000", "train.save_checkpoints_steps=200", "train.keep_checkpoint_max=100",
+    job = _launch(tmp_path, ["train.steps=2000", "train.save_checkpoints_steps=200", "train.keep_checkpoint_max=100",
                              "data.vocab_max=100000"], "--max-restarts", "2")
     try:
         # The newest complete checkpoint (the state file is written last, so wait on it, not on
@@ -226,7 +226,7 @@ def test_killed_ps_and_worker_are_restarted_and_every_restored_key_survives(tmp_
     assert metrics["sessions"] >= 2                          # the chief re-created its session
     assert metrics["tasks"]["worker0"]["local_steps"] > 0   # the restarted worker trained
     final = tf.train.latest_checkpoint(str(tmp_path))
-    assert int(final.rsplit("-", 1)[1]) >= 3000
+    assert int(final.rsplit("-", 1)[1]) >= 2000
     before, after = _table_rows(saved), _table_rows(final)
     assert len(before) > 1000 and not set(before) - set(after)   # every saved key is still there
     unchanged = 0
@@ -252,7 +252,7 @@ def test_kills_with_deltas_on_never_train_a_batch_twice(tmp_path):
     the tables, the dense state and the global step from the same delta, so no row has more
     updates than the global step; the most frequent ids (in nearly every batch) have about as
     many (none lost beyond one in-flight step per trainer and restore)."""
-    job = _launch(tmp_path, ["train.steps=5000", "train.delta_every_secs=1", "train.save_checkpoints_steps=100000",
+    job = _launch(tmp_path, ["train.steps=3000", "train.delta_every_secs=1", "train.save_checkpoints_steps=100000",
                              "data.vocab_max=2000"], "--max-restarts", "3")
     try:
         mark = 0
@@ -267,7 +267,7 @@ def test_kills_with_deltas_on_never_train_a_batch_twice(tmp_path):
     assert metrics["restarts"] == {"ps0": 1, "chief0": 1, "worker0": 1}
     final = tf.train.latest_checkpoint(str(tmp_path))
     step = int(tf.train.load_variable(final, "global_step"))
-    assert step >= 5000
+    assert step >= 3000
     freq = np.array([f for f, _, _ in _table_rows(final).values()])
     top = np.sort(freq)[-5:]
     assert top.max() <= step, (top, step)          # nothing trained twice

@@ -55,22 +55,36 @@ def test_one_pass_scores_each_candidate_as_alone(tmp_path, samples):
     est = _estimator(tmp_path)
     est.train(_input(samples, True), steps=20)
     sample = samples[3]
-    together = next(est.predict(_input([sample], False)))
-    for k in range(len(sample["candidate_movie"])):
-        alone = dict(sample)   # the candidate alone, with the same context
-        for name in ("candidate_movie", "candidate_time", "candidate_genres", "label", "cross"):
-            alone[name] = sample[name][k:k + 1]
-        got = next(est.predict(_input([alone], False)))
-        np.testing.assert_allclose(got["logits"][0], together["logits"][k], rtol=1e-4, atol=1e-5)
-    # nor do the other samples of its batch (their longer history pads this one's)
+
     def context(s):
         return len(s["history_movie"]) + len(s["realtime_movie"])
     short, longest = min(samples, key=context), max(samples, key=context)
     assert context(longest) > context(short)
-    alone = next(est.predict(_input([short], False)))
-    batched = next(est.predict(_input([short, longest], False)))
+    alones = []
+    for k in range(len(sample["candidate_movie"])):
+        alone = dict(sample)   # the candidate alone, with the same context
+        for name in ("candidate_movie", "candidate_time", "candidate_genres", "label", "cross"):
+            alone[name] = sample[name][k:k + 1]
+        alones.append(alone)
+    # one prediction run (one graph, one restore), batches of one sample each: each scored alone
+    batches = [[sample]] + [[alone] for alone in alones] + [[short], [short, longest]]
+    outputs = list(est.predict(lambda: _batches_of(batches), yield_single_examples=False))
+    together = outputs[0]
+    for k, out in enumerate(outputs[1:1 + len(alones)]):
+        np.testing.assert_allclose(out["logits"][0], together["logits"][0][k], rtol=1e-4, atol=1e-5)
+    # nor do the other samples of its batch (their longer history pads this one's)
+    alone, batched = outputs[-2], outputs[-1]
     n = len(short["label"])
-    np.testing.assert_allclose(batched["logits"][:n], alone["logits"][:n], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(batched["logits"][0][:n], alone["logits"][0][:n], rtol=1e-4, atol=1e-5)
+
+
+def _batches_of(batches):
+    """A dataset of the given batches (lists of samples), each padded on its own as _input pads."""
+    ds = None
+    for batch in batches:
+        one = sample_dataset(batch).padded_batch(len(batch))
+        ds = one if ds is None else ds.concatenate(one)
+    return ds.map(lambda x: (x, x["label"]))
 
 
 def test_progress_counts_the_ratings_of_token_budget_batches(tmp_path, samples):

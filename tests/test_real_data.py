@@ -1,4 +1,4 @@
-"""Real-data flows end to end, in subprocesses: every shipped config trains from `tfps train`;
+"""Real-data flows end to end: every shipped config trains from `tfps train` (in this process);
 malformed rows are counted in the final JSON or stop the run with a named line; MovieLens on a
 local cluster, then export, then the SavedModel in a fresh process scores what the chief scored."""
 import json
@@ -36,19 +36,19 @@ def data(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["criteo_deepfm", "criteo_dcn", "movielens_deepfm", "movielens_wdl", "movielens_dcn"])
-def test_every_shipped_config_trains_and_reports_its_metrics(data, tmp_path, name):
+def test_every_shipped_config_trains_and_reports_its_metrics(data, tmp_path, name, cli):
     paths = ([f"data.path={data / 'train.txt.gz'}", f"data.eval_path={data / 'eval.txt'}"] if name.startswith("criteo")
              else [f"data.path={data / 'ml'}"])
-    out = _tfps("train", "--config", f"configs/{name}.yaml", *_sets(SMALL + paths + [f"model_dir={tmp_path}"]))
-    assert out.returncode == 0, out.stderr[-3000:]
-    metrics = json.loads(out.stdout.strip().splitlines()[-1])
+    code, out, err = cli("train", "--config", f"configs/{name}.yaml", *_sets(SMALL + paths + [f"model_dir={tmp_path}"]))
+    assert code == 0, err[-3000:]
+    metrics = json.loads(out.strip().splitlines()[-1])
     assert 0 < metrics["auc"] < 1 and metrics["logloss"] > 0 and metrics["bad_rows"] == 0
     assert (metrics["gauc"] is not None) == name.startswith("movielens")
     assert metrics["eval_examples"] == (1000 if name.startswith("criteo") else
                                         sum(1 for v in ml_tiny.expected(*ml_tiny.larger()).values() if v[0] == "eval"))
 
 
-def test_malformed_rows_are_counted_in_the_json_or_stop_the_run_naming_the_line(tmp_path):
+def test_malformed_rows_are_counted_in_the_json_or_stop_the_run_naming_the_line(tmp_path, cli):
     lines = (tmp_path / "clean.txt")
     write_criteo_text(SyntheticCriteo(SyntheticConfig()), str(lines), 600)
     rows = lines.read_text().splitlines()
@@ -58,15 +58,15 @@ def test_malformed_rows_are_counted_in_the_json_or_stop_the_run_naming_the_line(
     base = ["data.format=criteo", f"data.path={tmp_path / 'train.txt'}", f"data.eval_path={tmp_path / 'eval.txt'}",
             "train.batch_size=100", "train.steps=6", "model.hidden_units=[8]", "eval.examples=null"]
     # six steps of 100 lines: exactly one pass over the training file
-    ok = _tfps("train", "--config", "configs/demo.yaml", *_sets(base + ["data.skip_bad_rows=true",
-                                                                        f"model_dir={tmp_path / 'a'}"]))
-    assert ok.returncode == 0, ok.stderr[-3000:]
-    metrics = json.loads(ok.stdout.strip().splitlines()[-1])
+    code, out, err = cli("train", "--config", "configs/demo.yaml", *_sets(base + ["data.skip_bad_rows=true",
+                                                                                f"model_dir={tmp_path / 'a'}"]))
+    assert code == 0, err[-3000:]
+    metrics = json.loads(out.strip().splitlines()[-1])
     assert (metrics["bad_rows"], metrics["bad_rows_eval"], metrics["eval_examples"]) == (3, 1, 99)
-    failed = _tfps("train", "--config", "configs/demo.yaml", *_sets(base + [f"model_dir={tmp_path / 'b'}"]))
-    assert failed.returncode == 2
-    assert f"criteo: {tmp_path / 'train.txt'} line 151: has 3 tab-separated fields" in failed.stderr
-    assert len(failed.stderr.strip().splitlines()) == 1, failed.stderr[-2000:]
+    code, _, err = cli("train", "--config", "configs/demo.yaml", *_sets(base + [f"model_dir={tmp_path / 'b'}"]))
+    assert code == 2
+    assert f"criteo: {tmp_path / 'train.txt'} line 151: has 3 tab-separated fields" in err
+    assert len(err.strip().splitlines()) == 1, err[-2000:]
 
 
 def test_movielens_on_a_cluster_then_export_then_a_fresh_process_scores_as_the_chief(data, tmp_path):

@@ -36,3 +36,15 @@ def test_the_benchmarks_load_run_has_no_failed_request_across_a_swap_and_deltas(
     assert load["versions_answered"] == 2   # from the answers' model_spec
     for mode in result["latency"].values():
         assert all(cell["failed"] == 0 and cell["qps"] > 0 for cell in mode.values())
+
+
+def _train(tmp_path, name, *sets):
+    """`tfps train` of the demo model, 1500 steps: its final JSON."""
+    args = [a for s in ["train.steps=1500", f"model_dir={tmp_path / name}", *sets] for a in ("--set", s)]
+    return _run("-m", "tfps.cli", "train", "--config", "configs/demo.yaml", *args, timeout=600)
+
+
+def test_the_pipelined_demo_model_reaches_the_auc_of_the_plain_step(tmp_path):
+    off = _train(tmp_path, "off")
+    on = _train(tmp_path, "on", "pipeline.enabled=true")
+    assert abs(on["auc"] - off["auc"]) <= 0.005, (on["auc"], off["auc"])
