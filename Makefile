@@ -58,7 +58,7 @@ cc-test: | deps
 	TSAN_OPTIONS=halt_on_error=1 $(CC_BIN)/core_tsan
 
 py-test: build
-	$(PY) -m pytest -q --durations=25 tests
+	$(PY) -m pytest -q -n auto --dist loadfile --durations=25 tests
 
 # Each benchmark's shortest run, checked (CI runs it after make test).
 bench-smoke: build

@@ -19,15 +19,16 @@ def graph():
 
 
 @pytest.fixture
-def cli(capsys, monkeypatch):
-    """tfps's command line in this process, for runs that end before training (errors):
-    cli(*argv, env={...}) -> (exit code, stdout, stderr). A subprocess costs a TensorFlow import."""
+def cli(capfd, monkeypatch):
+    """tfps's command line in this process: cli(*argv, env={...}) -> (exit code, stdout, stderr),
+    captured at the file descriptors (TF's C++ and logger output included). A subprocess costs a
+    TensorFlow import; a run whose signal or process exit matters still needs one."""
     from tfps.cli import main
 
     def run(*argv, env=None):
         for key, value in (env or {}).items():
             monkeypatch.setenv(key, value)
-        capsys.readouterr()
+        capfd.readouterr()
         try:
             code = main(list(argv))
         except SystemExit as e:   # argparse's usage errors
@@ -35,6 +36,6 @@ def cli(capsys, monkeypatch):
         finally:
             for key in env or {}:
                 monkeypatch.delenv(key, raising=False)
-        out, err = capsys.readouterr()
+        out, err = capfd.readouterr()
         return code, out, err
     return run

@@ -69,6 +69,7 @@ def test_one_pass_scores_each_candidate_as_alone(tmp_path, samples):
     # one prediction run (one graph, one restore), batches of one sample each: each scored alone
     batches = [[sample]] + [[alone] for alone in alones] + [[short], [short, longest]]
     outputs = list(est.predict(lambda: _batches_of(batches), yield_single_examples=False))
+    assert len(outputs) == len(batches)
     together = outputs[0]
     for k, out in enumerate(outputs[1:1 + len(alones)]):
         np.testing.assert_allclose(out["logits"][0], together["logits"][0][k], rtol=1e-4, atol=1e-5)

@@ -22,12 +22,11 @@ _KEY = ("__tfps_training_step",)   # a tuple key: the graph holds it, export_met
 class TableLookup:
     """One training lookup of `variable`: unique_ids int64 [U] and their rows float32 [U, dim].
 
-    Either all ids live in shard `shard`, or (sharded lookups) they are grouped by shard and
-    shard p owns positions offsets[p]:offsets[p+1] (offsets int64 [num_shards + 1])."""
+    Either the table has one shard (offsets None), or the ids are grouped by shard and shard p
+    owns positions offsets[p]:offsets[p+1] (offsets int64 [num_shards + 1])."""
     variable: object
     unique_ids: tf.Tensor
     unique_values: tf.Tensor
-    shard: int = 0
     offsets: tf.Tensor = None
 
 

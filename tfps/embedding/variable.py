@@ -93,9 +93,9 @@ class EmbeddingVariable:
         self.saveable = TableSaveable(self)
 
     # -- lookups -------------------------------------------------------------------------
-    def lookup(self, ids, insert=True):
+    def lookup(self, ids, insert=True, step=None):
         """ids of any shape -> float32 ids.shape + [dim]; see tfps.embedding_lookup."""
-        return embedding_lookup(self, ids, insert=insert)
+        return embedding_lookup(self, ids, insert=insert, step=step)
 
     def to_keys(self, ids):
         """ids -> int64 keys (strings hashed, int32 widened); anything else is InvalidArgumentError."""

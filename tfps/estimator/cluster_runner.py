@@ -249,8 +249,8 @@ def run_task(cfg, cluster_config, printer=print):
     lease.release()   # the final evaluation writes nothing
     # Evaluate the last checkpoint in this process: no cluster needed.
     with _outside_the_cluster():
-        metrics = final_metrics(cfg, source, printer, name="final")
-    return {**metrics, **task, "model": cfg.model.name,
+        local = make_estimator(cfg)
+    return {**final_metrics(cfg, source, printer, estimator=local, name="final"), **task, "model": cfg.model.name,
             # every worker's steps count in the shared global step
             "examples_per_sec_overall": round((cfg.train.steps - start) * progress.examples_per_step / seconds, 1),
             "steps": cfg.train.steps, **batch_fields(cfg), "train_seconds": round(seconds, 1),
@@ -259,8 +259,8 @@ def run_task(cfg, cluster_config, printer=print):
 
 @contextlib.contextmanager
 def _outside_the_cluster():
-    """TF_CONFIG hidden while the block runs: a RunConfig reads it from the environment when it
-    is made (it has no argument to ignore it) and would join the cluster."""
+    """TF_CONFIG hidden while the block makes an Estimator: its RunConfig reads TF_CONFIG from the
+    environment when it is made (it has no argument to ignore it) and would join the cluster."""
     saved = os.environ.pop("TF_CONFIG", None)
     try:
         yield

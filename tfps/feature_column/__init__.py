@@ -136,19 +136,21 @@ class _Inputs:
         return self._features[key]
 
 
-def input_layer(features, feature_columns, trainable=True, stats=None):
+def input_layer(features, feature_columns, trainable=True, stats=None, step=None):
     """Like tf.compat.v1.feature_column.input_layer for tfps embedding columns (same output:
     columns sorted by name, concatenated), with one fused lookup per physical table.
 
     stats: optional dict, filled as tfps.embedding.merged.lookup_features does (ids per step
-    with and without cross-feature deduplication)."""
+    with and without cross-feature deduplication). step: the tfps.embedding.TrainingStep of the
+    lookups (None: the graph's own; the columns' _get_dense_tensor, which TF's input_layer calls,
+    always uses the graph's own)."""
     columns = sorted(feature_columns, key=lambda c: c.name)
     for c in columns:
         if not isinstance(c, EmbeddingColumn):
             raise ValueError(f"tfps.feature_column.input_layer takes tfps embedding columns, got {c!r}")
     inputs = _Inputs(features)
     requests = [(c.feature, c._transform_feature(inputs), c.combiner) for c in columns]
-    outs = lookup_features(requests, insert=trainable, stats=stats, combine=combine_padded)
+    outs = lookup_features(requests, insert=trainable, stats=stats, combine=combine_padded, step=step)
     return tf.concat(outs, 1)
 
 

@@ -73,8 +73,8 @@ class Pipeline:
       dataset: the tf.data.Dataset of (features, labels) batches.
       depth: how many batches the lookups run ahead (1 .. MAX_DEPTH).
       fuse_dense: read and push the dense variables of each PS as one tensor (tfps.train.fused).
-      defer_push: (with fuse_dense) push a step's gradients during the next step; None: see
-        the defer_push property.
+      defer_push: (with fuse_dense) push a step's gradients during the next step; None: decided
+        by tfps.train.push.AutoPush when the optimizer routes the gradients.
     """
 
     @staticmethod
@@ -93,6 +93,7 @@ class Pipeline:
         self._iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
         self._stages = []
         self._carrier = None
+        self._carrier_after = None
         self._initializer = None
         self._fresh = self._next_batch()
         self._batch = self._add_stage("batch", lambda fresh, has_value, after=None: list(fresh),
@@ -171,19 +172,25 @@ class Pipeline:
         probe of its table shard runs after. With a deferred push the update (the previous
         step's gradients) waits on nothing the step computes, so the probe of the batch `depth`
         ahead then reads every update before it, on the shard's own device (no message)."""
-        if self._carrier is None:
-            order = {}
-            for handle, op in after or ():
-                order.setdefault(handle.name, []).append(op.op if isinstance(op, tf.Tensor) else op)
-            fresh, has_value = self._fresh
-            # outside any control context the train op is built in: the embedding graph waits on
-            # nothing of the step but the pushes it is ordered after
-            with tf.control_dependencies(None):
-                items = [s.build(fresh, has_value, order) for s in self._stages]
-            enqueue = self._enqueue(items, has_value, "tfps_pipeline_carrier",
-                                    fallback=[s.dequeued for s in self._stages])
-            # Each step takes one item from every queue, used or not, so the queues stay aligned.
-            self._carrier = tf.group(enqueue, *self._dequeues(), name="tfps_pipeline_step")
+        ids = [(id(h), id(op)) for h, op in after or ()]
+        if self._carrier is not None:
+            if ids and ids != self._carrier_after:
+                raise ValueError("tfps pipeline: a second optimizer's pushes cannot be ordered before the probes "
+                                 "ahead (a deferred push): train the tables and dense variables with one optimizer")
+            return self._carrier
+        self._carrier_after = ids
+        order = {}
+        for handle, op in after or ():
+            order.setdefault(handle.name, []).append(op.op if isinstance(op, tf.Tensor) else op)
+        fresh, has_value = self._fresh
+        # outside any control context the train op is built in: the embedding graph waits on
+        # nothing of the step but the pushes it is ordered after
+        with tf.control_dependencies(None):
+            items = [s.build(fresh, has_value, order) for s in self._stages]
+        enqueue = self._enqueue(items, has_value, "tfps_pipeline_carrier",
+                                fallback=[s.dequeued for s in self._stages])
+        # Each step takes one item from every queue, used or not, so the queues stay aligned.
+        self._carrier = tf.group(enqueue, *self._dequeues(), name="tfps_pipeline_step")
         return self._carrier
 
     # -- building ----------------------------------------------------------------------------

@@ -5,8 +5,9 @@ that use it are in tfps.train.push.
 Stock TF sends each dense variable to the worker as its own tensor when an op reads it, and each
 gradient back as its own: 2 messages per variable and step. With a FusedDense:
 
-  read:  once install()ed on a graph (by a PipelineDataset with fuse_dense, the one object a
-         tf.estimator model_fn gives tfps: documented there), tf.compat.v1.get_variable returns a
+  read:  once install()ed on a graph (by a PipelineDataset with fuse_dense: the input_fn's dataset
+         is what a tf.estimator user hands tfps before the model_fn runs; documented there),
+         tf.compat.v1.get_variable returns a
          worker-local copy of each trainable variable (a custom getter on the root variable
          scope; the real variable is created as usual, on its PS, with its usual name, and stays
          what checkpoints and exports hold). After a step's updates each

@@ -30,6 +30,18 @@ def _push_of(step):
     return step.push if step.push is not None else PlainPush()
 
 
+def _step_of(step):
+    """`step`, or the graph's own for None. A step of its own is refused in a graph that reads a
+    PipelineDataset: its lookups are staged, and its dense variables read, through the graph's."""
+    own = TrainingStep.of()
+    if step is None or step is own:
+        return own
+    if own.stager is not None or own.push is not None:
+        raise ValueError("this graph reads a tfps PipelineDataset: its lookups and dense variables go through the "
+                         "graph's own TrainingStep; pass step=None (or tfps.TrainingStep.of())")
+    return step
+
+
 class TableOptimizerMixin:
     """Mixed into a tf.compat.v1.train optimizer; subclasses define _apply_table.
 
@@ -42,7 +54,7 @@ class TableOptimizerMixin:
 
     def minimize(self, loss, global_step=None, var_list=None, gate_gradients=tf.compat.v1.train.Optimizer.GATE_OP,
                  aggregation_method=None, colocate_gradients_with_ops=False, name=None, grad_loss=None, step=None):
-        step = step or TrainingStep.of()
+        step = _step_of(step)
         grads_and_vars = self.compute_gradients(loss, var_list=var_list, gate_gradients=gate_gradients,
                                                 aggregation_method=aggregation_method,
                                                 colocate_gradients_with_ops=colocate_gradients_with_ops,
@@ -53,7 +65,7 @@ class TableOptimizerMixin:
 
     def compute_gradients(self, loss, var_list=None, gate_gradients=tf.compat.v1.train.Optimizer.GATE_OP,
                           aggregation_method=None, colocate_gradients_with_ops=False, grad_loss=None, step=None):
-        step = step or TrainingStep.of()
+        step = _step_of(step)
         if callable(loss):
             raise ValueError("tfps optimizers run in graph mode; pass a loss tensor")
         if var_list is None:
@@ -66,6 +78,10 @@ class TableOptimizerMixin:
             dense = [v for v in var_list if not isinstance(v, EmbeddingVariable)]
             tables = [v for v in var_list if isinstance(v, EmbeddingVariable)]
         records = [(r.variable, r) for r in step.lookups_of(tables)]
+        elsewhere = {r.variable.name for r in TrainingStep.of().lookups_of(tables)} if step is not TrainingStep.of() else ()
+        if elsewhere:
+            raise ValueError(f"lookups of {sorted(elsewhere)} went into the graph's own TrainingStep, not the step "
+                             f"passed: hand the same step to every lookup (step=) and to the optimizer")
         if not dense and not records:
             raise ValueError("No variables to optimize: no trainable variables and no training lookups "
                              "(tfps.embedding_lookup with insert=True) of trainable embedding variables")
@@ -88,7 +104,7 @@ class TableOptimizerMixin:
             # One row per distinct id, summed on the worker before it is sent to its shard.
             rows = _rows_per_unique(grad, tf.size(record.unique_ids))
             if record.offsets is None:
-                pieces = [(record.shard, record.unique_ids, rows)]
+                pieces = [(0, record.unique_ids, rows)]
             else:
                 sizes = record.offsets[1:] - record.offsets[:-1]
                 pieces = zip(range(ev.num_shards), tf.split(record.unique_ids, sizes, num=ev.num_shards),
@@ -106,7 +122,7 @@ class TableOptimizerMixin:
         return grads_and_vars
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None, step=None):
-        step = step or TrainingStep.of()
+        step = _step_of(step)
         grads_and_vars = list(grads_and_vars)
         manifests.record_optimizer(self)   # the optimizer is part of the model's fingerprint
         dense = [(g, v) for g, v in grads_and_vars if not isinstance(v, TableShard)]

@@ -131,21 +131,21 @@ class AutoPush(FusedPush):
         self.depth = depth
         self._chosen = None
 
-    def chosen(self):
+    @property
+    def defers(self):
+        if self._chosen is None:
+            raise ValueError("defer_push=None is decided when the optimizer routes the step's gradients "
+                             "(apply_gradients), once the model's variables exist; ask after minimize()")
+        return self._chosen.defers
+
+    def route(self, dense, tables, global_step, stager):
         if self._chosen is None:
             defer = self.depth == 1 and bool(self.fused.copies)
             self._chosen = (DeferredPush if defer else FusedPush)(self.fused)
-        return self._chosen
-
-    @property
-    def defers(self):
-        return self.chosen().defers
-
-    def route(self, dense, tables, global_step, stager):
-        return self.chosen().route(dense, tables, global_step, stager)
+        return self._chosen.route(dense, tables, global_step, stager)
 
     def finish(self, updates, global_step, routed):
-        return self.chosen().finish(updates, global_step, routed)
+        return self._chosen.finish(updates, global_step, routed)
 
 
 def push_policy(fuse_dense, defer_push, depth, anchor):
