@@ -114,8 +114,8 @@ def tfps_phase(n, dim, ids, prefetch=None):
     with `prefetch`, the tables' prefetch mode is set first."""
     out = {}
     with tf.Graph().as_default():
-        set_mode = et.set_prefetch_mode(prefetch) if prefetch else None
         handles = [et.table_handle(dim, "zeros", shared_name=f"scaling_{n}_{dim}_{i}") for i in range(fills(n))]
+        set_mode = tf.group(*[et.set_prefetch_mode(t, prefetch) for t in handles]) if prefetch else None
         h = handles[0]
         keys_ph = tf.compat.v1.placeholder(tf.int64, [None])
         zeros = tf.zeros(tf.stack([tf.size(keys_ph), dim]))

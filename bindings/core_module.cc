@@ -219,35 +219,23 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
         d["arena_bytes"] = st.arena_bytes;
         d["side_bytes"] = st.side_bytes;
         return d;
-      });
-
-  m.def(
-      "set_prefetch_mode",
-      [](const std::string& mode) {
-        using tfps::core::PrefetchMode;
-        const std::string before = tfps::core::GetPrefetchMode() == PrefetchMode::kOff     ? "off"
-                                   : tfps::core::GetPrefetchMode() == PrefetchMode::kGroup ? "group"
-                                                                                             : "rolling";
-        if (mode == "off") tfps::core::SetPrefetchMode(PrefetchMode::kOff);
-        else if (mode == "group") tfps::core::SetPrefetchMode(PrefetchMode::kGroup);
-        else if (mode == "rolling") tfps::core::SetPrefetchMode(PrefetchMode::kRolling);
-        else throw py::value_error("prefetch mode must be off, group or rolling, got '" + mode + "'");
-        return before;
-      },
-      py::arg("mode"),
-      "Sets how this module's tables prefetch on their batch paths (off | group | rolling; results never "
-      "depend on it; the TF ops set theirs with tfps.ops.embedding_table.set_prefetch_mode). Returns the mode it replaced.");
-
-  m.def(
-      "set_prefetch_min_shard_bytes",
-      [](int64_t bytes) {
-        const int64_t before = tfps::core::GetPrefetchMinShardBytes();
-        tfps::core::SetPrefetchMinShardBytes(bytes);
-        return before;
-      },
-      py::arg("bytes"),
-      "Index shards whose rows take fewer bytes do not prefetch (config.h: kPrefetchMinShardBytes); "
-      "returns the value it replaced. Tests set 0.");
+      })
+      .def(
+          "set_prefetch",
+          [](EmbeddingTable& t, const std::string& mode, int64_t min_shard_bytes) {
+            using tfps::core::PrefetchMode;
+            PrefetchMode m;
+            if (mode == "off") m = PrefetchMode::kOff;
+            else if (mode == "group") m = PrefetchMode::kGroup;
+            else if (mode == "rolling") m = PrefetchMode::kRolling;
+            else throw py::value_error("prefetch mode must be off, group or rolling, got '" + mode + "'");
+            if (min_shard_bytes < 0) throw py::value_error("min_shard_bytes must be >= 0");
+            static const char* const kNames[] = {"off", "group", "rolling"};
+            return std::string(kNames[static_cast<int>(t.SetPrefetch(m, min_shard_bytes))]);
+          },
+          py::arg("mode"), py::arg("min_shard_bytes") = tfps::core::kPrefetchMinShardBytes,
+          "Sets how this table prefetches on its batch paths (off | group | rolling; results never depend "
+          "on it), from how many bytes of rows per index shard (tests give 0). Returns the mode it replaced.");
 
   m.def(
       "unique_partition",

@@ -130,20 +130,19 @@ class ScatterAddRowsOp : public OpKernel {
   }
 };
 
-class SetPrefetchModeOp : public OpKernel {
+class SetPrefetchModeOp : public TableOpKernel {
  public:
-  explicit SetPrefetchModeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit SetPrefetchModeOp(OpKernelConstruction* ctx) : TableOpKernel(ctx) {
     std::string mode;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("mode", &mode));
     mode_ = mode == "off" ? core::PrefetchMode::kOff
             : mode == "group" ? core::PrefetchMode::kGroup : core::PrefetchMode::kRolling;
   }
-  void Compute(OpKernelContext* ctx) override {
+  void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     static const char* const kNames[] = {"off", "group", "rolling"};
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    out->scalar<tensorflow::tstring>()() = kNames[static_cast<int>(core::GetPrefetchMode())];
-    core::SetPrefetchMode(mode_);
+    out->scalar<tensorflow::tstring>()() = kNames[static_cast<int>(table.SetPrefetch(mode_))];
   }
 
  private:

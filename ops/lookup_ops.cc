@@ -111,6 +111,7 @@ data: float [N, D]. indices: int32 [N], each in [0, num_rows). output: float [nu
 )doc");
 
 REGISTER_OP("TfpsSetPrefetchMode")
+    .Input("table: resource")
     .Attr("mode: {'off', 'group', 'rolling'}")
     .Output("previous: string")
     .SetIsStateful()
@@ -119,7 +120,7 @@ REGISTER_OP("TfpsSetPrefetchMode")
       return tensorflow::OkStatus();
     })
     .Doc(R"doc(
-Sets how every table of this process prefetches on its batch paths (lookup, find-or-insert,
+Sets how this table shard prefetches on its batch paths (lookup, find-or-insert,
 sparse apply, assign, remove) once a shard's rows pass 512 KiB: 'rolling' (the default),
 'group', or 'off'. Results never depend on it; benchmarks compare the modes. previous: the
 mode it replaced.

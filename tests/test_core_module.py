@@ -159,25 +159,19 @@ def test_prefetch_modes_give_identical_tables_and_a_bad_mode_is_refused():
     rng = np.random.default_rng(3)
     keys = rng.integers(-2**40, 2**40, size=60000)
     results = []
-    before = _core.set_prefetch_mode("off")
-    min_bytes = _core.set_prefetch_min_shard_bytes(0)   # a small table: prefetch it all the same
-    try:
-        for mode in ("off", "group", "rolling"):
-            _core.set_prefetch_mode(mode)
-            t = _core.Table(16, "uniform", -1.0, 1.0, seed=5)
-            t.lookup(keys)
-            t.apply_sgd(keys[::2], np.ones((len(keys[::2]), 16), np.float32), 0.5, 3)
-            t.remove(keys[::7])
-            results.append((t.lookup(keys, insert=False), t.export()))
-    finally:
-        _core.set_prefetch_mode(before)
-        _core.set_prefetch_min_shard_bytes(min_bytes)
+    for mode in ("off", "group", "rolling"):
+        t = _core.Table(16, "uniform", -1.0, 1.0, seed=5)
+        assert t.set_prefetch(mode, min_shard_bytes=0) == "rolling"   # a small table: prefetch it all the same
+        t.lookup(keys)
+        t.apply_sgd(keys[::2], np.ones((len(keys[::2]), 16), np.float32), 0.5, 3)
+        t.remove(keys[::7])
+        results.append((t.lookup(keys, insert=False), t.export()))
     for values, snap in results[1:]:
         np.testing.assert_array_equal(values, results[0][0])
         for part in ("keys", "values", "freq", "last_step"):
             np.testing.assert_array_equal(snap[part], results[0][1][part])
     with pytest.raises(ValueError, match="prefetch mode must be off, group or rolling"):
-        _core.set_prefetch_mode("fast")
+        _core.Table(4, "zeros").set_prefetch("fast")
 
 
 @pytest.mark.parametrize("dim,slots", [(16, 0), (16, 1), (64, 1)])

@@ -293,13 +293,15 @@ print(json.dumps(result))
 def test_prefetch_mode_op_switches_modes_and_results_stay_identical(graph):
     """set_prefetch_mode: on a table past the prefetch threshold (512 KiB of rows per shard),
     every mode reads the same rows and applies the same update (checked against numpy), and
-    the op returns the mode it replaced."""
+    the op returns the mode it replaced; the mode is the table's own (another table's stays)."""
     h = et.table_handle(16, "uniform", -1.0, 1.0, seed=3, shared_name="prefetched")
     keys = np.random.default_rng(0).permutation(600_000).astype(np.int64) * 7919 + 1
     batch = tf.constant(keys[:200_000])
     find = et.table_find(h, batch)
     sgd = tr.table_apply_gradient_descent(h, batch, tf.fill([200_000, 16], 0.5), 0.1, tf.constant(1, tf.int64))
-    modes = {m: et.set_prefetch_mode(m) for m in ("off", "group", "rolling")}
+    modes = {m: et.set_prefetch_mode(h, m) for m in ("off", "group", "rolling")}
+    other = et.table_handle(16, "zeros", shared_name="not_prefetched")
+    other_mode = et.set_prefetch_mode(other, "rolling")
     with tf.compat.v1.Session() as s:
         s.run(et.table_find(h, keys).op)   # 600k rows of 80 bytes: ~730 KiB per shard
         original = s.run(modes["off"]).decode()
@@ -313,8 +315,9 @@ def test_prefetch_mode_op_switches_modes_and_results_stay_identical(graph):
             expected = expected - np.float32(0.1) * np.float32(0.5)
             np.testing.assert_array_equal(s.run(find), expected)
         s.run(modes[original])
+        assert s.run(other_mode).decode() == "rolling"   # the default: the first table's switches left it
     with pytest.raises(ValueError, match="off, group or rolling"):
-        et.set_prefetch_mode("fast")
+        et.set_prefetch_mode(h, "fast")
 
 
 @pytest.mark.parametrize("dim", [16, 20])

@@ -73,19 +73,14 @@ constexpr int64_t kParallelRemapMinN = 1 << 18;
 // leads to kPrefetchDistance keys ahead, so that the misses of many keys overlap. kGroup does
 // it per window of 2 * kPrefetchDistance keys (slots, then rows, then the work). (Export,
 // eviction, index growth and slot re-layout read rows in memory order instead.) Results never
-// depend on it. kRolling is the default; SetPrefetchMode (the op TfpsSetPrefetchMode,
-// _core.set_prefetch_mode) changes it for the process, so tests and benchmarks compare modes.
+// depend on it. kRolling is the default; a table's SetPrefetch (the op TfpsSetPrefetchMode,
+// _core.Table.set_prefetch) changes it for that table, so tests and benchmarks compare modes.
 // A shard prefetches only once its rows take kPrefetchMinShardBytes (a table of 64 shards:
 // 32 MiB): below, its rows stay in cache and the prefetches only cost (10^5 keys, dim 16:
 // 52-53 M lookups/s off, 30-32 rolling; 10^6: 31-39 off, 37-40 rolling; bench_scaling).
 enum class PrefetchMode : int { kOff = 0, kGroup = 1, kRolling = 2 };
 constexpr int64_t kPrefetchDistance = 8;
 constexpr int64_t kPrefetchMinShardBytes = int64_t{512} << 10;
-PrefetchMode GetPrefetchMode();
-void SetPrefetchMode(PrefetchMode mode);
-// Tests set 0, so that small tables take the prefetching paths too.
-int64_t GetPrefetchMinShardBytes();
-void SetPrefetchMinShardBytes(int64_t bytes);
 // Batch paths write what they write once with streaming stores (which do not read a line
 // first and leave it out of the cache) when it takes at least this many bytes: the shard order
 // of a batch's keys (16 bytes a key), a lookup's output rows. A smaller output stays in cache

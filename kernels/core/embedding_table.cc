@@ -48,9 +48,16 @@ int64_t EmbeddingTable::size() const {
   return n;
 }
 
-PrefetchMode EmbeddingTable::PrefetchModeOf(const Shard& s) {
+PrefetchMode EmbeddingTable::PrefetchModeOf(const Shard& s) const {
   const int64_t bytes = static_cast<int64_t>(s.rows->end()) * s.rows->stride() * static_cast<int64_t>(sizeof(float));
-  return bytes < GetPrefetchMinShardBytes() ? PrefetchMode::kOff : GetPrefetchMode();
+  return bytes < prefetch_min_shard_bytes_.load(std::memory_order_relaxed)
+             ? PrefetchMode::kOff
+             : static_cast<PrefetchMode>(prefetch_mode_.load(std::memory_order_relaxed));
+}
+
+PrefetchMode EmbeddingTable::SetPrefetch(PrefetchMode mode, int64_t min_shard_bytes) {
+  prefetch_min_shard_bytes_.store(min_shard_bytes, std::memory_order_relaxed);
+  return static_cast<PrefetchMode>(prefetch_mode_.exchange(static_cast<int>(mode), std::memory_order_relaxed));
 }
 
 template <typename Visit>

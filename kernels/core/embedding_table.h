@@ -25,6 +25,7 @@
 #ifndef TFPS_KERNELS_CORE_EMBEDDING_TABLE_H_
 #define TFPS_KERNELS_CORE_EMBEDDING_TABLE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -168,6 +169,10 @@ class EmbeddingTable {
   bool ImportAdmission(const int32_t* counts, int64_t n, std::string* error);
 
   TableStats Stats() const;
+  // How this table's batch paths prefetch (config.h), and from how many bytes of rows per
+  // shard (tests give 0, so that small tables take the prefetching paths too). Results never
+  // depend on it. Returns the mode it replaced.
+  PrefetchMode SetPrefetch(PrefetchMode mode, int64_t min_shard_bytes = kPrefetchMinShardBytes);
 
  private:
   static constexpr int kNumShards = kNumIndexShards;
@@ -217,9 +222,9 @@ class EmbeddingTable {
   // takes the shard's lock itself.
   void ForEachShard(const int64_t* keys, int64_t n,
                     const std::function<void(Shard&, const int64_t*, const uint64_t*, int64_t)>& fn) const;
-  // How the shard's batch paths prefetch: GetPrefetchMode(), or kOff while its rows take less
-  // than GetPrefetchMinShardBytes() (they stay in cache).
-  static PrefetchMode PrefetchModeOf(const Shard& s);
+  // How the shard's batch paths prefetch: the table's mode, or kOff while its rows take less
+  // than the table's threshold (they stay in cache).
+  PrefetchMode PrefetchModeOf(const Shard& s) const;
   // Calls visit(j) for j in [0, m) in order, prefetching ahead as PrefetchModeOf() says: the
   // home slots of the keys idx[j + ...], then the first row_bytes of the rows (from the key) their tags lead to and,
   // with a `batch` (the caller's buffer of batch_bytes per key: output, gradients, values),
@@ -278,6 +283,8 @@ class EmbeddingTable {
   const uint32_t admit_min_count_;
   const int64_t sketch_width_;        // counters per sketch row, over all index shards
   RemovalTracking removal_;           // whether removals are logged, and their stamp
+  std::atomic<int> prefetch_mode_{static_cast<int>(PrefetchMode::kRolling)};   // SetPrefetch
+  std::atomic<int64_t> prefetch_min_shard_bytes_{kPrefetchMinShardBytes};
   // Held shared by exports, exclusive (before every shard lock) where the row layout changes.
   mutable std::shared_mutex layout_mu_;
   int num_slots_ = 0;                 // changes only with layout_mu_ and every shard locked

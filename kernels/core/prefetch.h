@@ -1,5 +1,5 @@
 // Software prefetching for the table's batch paths (the mode switch is in config.h).
-// Thread-safe: the mode is an atomic; PrefetchLines only hints the cache.
+// PrefetchLines only hints the cache (thread-safe); each table keeps its own mode.
 #ifndef TFPS_KERNELS_CORE_PREFETCH_H_
 #define TFPS_KERNELS_CORE_PREFETCH_H_
 

@@ -17,12 +17,12 @@ namespace {
 
 // Every output of a fixed sequence of batch operations, as raw bytes.
 std::vector<unsigned char> Transcript(PrefetchMode mode) {
-  SetPrefetchMode(mode);
   InitSpec spec;
   spec.kind = InitSpec::kNormal;
   spec.b = 1.f;
   spec.seed = 7;
   EmbeddingTable t(8, spec);
+  t.SetPrefetch(mode, 0);  // this table's shards are small: prefetch them all the same
   std::vector<unsigned char> out;
   auto record = [&](const void* p, size_t bytes) {
     const auto* c = static_cast<const unsigned char*>(p);
@@ -78,14 +78,18 @@ std::vector<unsigned char> Transcript(PrefetchMode mode) {
 }  // namespace
 
 TEST(PrefetchModesGiveIdenticalResultsOnEveryBatchPath) {
-  const PrefetchMode before = GetPrefetchMode();
-  SetPrefetchMinShardBytes(0);  // this table's shards are small: prefetch them all the same
   const std::vector<unsigned char> off = Transcript(PrefetchMode::kOff);
   CHECK(off.size() > 1000000);
   CHECK(Transcript(PrefetchMode::kGroup) == off);
   CHECK(Transcript(PrefetchMode::kRolling) == off);
-  SetPrefetchMode(before);
-  SetPrefetchMinShardBytes(kPrefetchMinShardBytes);
+}
+
+TEST(PrefetchModeIsEachTablesOwn) {
+  InitSpec spec;
+  EmbeddingTable a(4, spec), b(4, spec);
+  CHECK(a.SetPrefetch(PrefetchMode::kOff) == PrefetchMode::kRolling);
+  CHECK(b.SetPrefetch(PrefetchMode::kGroup) == PrefetchMode::kRolling);  // a's switch left b alone
+  CHECK(a.SetPrefetch(PrefetchMode::kRolling) == PrefetchMode::kOff);
 }
 
 TEST(PrefetchedPathsStayExactWhileOtherThreadsRemoveInATableLargerThanTheCache) {
@@ -116,10 +120,8 @@ TEST(PrefetchedPathsStayExactWhileOtherThreadsRemoveInATableLargerThanTheCache) 
     }
   }
   CHECK_EQ(t.size(), kStable);
-  const PrefetchMode before = GetPrefetchMode();
-  SetPrefetchMinShardBytes(0);  // the TSan size stays under the threshold: prefetch it anyway
   for (PrefetchMode mode : {PrefetchMode::kRolling, PrefetchMode::kGroup, PrefetchMode::kOff}) {
-    SetPrefetchMode(mode);
+    t.SetPrefetch(mode, 0);  // the TSan size stays under the threshold: prefetch it anyway
     std::atomic<bool> bad{false};
     std::atomic<int> readers_done{0};
     // Churners insert, assign and remove keys of their own, between the stable keys in the same
@@ -162,6 +164,4 @@ TEST(PrefetchedPathsStayExactWhileOtherThreadsRemoveInATableLargerThanTheCache) 
     CHECK(!bad.load());
     CHECK_EQ(t.size(), kStable);
   }
-  SetPrefetchMode(before);
-  SetPrefetchMinShardBytes(kPrefetchMinShardBytes);
 }

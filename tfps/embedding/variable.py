@@ -239,6 +239,16 @@ class EmbeddingVariable:
         return {"rows": stats[0], "bytes_reserved": stats[1], "bytes_in_use": stats[2], "pending": stats[4],
                 "removed_logged": stats[5], "row_bytes": per_shard[0][3]}
 
+    def set_prefetch_mode(self, mode):
+        """An op that sets how every shard of this table prefetches on its batch paths:
+        "rolling" (the default), "group" or "off" (results never depend on it). Running it
+        returns the modes it replaced, string [num_shards]."""
+        modes = []
+        for h in self.handles:
+            with tf.compat.v1.get_default_graph().colocate_with(h.op):
+                modes.append(table_ops.set_prefetch_mode(h, mode))
+        return tf.stack(modes)
+
 
 def _registry(graph):
     return _GRAPH_VARIABLES.setdefault(graph, {})

@@ -103,13 +103,13 @@ def table_memory_stats(table, name=None):
     return load().tfps_table_memory_stats(table, name=name)
 
 
-def set_prefetch_mode(mode, name=None):
-    """An op that sets how every table of this process prefetches on its batch paths: "rolling"
-    (the default), "group" or "off" (results never depend on it; benchmarks compare them).
-    Running it returns the mode it replaced."""
+def set_prefetch_mode(table, mode, name=None):
+    """An op that sets how one table shard prefetches on its batch paths: "rolling" (the
+    default), "group" or "off" (results never depend on it; benchmarks compare them). Running it
+    returns the mode it replaced. (EmbeddingVariable.set_prefetch_mode does every shard.)"""
     if mode not in ("off", "group", "rolling"):
         raise ValueError(f"set_prefetch_mode: mode must be off, group or rolling, got {mode!r}")
-    return load().tfps_set_prefetch_mode(mode=mode, name=name)
+    return load().tfps_set_prefetch_mode(table, mode=mode, name=name)
 
 
 def table_memory_split(table, name=None):
