@@ -172,11 +172,18 @@ int main() {
       std::fflush(stdout);
       _exit(write(fds[1], r, sizeof(r)) == sizeof(r) ? 0 : 1);
     }
+    close(fds[1]);  // the child's end: a child that dies before it writes gives EOF, not a hang
     double r[3] = {0, 0, 0};
-    if (read(fds[0], r, sizeof(r)) != sizeof(r)) return 1;
-    waitpid(pid, nullptr, 0);
+    const bool got = read(fds[0], r, sizeof(r)) == sizeof(r);
+    int status = 0;
+    waitpid(pid, &status, 0);
     close(fds[0]);
-    close(fds[1]);
+    if (!got) {
+      std::fprintf(stderr, "bench_index: the %s run died (%s %d) before it reported\n",
+                   which == 0 ? "tfps" : which == 1 ? "tbb_chm" : "std_mutex",
+                   WIFSIGNALED(status) ? "signal" : "exit", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+      return 1;
+    }
     ins[which] = r[0];
     look[which] = r[1];
     bytes[which] = r[2];
