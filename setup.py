@@ -51,6 +51,17 @@ def _compile(args):
     return obj
 
 
+def _link(objs, out, flags):
+    """Links `objs` into `out` unless it is newer than all of them; written aside and renamed
+    into place, so a process loading `out` meanwhile (a test, a trainer) never sees half a file."""
+    if os.path.exists(out) and os.path.getmtime(out) >= max(os.path.getmtime(o) for o in objs):
+        os.utime(out)   # current for make, which also depends on setup.py
+        return
+    tmp = f"{out}.tmp-{os.getpid()}"
+    subprocess.run(["g++", "-shared", "-o", tmp] + objs + flags, check=True)
+    os.replace(tmp, out)
+
+
 def build_core(jobs=2):
     """tfps/_core<EXT_SUFFIX>: the pybind11 binding of the TF-free core."""
     import pybind11
@@ -60,8 +71,7 @@ def build_core(jobs=2):
     work = [(s, os.path.join(OBJ_DIR, "core_py", os.path.relpath(s, ROOT)[:-3] + ".o"), flags) for s in sorted(srcs)]
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         objs = list(pool.map(_compile, work))
-    out = os.path.join(ROOT, "tfps", "_core" + sysconfig.get_config_var("EXT_SUFFIX"))
-    subprocess.run(["g++", "-shared", "-o", out] + objs + TBB_LINK + ["-O3"], check=True)
+    _link(objs, os.path.join(ROOT, "tfps", "_core" + sysconfig.get_config_var("EXT_SUFFIX")), TBB_LINK + ["-O3"])
 
 
 def build_ops(jobs=2):
@@ -70,9 +80,12 @@ def build_ops(jobs=2):
     work = [(s, os.path.join(OBJ_DIR, os.path.relpath(s, ROOT)[:-3] + ".o"), flags) for s in sources()]
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         objs = list(pool.map(_compile, work))
-    subprocess.run(["g++", "-shared", "-o", OUT] + objs + link_flags + TBB_LINK + ["-O3"], check=True)
-    with open(BUILD_INFO, "w") as f:
-        json.dump({"tensorflow": version, "python": sys.version.split()[0]}, f)
+    _link(objs, OUT, link_flags + TBB_LINK + ["-O3"])
+    info = json.dumps({"tensorflow": version, "python": sys.version.split()[0]})
+    if not os.path.exists(BUILD_INFO) or open(BUILD_INFO).read() != info:
+        with open(BUILD_INFO + ".tmp", "w") as f:
+            f.write(info)
+        os.replace(BUILD_INFO + ".tmp", BUILD_INFO)
     build_core(jobs)
     print("built", os.path.relpath(OUT, ROOT), "for TensorFlow", version, "and tfps/_core")
 

@@ -101,12 +101,18 @@ CHAOS = ["--config", "configs/demo.yaml", "--set", f"train.steps={STEPS}", "--se
          "--set", "train.log_every_steps=1000", "--set", "eval.examples=20000"]
 
 
-def _train(model_dir, kill_after=None):
+def _train(model_dir, kill_after=None, kill_when=None):
     """`tfps train` of CHAOS into model_dir, killed with SIGKILL kill_after seconds after its first
-    line (None: to the end). Returns the final JSON line's dict, or None when killed."""
+    line, or once kill_when() is true (None: to the end). Returns the final JSON line's dict, or
+    None when killed."""
     p = subprocess.Popen([sys.executable, "-m", "tfps.cli", "train", *CHAOS, "--set", f"model_dir={model_dir}"],
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     first = p.stdout.readline()   # TensorFlow is imported: the rest is graph, restore and training
+    if kill_when is not None:
+        deadline = time.time() + 300
+        while p.poll() is None and not kill_when() and time.time() < deadline:
+            time.sleep(0.05)
+        kill_after = 0 if p.poll() is None else None
     try:
         out, _ = p.communicate(timeout=kill_after if kill_after is not None else 600)
     except subprocess.TimeoutExpired:
@@ -153,7 +159,13 @@ def test_a_refused_delta_says_what_to_move_and_moving_it_trains_every_batch_once
     trains; moving the files DeltaRefused names resumes from the cut before it, and the run ends
     with every row's update count equal to the uninterrupted run's."""
     model_dir = str(tmp_path)
-    assert _train(model_dir, kill_after=7.0) is None, "the run ended before it was killed"
+    def three_deltas():   # a chain of 3 deltas after the first checkpoint, at any machine load
+        try:
+            return len(deltas.latest_cut(model_dir)[1]) >= 3
+        except (ValueError, tf.errors.OpError):   # a file being written as we read
+            return False
+    killed = _train(model_dir, kill_when=three_deltas)
+    assert killed is None, "the run ended before it was killed"
     full, chain, _ = deltas.latest_cut(model_dir)
     assert len(chain) >= 3, chain
     bad = chain[1][1]
