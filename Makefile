@@ -73,7 +73,6 @@ bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_
 	$(REC) bench_unique_paths -- $(CC_BIN)/bench_unique_paths
 	$(REC) bench_op_mix -- $(CC_BIN)/bench_op_mix
 	$(REC) bench_table -- $(PY) benchmarks/bench_table.py
-	$(REC) bench_scaling -- $(PY) benchmarks/bench_scaling.py --prefetch-modes
 	$(REC) bench_unique_partition -- $(PY) benchmarks/bench_unique_partition.py
 	$(REC) bench_step -- $(PY) benchmarks/bench_step.py
 	$(REC) bench_merge -- $(PY) benchmarks/bench_merge.py
@@ -86,6 +85,7 @@ bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_
 	$(REC) bench_readers -- $(PY) benchmarks/bench_readers.py
 	$(REC) bench_serving -- $(PY) benchmarks/bench_serving.py
 	$(REC) bench_mtgr -- $(PY) benchmarks/bench_mtgr.py
+	$(REC) bench_scaling -- $(PY) benchmarks/bench_scaling.py --prefetch-modes
 	$(REC) bench_quality -- $(PY) benchmarks/bench_quality.py --repeats 5
 	$(PY) benchmarks/report.py
 
