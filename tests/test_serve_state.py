@@ -1,0 +1,138 @@
+"""tfps serve and the model's state: --follow applies a trainer's checked deltas to the served
+tables (and refuses another model's), an export that does not fit its config is refused, and
+metadata reports the served fingerprint and step. Shares test_serve.py's trained model."""
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow_serving.apis import get_model_metadata_pb2
+
+from tfps.config import load_config
+from tfps.estimator.incremental import IncrementalCheckpoints
+from tfps.estimator.runner import export
+from tfps.serving.servable import read_export_manifest
+from tfps.state.manifest import StateMismatch
+from serve_client import _request
+from test_serve import SETS, _cfg, _polls, _predict_export, _rest, _server, _stub, _train, trained  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def test_follow_applies_the_trainers_deltas_to_the_served_tables(trained, tmp_path):
+    cfg = _cfg(tmp_path / "model")
+    shutil.copytree(trained["cfg"].model_dir, cfg.model_dir)
+    # On a cluster the saver names a checkpoint by a global step it read before the save, so it
+    # can hold a later one: the chain continues from the step it holds, not from its name.
+    for path in tf.io.gfile.glob(os.path.join(str(cfg.model_dir), "model.ckpt-40.*")):
+        os.rename(path, path.replace("model.ckpt-40", "model.ckpt-39"))
+    tf.compat.v1.train.update_checkpoint_state(str(cfg.model_dir), os.path.join(str(cfg.model_dir), "model.ckpt-39"))
+    server = _server(os.path.dirname(trained["export"]), poll_secs=0.2, follow=str(cfg.model_dir))
+    stub = _stub(server)
+    rows = trained["rows"]
+
+    def served():
+        return tf.make_ndarray(stub.Predict(_request(rows), timeout=30).outputs["probabilities"])
+    try:
+        np.testing.assert_allclose(served(), trained["want"], rtol=1e-5, atol=1e-6)
+        # More training that writes deltas only (no full checkpoint: both savers off).
+        inc = IncrementalCheckpoints(str(cfg.model_dir), every_steps=10, printer=lambda *a, **k: None)
+        run_config = tf.estimator.RunConfig(model_dir=str(cfg.model_dir), save_checkpoints_steps=None,
+                                            save_checkpoints_secs=None, log_step_count_steps=None)
+        _train(cfg, 70, hooks=[inc], run_config=run_config)
+        assert inc.deltas_written == 3
+        written = time.time()   # the last delta: applied within a few polls (0.2 s each; 5 s on a busy machine)
+        while [s for _, kind, s in server.store.follower.applied if kind == "delta"] != [50, 60, 70]:
+            assert time.time() - written < 5, server.store.follower.applied
+            time.sleep(0.05)
+        # each delta was applied within a few poll intervals of appearing (0.2 s polls; a busy CI
+        # machine stretches them)
+        assert len(server.store.follower.lags) == 3 and max(server.store.follower.lags) < 2.0, \
+            server.store.follower.lags
+        # The oracle: an export of the newest cut (the checkpoint of step 40 and the deltas up to
+        # 70: tables, dense variables and global step), cut at step 70.
+        cut = export(cfg, str(tmp_path / "cut"))
+        assert read_export_manifest(cut)["step"] == 70
+        assert read_export_manifest(cut)["fingerprint"] == read_export_manifest(trained["export"])["fingerprint"]
+        oracle = _predict_export(cut, rows)
+        assert np.abs(oracle - trained["want"]).max() > 1e-3   # the deltas change the scores
+        np.testing.assert_allclose(served(), oracle, rtol=1e-5, atol=1e-6)
+        assert server.store.loaded()[int(os.path.basename(trained["export"]))].state()["step"] == 70
+        # A damaged delta (its index without its data) is refused; the served tables stay.
+        with open(os.path.join(cfg.model_dir, "delta-80.index"), "wb") as f:
+            f.write(b"\x00" * 64)
+        _polls(server, 2)
+        assert [s for _, _, s in server.store.follower.applied][-1] == 70
+        np.testing.assert_allclose(served(), oracle, rtol=1e-5, atol=1e-6)
+        # So is a full checkpoint whose data file is cut short: nothing of it is applied.
+        latest = tf.train.latest_checkpoint(str(cfg.model_dir))
+        damaged = os.path.join(str(cfg.model_dir), "model.ckpt-999")
+        for path in tf.io.gfile.glob(latest + ".*"):
+            data = open(path, "rb").read()
+            with open(damaged + path[len(latest):], "wb") as f:
+                f.write(data if path.endswith(".index") else data[:len(data) * 2 // 3])
+        tf.compat.v1.train.update_checkpoint_state(str(cfg.model_dir), damaged)
+        _polls(server, 2)
+        assert [s for _, _, s in server.store.follower.applied][-1] == 70
+        np.testing.assert_allclose(served(), oracle, rtol=1e-5, atol=1e-6)
+    finally:
+        server.stop()
+
+
+def test_follow_of_another_model_changes_nothing(trained, tmp_path):
+    """--follow of a model_dir whose model differs (an MLP of another width; the same shapes with
+    another learning rate): nothing of it is applied, the answers stay bit-identical, and the
+    served state is still the export's."""
+    version = int(os.path.basename(trained["export"]))
+    for i, change in enumerate(["model.hidden_units=[8]", "train.learning_rate=0.25"]):
+        other = _cfg(tmp_path / f"other{i}", change)
+        _train(other, 20)
+        server = _server(os.path.dirname(trained["export"]), poll_secs=0.2, follow=str(other.model_dir))
+        try:
+            stub = _stub(server)
+            before = tf.make_ndarray(stub.Predict(_request(trained["rows"]), timeout=30).outputs["probabilities"])
+            _polls(server, 3)
+            after = tf.make_ndarray(stub.Predict(_request(trained["rows"]), timeout=30).outputs["probabilities"])
+            assert server.store.follower.applied == []
+            np.testing.assert_array_equal(after, before)
+            np.testing.assert_allclose(before, trained["want"], rtol=1e-5, atol=1e-6)
+            assert server.store.loaded()[version].state()["step"] == 40
+        finally:
+            server.stop()
+
+
+def test_export_of_a_config_that_does_not_fit_is_refused(trained, tmp_path):
+    """`tfps export` with model.hidden_units changed: refused naming the variable, no SavedModel."""
+    cfg = load_config("configs/demo.yaml", SETS + [f"model_dir={trained['cfg'].model_dir}",
+                                                    "model.hidden_units=[8]"])
+    with pytest.raises(StateMismatch, match="variable 'mlp_0/bias'"):
+        export(cfg, str(tmp_path / "export"))
+    assert not os.path.exists(tmp_path / "export") or not os.listdir(tmp_path / "export")
+    r = subprocess.run([sys.executable, "-m", "tfps.cli", "export", "--config", "configs/demo.yaml",
+                        *[a for x in SETS for a in ("--set", x)], "--set", f"model_dir={trained['cfg'].model_dir}",
+                        "--set", "model.hidden_units=[8]", "--export-dir", str(tmp_path / "cli")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert not os.path.exists(tmp_path / "cli") or not os.listdir(tmp_path / "cli")
+
+
+def test_metadata_reports_the_fingerprint_and_step(trained):
+    from google.protobuf import struct_pb2
+    manifest = read_export_manifest(trained["export"])
+    assert manifest["step"] == 40 and len(manifest["fingerprint"]) == 16
+    server = _server(os.path.dirname(trained["export"]))
+    try:
+        request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+        request.model_spec.name = "demo"
+        response = _stub(server).GetModelMetadata(request, timeout=30)
+        state = struct_pb2.Struct()
+        response.metadata["tfps_state"].Unpack(state)
+        assert dict(state) == {"fingerprint": manifest["fingerprint"], "step": 40.0}
+        status, body = _rest(server, "/v1/models/demo/metadata")
+        assert status == 200 and body["metadata"]["tfps_state"] == {"fingerprint": manifest["fingerprint"], "step": 40}
+    finally:
+        server.stop()
