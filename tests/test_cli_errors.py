@@ -1,4 +1,10 @@
-"""tfps.cli's one-line errors: the telling line of TF's multi-line messages."""
+"""tfps.cli's one-line errors: the telling line of TF's multi-line messages; bad launches, bad
+TF_CONFIGs and user errors answered with exit code 2 and one line naming what is wrong (in
+this process: they end before any training)."""
+import json
+import socket
+
+from tfps.cluster.launch import cluster_spec
 from tfps.cli import _op_error_line
 
 
@@ -13,3 +19,43 @@ def test_the_reason_of_a_remote_and_a_local_graph_error_is_found():
     assert _op_error_line(local) == "Key mlp_1/bias not found in checkpoint"
     assert _op_error_line("From /job:chief/replica:0/task:0:\nmovielens: r.csv line 2: bad") == \
         "movielens: r.csv line 2: bad"
+
+
+def test_bad_launches_fail_clearly(cli):
+    for args, message in ((["--ps", "0"], "--ps must be >= 1"),
+                          (["--protocol", "grpc+verbs"], "needs a TensorFlow build with that transport"),
+                          (["--set", "train.nope=1"], "unknown config key 'train.nope'")):
+        code, _, err = cli("launch", "--config", "configs/demo.yaml", *args)
+        assert code == 2 and message in err, (args, err[-2000:])
+
+
+def test_bad_cluster_configs_fail_clearly(tmp_path, cli):
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    busy = f"127.0.0.1:{taken.getsockname()[1]}"
+    spec = cluster_spec(1, 1)
+    cases = (({"cluster": {**spec, "ps": [busy]}, "task": {"type": "ps", "index": 0}}, f"cannot listen on {busy}"),
+             ({"cluster": {"chief": spec["chief"]}, "task": {"type": "chief", "index": 0}}, "no 'ps' tasks"),
+             ({"cluster": {**spec, "trainer": ["127.0.0.1:1"]}, "task": {"type": "ps", "index": 0}},
+              "unknown task type 'trainer'"))
+    try:
+        for tf_config, message in cases:
+            code, _, err = cli("train", "--config", "configs/demo.yaml", "--set", f"model_dir={tmp_path}",
+                               env={"TF_CONFIG": json.dumps(tf_config)})
+            assert code == 2 and message in err, (message, err[-2000:])
+    finally:
+        taken.close()
+
+
+def test_user_errors_are_one_line(tmp_path, cli):
+    locked = tmp_path / "a_file"            # a directory cannot be made under a file (even as root)
+    locked.write_text("x")
+    cases = [["launch", "--set", "cluster.host=no.such.host.invalid"],
+             ["launch", "--set", f"model_dir={locked / 'run'}"],
+             ["train", "--set", f"model_dir={locked / 'run'}"],
+             ["train", "--set", "train.steps=[1, 2"]]
+    for args in cases:
+        code, _, err = cli(args[0], "--config", "configs/demo.yaml", *args[1:])
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("tfps: "), (args, err[-2000:])

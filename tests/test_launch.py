@@ -3,7 +3,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -139,14 +138,6 @@ def test_adam_checkpoint_of_2_ps_resumes_on_3_ps_and_in_one_process(tmp_path):
         step = int(checkpoint.rsplit("-", 1)[1])
         powers = [tf.train.load_variable(checkpoint, n) for n in ("beta1_power", "beta2_power")]
         np.testing.assert_allclose(powers, [0.9 ** (step + 1), 0.999 ** (step + 1)], rtol=1e-5, err_msg=checkpoint)
-
-
-def test_bad_launches_fail_clearly(cli):
-    for args, message in ((["--ps", "0"], "--ps must be >= 1"),
-                          (["--protocol", "grpc+verbs"], "needs a TensorFlow build with that transport"),
-                          (["--set", "train.nope=1"], "unknown config key 'train.nope'")):
-        code, _, err = cli("launch", "--config", "configs/demo.yaml", *args)
-        assert code == 2 and message in err, (args, err[-2000:])
 
 
 def test_cluster_spec_uses_distinct_free_ports():
@@ -306,25 +297,6 @@ def test_a_config_error_is_not_restarted(tmp_path):
     assert len(chief_pids) == 1
 
 
-def test_bad_cluster_configs_fail_clearly(tmp_path, cli):
-    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    taken.bind(("127.0.0.1", 0))
-    taken.listen()
-    busy = f"127.0.0.1:{taken.getsockname()[1]}"
-    spec = cluster_spec(1, 1)
-    cases = (({"cluster": {**spec, "ps": [busy]}, "task": {"type": "ps", "index": 0}}, f"cannot listen on {busy}"),
-             ({"cluster": {"chief": spec["chief"]}, "task": {"type": "chief", "index": 0}}, "no 'ps' tasks"),
-             ({"cluster": {**spec, "trainer": ["127.0.0.1:1"]}, "task": {"type": "ps", "index": 0}},
-              "unknown task type 'trainer'"))
-    try:
-        for tf_config, message in cases:
-            code, _, err = cli("train", "--config", "configs/demo.yaml", "--set", f"model_dir={tmp_path}",
-                               env={"TF_CONFIG": json.dumps(tf_config)})
-            assert code == 2 and message in err, (message, err[-2000:])
-    finally:
-        taken.close()
-
-
 def test_ctrl_c_or_sigterm_stops_every_task(tmp_path):
     for sig in (signal.SIGINT, signal.SIGTERM):
         model_dir = tmp_path / sig.name
@@ -401,16 +373,3 @@ def test_unreachable_ps_under_an_outside_tf_config_fails_after_the_peer_timeout(
                          timeout=180)
     assert out.returncode == 75, out.stderr[-2000:]
     assert time.time() - started < 90
-
-
-def test_user_errors_are_one_line(tmp_path, cli):
-    locked = tmp_path / "a_file"            # a directory cannot be made under a file (even as root)
-    locked.write_text("x")
-    cases = [["launch", "--set", "cluster.host=no.such.host.invalid"],
-             ["launch", "--set", f"model_dir={locked / 'run'}"],
-             ["train", "--set", f"model_dir={locked / 'run'}"],
-             ["train", "--set", "train.steps=[1, 2"]]
-    for args in cases:
-        code, _, err = cli(args[0], "--config", "configs/demo.yaml", *args[1:])
-        lines = err.strip().splitlines()
-        assert code == 2 and len(lines) == 1 and lines[0].startswith("tfps: "), (args, err[-2000:])
