@@ -1,4 +1,4 @@
-"""Wrappers of the TfpsTable* ops (kernels/embedding_table_kernels.cc).
+"""Wrappers of the TfpsTable* ops (kernels/lookup_kernels.cc, maintenance_kernels.cc, checkpoint_kernels.cc).
 
 Shapes: keys int64 [N]; values float32 [N, dim]; slots float32 [N, k*dim].
 """
