@@ -16,7 +16,7 @@ LAYERS = [
     ("tfps.state",),
     ("tfps.train",),
     ("tfps.pipeline",),
-    ("tfps.data", "tfps.metrics", "tfps.config"),
+    ("tfps.data", "tfps.metrics", "tfps.config", "tfps.config_bounds"),
     ("tfps.models",),
     ("tfps.cluster",),
     ("tfps.estimator",),
