@@ -8,13 +8,16 @@ CC_BIN  := build/cc
 CC_FLAGS = -std=c++17 -I. -Wall -Wextra -Werror -g -O1 -pthread
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test build setup deps cc-test py-test bench bench-smoke clean
+.PHONY: demo test build setup deps cc-build cc-test py-test bench bench-smoke clean
 
 # The demo model on a local cluster: 2 PS, a chief and a worker, one process each (gRPC on loopback).
 demo: build
 	$(PY) -m tfps.cli launch --config configs/demo.yaml --ps 2 --workers 2
 
-test: build cc-test py-test
+# The venv and the op library are built beside the two sanitizer builds (pip leaves a core idle).
+test: deps
+	$(MAKE) -j2 build cc-build
+	$(MAKE) cc-test py-test
 
 # System packages: oneTBB headers and library.
 deps:
@@ -52,8 +55,10 @@ $(CC_BIN)/bench_%: $(CC_SRCS) $(wildcard kernels/core/*.h) benchmarks/bench_%.cc
 	$(CXX) -std=c++17 -I. -O3 -DNDEBUG -march=x86-64-v2 -fno-math-errno -fno-semantic-interposition -pthread $(CC_SRCS) benchmarks/bench_$*.cc -o $@ -ltbb
 
 # The two sanitizer builds are single g++ runs: built side by side, one per core.
-cc-test: | deps
+cc-build: | deps
 	$(MAKE) -j$$(nproc) $(CC_BIN)/core_asan $(CC_BIN)/core_tsan
+
+cc-test: cc-build
 	ASAN_OPTIONS=detect_leaks=1 $(CC_BIN)/core_asan
 	TSAN_OPTIONS=halt_on_error=1 $(CC_BIN)/core_tsan
 

@@ -18,7 +18,7 @@ constexpr int kThreads = 4;
 constexpr int64_t kDim = 4;
 constexpr int64_t kOwned = kParallelThreshold + 2000;  // keys per thread, above the threshold
 constexpr int64_t kChurn = kParallelThreshold + 1000;
-constexpr int kRounds = 12;
+constexpr int kRounds = tfps_test::kUnderTsan ? 4 : 12;
 constexpr float kStart = 10.f;  // owned rows start at 10 (norm 20), churn rows at 0
 
 int64_t OwnedKey(int t, int64_t k) { return (k * kThreads + t) * 7919LL - 100000; }
@@ -136,7 +136,8 @@ TEST(RemovedLogIsBoundedAndOnlyKeptWhenTracked) {
   CHECK(!complete);
   CHECK_EQ(static_cast<int64_t>(removed.size()), 1000);
   // Past the bound the log is dropped and the next delta is complete (every row).
-  for (int round = 0; round < 30; ++round) {
+  const int64_t past_the_bound = 64 * kMaxRemovedPerShard / static_cast<int64_t>(keys.size() - 5) + 2;
+  for (int64_t round = 0; round < past_the_bound; ++round) {
     t.Lookup(keys.data(), keys.size(), true, false, out.data());
     t.Remove(keys.data(), keys.size() - 5);
     CHECK(t.Stats().removed_logged <= 64 * kMaxRemovedPerShard);
