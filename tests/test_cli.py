@@ -40,25 +40,22 @@ def test_bad_override_exits_with_named_error(cli):
     assert "unknown config key 'train.nope'" in err
 
 
-def test_a_damaged_or_mismatched_checkpoint_is_one_line(tmp_path):
+def test_a_damaged_or_mismatched_checkpoint_is_one_line(tmp_path, cli):
     """A truncated checkpoint, and a resume with another optimizer: one line each, exit 2."""
     base = ["train.batch_size=128", "eval.examples=2000", "model.hidden_units=[8]", "data.vocab_max=2000",
             f"model_dir={tmp_path}"]
 
     def train(*sets):
-        return subprocess.run([sys.executable, "-m", "tfps.cli", "train", "--config", "configs/demo.yaml"] +
-                              [a for s in base + list(sets) for a in ("--set", s)], capture_output=True, text=True,
-                              timeout=300)
-    assert train("train.steps=20").returncode == 0
-    other = train("train.steps=40", "train.optimizer=adam")      # no Adam slots in the checkpoint
-    assert other.returncode == 2 and len(other.stderr.strip().splitlines()) == 1, other.stderr[-2000:]
+        return cli("train", "--config", "configs/demo.yaml", *[a for s in base + list(sets) for a in ("--set", s)])
+    assert train("train.steps=20")[0] == 0
+    code, _, err = train("train.steps=40", "train.optimizer=adam")      # no Adam slots in the checkpoint
+    assert code == 2 and len(err.strip().splitlines()) == 1, err[-2000:]
     for data in tmp_path.glob("model.ckpt-20.data-*"):
         data.write_bytes(data.read_bytes()[:100])
-    damaged = train("train.steps=40")
-    assert damaged.returncode == 2 and len(damaged.stderr.strip().splitlines()) == 1, damaged.stderr[-2000:]
-    inspect = subprocess.run([sys.executable, "-m", "tfps.cli", "inspect", str(tmp_path)], capture_output=True,
-                             text=True, timeout=120)
-    assert inspect.returncode == 2 and len(inspect.stderr.strip().splitlines()) == 1, inspect.stderr[-2000:]
+    code, _, err = train("train.steps=40")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err[-2000:]
+    code, _, err = cli("inspect", str(tmp_path))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err[-2000:]
 
 
 def test_the_cli_runs_numpy_blas_on_one_thread():

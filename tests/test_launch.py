@@ -20,15 +20,14 @@ SMALL = ["train.batch_size=256", "train.log_every_steps=100", "eval.examples=200
          "data.vocab_max=5000"]
 
 
-def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path):
+def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path, cli):
     """train_and_evaluate on 2 PS + chief + worker + evaluator against `tfps train` in one process,
     same data stream and step budget."""
     sets = SMALL + ["train.steps=800", "train.save_checkpoints_steps=400", "eval.examples=20000"]
     args = [a for s in sets for a in ("--set", s)]
-    single = subprocess.run([sys.executable, "-m", "tfps.cli", "train", "--config", "configs/demo.yaml", *args,
-                             "--set", f"model_dir={tmp_path / 'single'}"], capture_output=True, text=True, timeout=300)
-    assert single.returncode == 0, single.stderr[-3000:]
-    single = json.loads(single.stdout.strip().splitlines()[-1])
+    code, single, err = cli("train", "--config", "configs/demo.yaml", *args, "--set", f"model_dir={tmp_path / 'single'}")
+    assert code == 0, err[-3000:]
+    single = json.loads(single.strip().splitlines()[-1])
     out = subprocess.run([sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml", "--ps", "2",
                           "--workers", "2", "--evaluator", *args, "--set", f"model_dir={tmp_path / 'cluster'}"],
                          capture_output=True, text=True, timeout=300)
@@ -52,31 +51,26 @@ def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path
     assert len(np.unique(np.mod(saved["keys"], 2))) == 2    # rows of both PS shards
     for task in ("ps0", "ps1", "chief0", "worker0", "evaluator0"):
         assert (tmp_path / "cluster" / "logs" / f"{task}.log").exists()
-    _export_serve_and_resume(tmp_path, args, metrics["auc"], table, saved, ckpt)
+    _export_serve_and_resume(tmp_path, cli, args, metrics["auc"], table, saved, ckpt)
 
 
-def _export_serve_and_resume(tmp_path, args, cluster_auc, table, saved, ckpt):
-    """Trained on 2 PS: `tfps export` with the same config (one shard) serves the chief's model in a
-    fresh process, and training resumes on 3 PS from the 2-PS checkpoint."""
+def _export_serve_and_resume(tmp_path, cli, args, cluster_auc, table, saved, ckpt):
+    """Trained on 2 PS: `tfps export` with the same config (one shard) serves the chief's model
+    (loaded in a graph of its own), and training resumes on 3 PS from the 2-PS checkpoint."""
     from tfps.config import load_config
     from tfps.data import SyntheticCriteo
     from tfps.data.synthetic import auc
     from tfps.data.sources import eval_set
-    from test_serving import LOADER
+    from test_serving import score_saved_model
     model_dir = tmp_path / "cluster"
-    out = subprocess.run([sys.executable, "-m", "tfps.cli", "export", "--config", "configs/demo.yaml", *args,
-                          "--set", f"model_dir={model_dir}", "--export-dir", str(tmp_path / "export")],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    saved_model = json.loads(out.stdout.strip().splitlines()[-1])["saved_model"]
+    code, out, err = cli("export", "--config", "configs/demo.yaml", *args, "--set", f"model_dir={model_dir}",
+                         "--export-dir", str(tmp_path / "export"))
+    assert code == 0, err[-3000:]
+    saved_model = json.loads(out.strip().splitlines()[-1])["saved_model"]
     sets = [a for a in args if a != "--set"]
     cfg = load_config("configs/demo.yaml", sets)
     features, labels, _ = eval_set(SyntheticCriteo(cfg.data), cfg.eval.examples, cfg.eval.batch_size)
-    np.savez(tmp_path / "inputs.npz", **features)
-    out = subprocess.run([sys.executable, "-c", LOADER, saved_model, str(tmp_path / "inputs.npz"),
-                          str(tmp_path / "out.npy")], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    served = np.load(tmp_path / "out.npy")[0]
+    served = score_saved_model(saved_model, features)
     # The chief scored the same checkpoint on the same sample: the served model gives its AUC.
     assert abs(auc(labels, served) - cluster_auc) < 1e-4, (auc(labels, served), cluster_auc)
     step = int(ckpt.rsplit("-", 1)[1])
@@ -109,7 +103,7 @@ def _export_serve_and_resume(tmp_path, args, cluster_auc, table, saved, ckpt):
     assert not fewer, (len(fewer), resumed)
 
 
-def test_adam_checkpoint_of_2_ps_resumes_on_3_ps_and_in_one_process(tmp_path):
+def test_adam_checkpoint_of_2_ps_resumes_on_3_ps_and_in_one_process(tmp_path, cli):
     """Adam's beta powers are saved as one pair whatever the PS count (the other PS tasks hold
     local copies): a 2-PS checkpoint resumes on 3 PS (`tfps launch`) and in one process
     (`tfps train`) with the same fingerprint, and each continues the saved pair. Oracle: with
@@ -119,9 +113,13 @@ def test_adam_checkpoint_of_2_ps_resumes_on_3_ps_and_in_one_process(tmp_path):
 
     def train(command, model_dir, steps, *extra):
         args = [a for s in sets + [f"train.steps={steps}", f"model_dir={model_dir}"] for a in ("--set", s)]
-        out = subprocess.run([sys.executable, "-m", "tfps.cli", command, "--config", "configs/demo.yaml", *extra,
-                              *args], capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        if command == "train":   # one process: this one
+            code, out, err = cli(command, "--config", "configs/demo.yaml", *extra, *args)
+            assert code == 0, out[-3000:] + err[-3000:]
+        else:
+            out = subprocess.run([sys.executable, "-m", "tfps.cli", command, "--config", "configs/demo.yaml", *extra,
+                                  *args], capture_output=True, text=True, timeout=300)
+            assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         checkpoint = tf.train.latest_checkpoint(str(model_dir))
         assert checkpoint.endswith(f"-{steps}"), checkpoint
         return checkpoint
@@ -243,7 +241,7 @@ def test_kills_with_deltas_on_never_train_a_batch_twice(tmp_path):
     the tables, the dense state and the global step from the same delta, so no row has more
     updates than the global step; the most frequent ids (in nearly every batch) have about as
     many (none lost beyond one in-flight step per trainer and restore)."""
-    job = _launch(tmp_path, ["train.steps=3000", "train.delta_every_secs=1", "train.save_checkpoints_steps=100000",
+    job = _launch(tmp_path, ["train.steps=2000", "train.delta_every_secs=1", "train.save_checkpoints_steps=100000",
                              "data.vocab_max=2000"], "--max-restarts", "3")
     try:
         mark = 0
@@ -258,15 +256,20 @@ def test_kills_with_deltas_on_never_train_a_batch_twice(tmp_path):
     assert metrics["restarts"] == {"ps0": 1, "chief0": 1, "worker0": 1}
     final = tf.train.latest_checkpoint(str(tmp_path))
     step = int(tf.train.load_variable(final, "global_step"))
-    assert step >= 3000
+    assert step >= 2000
     freq = np.array([f for f, _, _ in _table_rows(final).values()])
     top = np.sort(freq)[-5:]
     assert top.max() <= step, (top, step)          # nothing trained twice
     assert top.min() >= step - 30, (top, step)     # nothing lost beyond the window (measured: none)
 
 
+# The lifecycle tests below run a chief and 2 PS (--workers 1): what they check needs no second
+# trainer, and each task is a TensorFlow process start on the suite's 2 cores.
+LIFECYCLE = ("--workers", "1")
+
+
 def test_restarts_are_bounded(tmp_path):
-    job = _launch(tmp_path, ["train.steps=100000"], "--max-restarts", "0")
+    job = _launch(tmp_path, ["train.steps=100000"], "--max-restarts", "0", *LIFECYCLE)
     try:
         _wait_for(lambda: _checkpoint_steps(tmp_path), "the chief's first checkpoint")
         killed = _kill(tmp_path, "ps0")
@@ -277,14 +280,13 @@ def test_restarts_are_bounded(tmp_path):
     assert int((tmp_path / "logs" / "ps0.pid").read_text()) == killed     # not restarted
 
 
-def test_a_config_error_is_not_restarted(tmp_path):
+def test_a_config_error_is_not_restarted(tmp_path, cli):
     """Resuming a dim-8 model with dim 16: the chief refuses the checkpoint (exit 2), and the
     launcher stops the job at once with that code instead of spending its restarts."""
-    job = _launch(tmp_path, ["train.steps=100"])
-    job.communicate(timeout=300)
-    assert job.returncode == 0
-    (tmp_path / "logs" / "chief0.pid").unlink()     # the first job's
-    job = _launch(tmp_path, ["train.steps=200", "model.embedding_dim=16"], "--max-restarts", "3")
+    code, _, err = cli("train", "--config", "configs/demo.yaml",   # the first job: in this process
+                       *[a for s in SMALL + ["train.steps=100", f"model_dir={tmp_path}"] for a in ("--set", s)])
+    assert code == 0, err[-3000:]
+    job = _launch(tmp_path, ["train.steps=200", "model.embedding_dim=16"], "--max-restarts", "3", *LIFECYCLE)
     chief_pids = set()
     while job.poll() is None:       # every start of the chief writes its pid
         try:
@@ -300,7 +302,7 @@ def test_a_config_error_is_not_restarted(tmp_path):
 def test_ctrl_c_or_sigterm_stops_every_task(tmp_path):
     for sig in (signal.SIGINT, signal.SIGTERM):
         model_dir = tmp_path / sig.name
-        job = _launch(model_dir, ["train.steps=100000"])
+        job = _launch(model_dir, ["train.steps=100000"], *LIFECYCLE)
         try:
             _wait_for(lambda: model_dir.exists() and _checkpoint_steps(model_dir), "the chief's first checkpoint")
             pids = [int(p.read_text()) for p in (model_dir / "logs").glob("*.pid")]
@@ -309,14 +311,14 @@ def test_ctrl_c_or_sigterm_stops_every_task(tmp_path):
         finally:
             job.kill()
         assert job.returncode == 130, out[-2000:]
-        assert len(pids) == 4
+        assert len(pids) == 3   # chief and 2 PS
         for pid in pids:   # every task is gone (reaped by the launcher)
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)
 
 
 def test_kill_9_of_the_launcher_leaves_no_task_alive(tmp_path):
-    job = _launch(tmp_path, ["train.steps=100000"])
+    job = _launch(tmp_path, ["train.steps=100000"], *LIFECYCLE)
     try:
         _wait_for(lambda: _checkpoint_steps(tmp_path), "the chief's first checkpoint")
         pids = [int(p.read_text()) for p in (tmp_path / "logs").glob("*.pid")]
@@ -324,7 +326,7 @@ def test_kill_9_of_the_launcher_leaves_no_task_alive(tmp_path):
         job.wait(timeout=30)
     finally:
         job.kill()
-    assert len(pids) == 4
+    assert len(pids) == 3   # chief and 2 PS
 
     def all_gone():
         for pid in pids:

@@ -145,10 +145,9 @@ def test_mtgr_learns_on_the_local_cluster_from_tfrecords_then_serves(data, tmp_p
     from tfps.serving.server import ModelServer
     sets = [a for a in args[args.index("--config") + 2:] if a != "--set"]
     sets = [s for s in sets if s not in ("--ps", "--workers", "2")]
-    out = subprocess.run([sys.executable, "-m", "tfps.cli", "export", "--config", "configs/movielens_mtgr.yaml",
-                          *[a for s in sets for a in ("--set", s)], "--export-dir", str(tmp_path / "export")],
-                         capture_output=True, text=True, timeout=600, cwd=os.path.join(os.path.dirname(__file__), ".."))
-    assert out.returncode == 0, out.stderr[-3000:]
+    code, _, err = cli("export", "--config", "configs/movielens_mtgr.yaml", *[a for s in sets for a in ("--set", s)],
+                       "--export-dir", str(tmp_path / "export"))
+    assert code == 0, err[-3000:]
     cfg = load_config(os.path.join(os.path.dirname(__file__), "..", "configs/movielens_mtgr.yaml"), sets)
     # a cold user (no history, no real-time ratings yet): scored alone through REST, whose JSON
     # lists then carry no type of their own

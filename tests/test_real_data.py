@@ -69,17 +69,17 @@ def test_malformed_rows_are_counted_in_the_json_or_stop_the_run_naming_the_line(
     assert len(err.strip().splitlines()) == 1, err[-2000:]
 
 
-def test_movielens_on_a_cluster_then_export_then_a_fresh_process_scores_as_the_chief(data, tmp_path):
+def test_movielens_on_a_cluster_then_export_then_a_fresh_process_scores_as_the_chief(data, tmp_path, cli):
     model_dir = tmp_path / "model"
     sets = SMALL[1:] + ["train.steps=80", f"data.path={data / 'ml'}", f"model_dir={model_dir}"]
     out = _tfps("launch", "--config", "configs/movielens_deepfm.yaml", "--ps", "2", "--workers", "2", *_sets(sets))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     chief = json.loads(out.stdout.strip().splitlines()[-1])
     assert chief["steps"] == 80 and chief["gauc"] is not None
-    exported = _tfps("export", "--config", "configs/movielens_deepfm.yaml", "--export-dir", str(tmp_path / "export"),
-                     *_sets(sets))
-    assert exported.returncode == 0, exported.stderr[-3000:]
-    saved = json.loads(exported.stdout.strip().splitlines()[-1])["saved_model"]
+    code, exported, err = cli("export", "--config", "configs/movielens_deepfm.yaml", "--export-dir",
+                              str(tmp_path / "export"), *_sets(sets))
+    assert code == 0, err[-3000:]
+    saved = json.loads(exported.strip().splitlines()[-1])["saved_model"]
     script = f"""
 import json, sys
 import numpy as np, tensorflow as tf

@@ -32,6 +32,16 @@ print(json.dumps({"ok": True}))
 """
 
 
+def score_saved_model(path, inputs):
+    """LOADER's scores, in this process: the SavedModel loaded into a graph of its own (the suite
+    checks a fresh process once, in test_saved_model_in_a_fresh_process_matches_predict)."""
+    with tf.Graph().as_default(), tf.compat.v1.Session() as s:
+        meta = tf.compat.v1.saved_model.loader.load(s, ["serve"], path)
+        sig = meta.signature_def["serving_default"]
+        feed = {sig.inputs["dense"].name: inputs["dense"], sig.inputs["ids"].name: inputs["ids"]}
+        return s.run(sig.outputs["probabilities"].name, feed)
+
+
 def test_saved_model_in_a_fresh_process_matches_predict(tmp_path):
     cfg = load_config("configs/demo.yaml", ["train.steps=40", "train.batch_size=128", "model.hidden_units=[16]",
                                             "data.vocab_max=3000", f"model_dir={tmp_path / 'model'}"])
