@@ -62,8 +62,11 @@ cc-test: cc-build
 	ASAN_OPTIONS=detect_leaks=1 $(CC_BIN)/core_asan
 	TSAN_OPTIONS=halt_on_error=1 $(CC_BIN)/core_tsan
 
+# One pytest worker more than cores: the cluster tests wait on peers and restarts, and a third
+# worker fills those waits. Tests sharing an expensive module fixture are one xdist_group.
+PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 py-test: build
-	$(PY) -m pytest -q -n auto --dist loadfile --durations=25 tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 tests
 
 # Each benchmark's shortest run, checked (CI runs it after make test).
 bench-smoke: build

@@ -125,17 +125,14 @@ def test_a_malformed_line_is_an_error_naming_the_file_and_line(tmp_path, ratings
     assert f"{line}: {reason}" in str(err.value), str(err.value)
 
 
-def test_tfrecords_of_the_samples_read_back_the_same_and_feed_the_source(data, tmp_path):
+def test_tfrecords_of_the_samples_read_back_the_same_and_feed_the_source(data, tmp_path, cli):
     import json
-    import subprocess
-    import sys
     from tfps.config import load_config
     from tfps.data.sources import make_source
-    out = subprocess.run([sys.executable, "-m", "tfps.cli", "convert", "--from", "movielens_sequences", data,
-                          "--to", str(tmp_path / "seq"), "--window", "6", "--history-len", "10",
-                          "--realtime-len", "3", "--rows-per-file", "40"], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    written = json.loads(out.stdout.strip().splitlines()[-1])
+    code, out, err = cli("convert", "--from", "movielens_sequences", str(data), "--to", str(tmp_path / "seq"),
+                         "--window", "6", "--history-len", "10", "--realtime-len", "3", "--rows-per-file", "40")
+    assert code == 0, err[-3000:]
+    written = json.loads(out.strip().splitlines()[-1])
     for split in ("train", "eval"):
         want = movielens_user_samples(data, split, window=6, history_len=10, realtime_len=3)
         got = read_samples(lambda: tfrecord_samples(str(tmp_path / "seq" / split)))

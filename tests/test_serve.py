@@ -28,7 +28,7 @@ from tfps.serving.server import ModelServer
 from tfps.serving.servable import Servable
 from serve_client import _request
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve")]   # the trained versions once
 
 SETS = ["train.batch_size=128", "model.hidden_units=[16]", "data.vocab_max=3000"]
 

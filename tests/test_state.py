@@ -97,7 +97,7 @@ def test_a_second_trainer_on_a_model_dir_is_refused(tmp_path):
 
 STEPS = 1600
 CHAOS = ["--config", "configs/demo.yaml", "--set", f"train.steps={STEPS}", "--set", "train.batch_size=256",
-         "--set", "train.delta_every_secs=1", "--set", "train.save_checkpoints_steps=600",
+         "--set", "train.delta_every_secs=1", "--set", "train.save_checkpoints_steps=1200",
          "--set", "train.log_every_steps=1000", "--set", "eval.examples=20000"]
 
 
@@ -154,6 +154,7 @@ def _same_updates(model_dir, straight):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("straight")   # one uninterrupted run serves both (make test: --dist loadgroup)
 def test_a_refused_delta_says_what_to_move_and_moving_it_trains_every_batch_once(tmp_path, straight):
     """A delta in the middle of the chain is cut short: the resume is refused (exit 2) before it
     trains; moving the files DeltaRefused names resumes from the cut before it, and the run ends
@@ -192,8 +193,9 @@ def test_a_refused_delta_says_what_to_move_and_moving_it_trains_every_batch_once
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("straight")
 def test_kill_9_at_random_moments_trains_every_batch_once(tmp_path, straight):
-    """6 kills at random moments (deltas every second, full checkpoints every 600 steps), each
+    """6 kills at random moments (deltas every second, full checkpoints every 1200 steps), each
     resumed: every row has as many updates as in an uninterrupted run of the same batches, and
     the AUC is within 0.002 of it."""
     rng = random.Random(23)
