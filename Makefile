@@ -5,7 +5,8 @@ CXX     ?= g++
 CC_SRCS := $(wildcard kernels/core/*.cc)
 CC_TESTS := $(wildcard tests/cc/*.cc)
 CC_BIN  := build/cc
-CC_FLAGS = -std=c++17 -I. -Wall -Wextra -Werror -g -O1 -pthread
+# -g1: line tables for the sanitizers' reports (file:line), without the full debug info (20% of the build)
+CC_FLAGS = -std=c++17 -I. -Wall -Wextra -Werror -g1 -O1 -pthread
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 .PHONY: demo test build setup deps cc-build cc-test py-test bench bench-smoke clean
