@@ -62,8 +62,9 @@ def with_checked_saver(model_fn, keep_checkpoint_max):
         spec = to_estimator_spec(model_fn(features, labels, mode, params))
         if spec.scaffold.saver is None:
             train = mode == tf.estimator.ModeKeys.TRAIN
-            saver = StateSaver(sharded=True, max_to_keep=keep_checkpoint_max, defer_build=True, save_relative_paths=True,
-                               exact=train, write_manifest=train, in_flight=max(config.num_worker_replicas - 1, 0))
+            saver = StateSaver(sharded=True, max_to_keep=keep_checkpoint_max, defer_build=True,
+                               save_relative_paths=True, exact=train, write_manifest=train,
+                               in_flight=max(config.num_worker_replicas - 1, 0))
             spec = spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=spec.scaffold))
         hooks = list(spec.training_chief_hooks) + list(spec.training_hooks)
         if (mode == tf.estimator.ModeKeys.TRAIN and (config.save_checkpoints_secs or config.save_checkpoints_steps)

@@ -100,9 +100,9 @@ def mtgr_logits(features, model, insert):
 
 
 def mtgr_model_fn(features, labels, mode, params):
-    """tfps model_fn (returns a tfps.models.spec.ModelSpec). params: the JobConfig's `model` (d_model, heads, blocks, gln,
-    dynamic_mask, cross_features, embedding_dim, initializer_stddev) and `train` sections as
-    dicts. labels are unused (each candidate's label is features["label"]). PREDICT gives
+    """tfps model_fn (returns a tfps.models.spec.ModelSpec). params: the JobConfig's `model`
+    (d_model, heads, blocks, gln, dynamic_mask, cross_features, embedding_dim,
+    initializer_stddev) and `train` sections as dicts. labels are unused (each candidate's label is features["label"]). PREDICT gives
     probabilities and logits [B, K] (padding candidates included, at any value); EVAL and TRAIN
     see the real candidates only, as one binary classifier (AUC, GAUC by user, logloss)."""
     del labels

@@ -15,8 +15,8 @@ MODELS = {"deepfm": (deepfm, 1), "wdl": (wdl, 1), "dcn_v2": (dcn_v2, 0)}
 
 
 def model_fn(features, labels, mode, params):
-    """tfps model_fn (returns a tfps.models.spec.ModelSpec; tfps.estimator adapts it). params: the JobConfig's `model` and `train` sections as dicts and
-    'schema' (tfps.data.schema.Schema.to_params() of the data source)."""
+    """tfps model_fn (returns a tfps.models.spec.ModelSpec; tfps.estimator adapts it). params:
+    the JobConfig's `model` and `train` sections as dicts and 'schema' (tfps.data.schema.Schema.to_params() of the data source)."""
     m, schema = params["model"], Schema.from_params(params["schema"])
     if m["name"] == "mtgr":
         return mtgr_model_fn(features, labels, mode, params)

@@ -6,8 +6,8 @@ import time
 from tfps.data.sources import make_source
 from tfps.models.zoo import model_fn
 from tfps.runner.hooks import ProgressHook
-from tfps.runner.job import (batch_fields, batch_words, check_reached, cost_line, final_metrics, nothing_left_if_refused,
-                             params_of, pipelined, settings_of, state_step, table_hooks)
+from tfps.runner.job import (batch_fields, batch_words, check_reached, cost_line, final_metrics,
+                             nothing_left_if_refused, params_of, pipelined, settings_of, state_step, table_hooks)
 from tfps.runner.training import train
 from tfps.state.lease import Lease
 
