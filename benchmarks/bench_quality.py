@@ -26,6 +26,7 @@ from tfps.data import movielens  # noqa: E402
 from tfps.data.schema import Schema  # noqa: E402
 from tfps.data.sources import make_source  # noqa: E402
 from tfps.embedding.lookup import combine_padded  # noqa: E402
+from tfps.estimator import estimator_model_fn  # noqa: E402
 from tfps.estimator.runner import final_metrics, make_estimator  # noqa: E402
 from tfps.models.common import dense_input, estimator_spec, padded_to_sparse  # noqa: E402
 from tfps.models.deepfm import deepfm  # noqa: E402
@@ -73,7 +74,7 @@ def train_and_evaluate(cfg, seed, vocab=None):
                                         save_checkpoints_steps=cfg.train.steps, log_step_count_steps=None)
     est = make_estimator(cfg, run_config)
     if vocab is not None:
-        est = tf.estimator.Estimator(variable_model_fn(vocab), params=est.params, config=run_config)
+        est = tf.estimator.Estimator(estimator_model_fn(variable_model_fn(vocab)), params=est.params, config=run_config)
     est.train(source.train_input_fn(cfg.train.batch_size), max_steps=cfg.train.steps)
     return final_metrics(cfg, source, printer=lambda *a, **k: None, estimator=est)
 

@@ -19,6 +19,7 @@ LAYERS = [
     ("tfps.data", "tfps.metrics", "tfps.config", "tfps.config_bounds"),
     ("tfps.models",),
     ("tfps.cluster",),
+    ("tfps.runner",),
     ("tfps.estimator",),
     ("tfps.serving",),
     ("tfps.cli",),

@@ -36,8 +36,9 @@ def _input(samples, repeat):
     return input_fn
 
 
-def _estimator(tmp_path, **model):
-    return tf.estimator.Estimator(mtgr_model_fn, model_dir=str(tmp_path),
+def _estimator(tmp_path, **model):   # a tfps model_fn in an Estimator of one's own, through the adapter
+    from tfps.estimator import estimator_model_fn
+    return tf.estimator.Estimator(estimator_model_fn(mtgr_model_fn), model_dir=str(tmp_path),
                                   params={"model": {**MODEL, **model}, "train": TRAIN})
 
 

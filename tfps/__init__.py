@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 
 _NAMES = {
     **{name: f"tfps.{name}" for name in ("cluster", "data", "estimator", "feature_column", "ops", "pipeline",
-                                         "state", "train")},
+                                         "runner", "state", "train")},
     **{name: "tfps.embedding" for name in ("EmbeddingVariable", "embedding_lookup", "embedding_lookup_sparse",
                                            "embedding_variables", "get_embedding_variable",
                                            "trainable_embedding_variables", "TrainingStep")},
@@ -22,7 +22,7 @@ __getattr__, __dir__ = attach(__name__, _NAMES)
 
 __all__ = ["EmbeddingOptions", "EmbeddingVariable", "TrainingStep", "embedding_lookup", "embedding_lookup_sparse",
            "cluster", "data", "embedding_variables", "estimator", "feature_column", "get_embedding_variable", "ops",
-           "pipeline", "state", "train", "trainable_embedding_variables"]
+           "pipeline", "runner", "state", "train", "trainable_embedding_variables"]
 
 if "tensorflow" in sys.modules:   # registers the op library: a server or a SavedModel load can run tfps ops
     import tfps.ops  # noqa: E402,F401

@@ -23,13 +23,13 @@ def _train(args):
     if cluster is not None:
         if cfg.model_dir is None:
             raise ConfigError("training on a cluster (TF_CONFIG) needs model_dir shared by all tasks")
-        from tfps.estimator.cluster_runner import run_task
+        from tfps.runner.cluster import run_task
         metrics = run_task(cfg, cluster)
         if not cluster.is_chief:   # a worker's own rate, the evaluator's last evaluation
             print(json.dumps(metrics), flush=True)
             return 0
     else:
-        from tfps.estimator.runner import run
+        from tfps.runner.local import run
         metrics = run(cfg)
     quality = [f"AUC {'undefined' if metrics['auc'] is None else metrics['auc']}"] + [
         f"{k} {metrics[k]}" for k in ("gauc", "logloss", "oracle_auc", "bad_rows") if metrics.get(k) is not None]
@@ -47,7 +47,7 @@ def _export(args):
         raise ConfigError("export needs model_dir (--set model_dir=DIR) holding a trained checkpoint")
     import tensorflow as tf
     tf.get_logger().setLevel("ERROR")
-    from tfps.estimator.runner import export
+    from tfps.runner.job import export
     path = export(cfg, args.export_dir)
     print(json.dumps({"saved_model": path}), flush=True)
     return 0

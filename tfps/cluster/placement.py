@@ -120,7 +120,7 @@ def replica_device_setter(cluster=None, ps_tasks=None, worker_device=None, ps_st
         return None
 
     def device_fn(op):
-        # The ops tf.estimator builds in the global step's scope (the checked read its hooks
+        # The ops built in the global step's scope (the checked read that TF's session hooks
         # fetch every step: a cond over is_variable_initialized, whose branches are functions)
         # run beside the variable, so a step fetches one value from its PS instead of a cond's
         # worth of control messages.

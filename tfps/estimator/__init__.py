@@ -1,7 +1,17 @@
-"""Estimator helpers: the single-process runner, session hooks, incremental checkpoints."""
-from tfps.estimator.hooks import (CheckpointSaverHook, EvictionHook, ProgressHook, StepStatsHook, rpc_stats,
-                                  step_phases)
-from tfps.estimator.incremental import DeltaRestoreHook, IncrementalCheckpoints
+"""tfps for tf.estimator users (TensorFlow 2.15, the last line that ships it): an Estimator of a
+tfps model_fn (runner.make_estimator; any tfps ModelSpec becomes an EstimatorSpec through
+adapter.estimator_model_fn), and the session hooks, which live in tfps.runner and are the same
+objects here. tfps's own commands run on tfps.runner, without tf.estimator."""
+import tensorflow as tf
+
+if not hasattr(tf, "estimator") or not hasattr(tf.estimator, "Estimator"):
+    raise ImportError(f"tfps.estimator needs tf.estimator, which TensorFlow {tf.__version__} does not have (it was "
+                      f"removed in 2.16): use tfps.runner, or TensorFlow 2.15 for Estimators")
+
+from tfps.estimator.adapter import estimator_model_fn, to_estimator_spec  # noqa: E402
+from tfps.runner.hooks import (CheckpointSaverHook, EvictionHook, ProgressHook, StepStatsHook, rpc_stats,  # noqa: E402
+                               step_phases)
+from tfps.runner.incremental import DeltaRestoreHook, IncrementalCheckpoints  # noqa: E402
 
 __all__ = ["CheckpointSaverHook", "DeltaRestoreHook", "EvictionHook", "IncrementalCheckpoints", "ProgressHook",
-           "StepStatsHook", "rpc_stats", "step_phases"]
+           "StepStatsHook", "estimator_model_fn", "rpc_stats", "step_phases", "to_estimator_spec"]

@@ -14,6 +14,7 @@ from tfps.embedding.merged import Feature, lookup_feature_matrix, lookup_feature
 from tfps.embedding.options import EmbeddingOptions
 from tfps.embedding.step import TrainingStep
 from tfps.metrics import streaming_metrics, streaming_sum
+from tfps.models.spec import ModeKeys, ModelSpec, PredictOutput, SERVING_SIGNATURE
 
 # The training loss (a float32 scalar) a model_fn adds here, for the runners' progress hooks.
 LOSS_COLLECTION = "tfps_training_loss"
@@ -143,27 +144,26 @@ def _count_bad_rows(features):
     return counter.assign_add(tf.cast(features["bad_rows"], tf.int64))
 
 
-def estimator_spec(mode, logits, labels, features, schema, train):
-    """The EstimatorSpec of a binary classifier with logits [B]:
+def model_spec(mode, logits, labels, features, schema, train):
+    """The ModelSpec (tfps.models.spec) of a binary classifier with logits [B]:
     PREDICT: probabilities and logits (the serving signature);
     EVAL: loss and exact streaming auc, logloss, gauc (when the schema has users) and bad_rows;
     TRAIN: the config's tfps optimizer; skipped rows are added to BAD_ROWS_VARIABLE."""
     probs = tf.sigmoid(logits)
-    if mode == tf.estimator.ModeKeys.PREDICT:
+    if mode == ModeKeys.PREDICT:
         predictions = {"probabilities": probs, "logits": logits}
-        return tf.estimator.EstimatorSpec(mode, predictions=predictions, export_outputs={
-            "serving_default": tf.estimator.export.PredictOutput(predictions)})
+        return ModelSpec(mode, predictions=predictions, export_outputs={SERVING_SIGNATURE: PredictOutput(predictions)})
     labels = tf.cast(tf.reshape(labels, [-1]), tf.float32)
     # the mean, and 0 for a batch without rows (one that only carries a reader's bad-row count)
     loss = tf.math.divide_no_nan(tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)),
                                  tf.cast(tf.size(labels), tf.float32))
     tf.compat.v1.add_to_collection(LOSS_COLLECTION, loss)
-    if mode == tf.estimator.ModeKeys.EVAL:
+    if mode == ModeKeys.EVAL:
         tf.compat.v1.add_to_collection(EVAL_EXAMPLES_COLLECTION, tf.size(labels))
         metrics = streaming_metrics(labels, probs, features["user"] if schema.has_users else None)
         if "bad_rows" in features:
             metrics["bad_rows"] = streaming_sum(features["bad_rows"])
-        return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
+        return ModelSpec(mode, loss=loss, eval_metric_ops=metrics)
     tf.compat.v1.add_to_collection(TRAIN_EXAMPLES_COLLECTION, tf.size(labels))
     gs = tf.compat.v1.train.get_or_create_global_step()
     # the step the model's lookups went into (the graph's: a model_fn is handed only features)
@@ -171,4 +171,7 @@ def estimator_spec(mode, logits, labels, features, schema, train):
     counted = _count_bad_rows(features)
     if counted is not None:
         train_op = tf.group(train_op, counted)
-    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+    return ModelSpec(mode, loss=loss, train_op=train_op)
+
+
+estimator_spec = model_spec   # its name before tfps.runner; returns a ModelSpec (tfps.estimator adapts it)

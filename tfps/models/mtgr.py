@@ -22,7 +22,8 @@ import tensorflow as tf
 
 from tfps.embedding import embedding_lookup, get_embedding_variable
 from tfps.data.sequences import SCHEMA, SPEC
-from tfps.models.common import check_dense_shape, estimator_spec
+from tfps.models.common import check_dense_shape, model_spec
+from tfps.models.spec import ModeKeys, ModelSpec, PredictOutput, SERVING_SIGNATURE
 from tfps.models.hstu import CANDIDATE, HISTORY, PAD, PROFILE, REALTIME, group_layer_norm, hstu_block, mtgr_mask
 
 PROFILE_BITS = 40   # profile feature f's value v has key (f << PROFILE_BITS) + v
@@ -99,19 +100,18 @@ def mtgr_logits(features, model, insert):
 
 
 def mtgr_model_fn(features, labels, mode, params):
-    """tf.estimator model_fn. params: the JobConfig's `model` (d_model, heads, blocks, gln,
-    dynamic_mask, cross_features, embedding_dim, initializer_stddev) and `train` sections as
-    dicts. labels are unused (each candidate's label is features["label"]). PREDICT gives
+    """tfps model_fn (returns a tfps.models.spec.ModelSpec). params: the JobConfig's `model`
+    (d_model, heads, blocks, gln, dynamic_mask, cross_features, embedding_dim,
+    initializer_stddev) and `train` sections as dicts. labels are unused (each candidate's label is features["label"]). PREDICT gives
     probabilities and logits [B, K] (padding candidates included, at any value); EVAL and TRAIN
     see the real candidates only, as one binary classifier (AUC, GAUC by user, logloss)."""
     del labels
-    logits, valid = mtgr_logits(features, params["model"], insert=mode == tf.estimator.ModeKeys.TRAIN)
-    if mode == tf.estimator.ModeKeys.PREDICT:
+    logits, valid = mtgr_logits(features, params["model"], insert=mode == ModeKeys.TRAIN)
+    if mode == ModeKeys.PREDICT:
         predictions = {"probabilities": tf.sigmoid(logits), "logits": logits, "valid": valid}
-        return tf.estimator.EstimatorSpec(mode, predictions=predictions, export_outputs={
-            "serving_default": tf.estimator.export.PredictOutput(predictions)})
+        return ModelSpec(mode, predictions=predictions, export_outputs={SERVING_SIGNATURE: PredictOutput(predictions)})
     users = tf.broadcast_to(features["user"][:, None], tf.shape(valid))
-    return estimator_spec(mode, tf.boolean_mask(logits, valid), tf.boolean_mask(features["label"], valid),
+    return model_spec(mode, tf.boolean_mask(logits, valid), tf.boolean_mask(features["label"], valid),
                           {"user": tf.boolean_mask(users, valid)}, SCHEMA, params["train"])
 
 

@@ -3,27 +3,26 @@
     MODELS[name] = (logits(rows, dense, model), extra row columns)
 deepfm and wdl keep each feature's first-order weight in its row (width dim + 1); dcn_v2 does not.
 """
-import tensorflow as tf
-
 from tfps.data.schema import Schema
-from tfps.models.common import dense_input, embed_inputs, embedding_options, estimator_spec
+from tfps.models.common import dense_input, embed_inputs, embedding_options, model_spec
 from tfps.models.dcn import dcn_v2
 from tfps.models.deepfm import deepfm
 from tfps.models.mtgr import mtgr_model_fn
+from tfps.models.spec import ModeKeys
 from tfps.models.wdl import wdl
 
 MODELS = {"deepfm": (deepfm, 1), "wdl": (wdl, 1), "dcn_v2": (dcn_v2, 0)}
 
 
 def model_fn(features, labels, mode, params):
-    """tf.estimator model_fn. params: the JobConfig's `model` and `train` sections as dicts and
-    'schema' (tfps.data.schema.Schema.to_params() of the data source)."""
+    """tfps model_fn (returns a tfps.models.spec.ModelSpec; tfps.estimator adapts it). params:
+    the JobConfig's `model` and `train` sections as dicts and 'schema' (tfps.data.schema.Schema.to_params() of the data source)."""
     m, schema = params["model"], Schema.from_params(params["schema"])
     if m["name"] == "mtgr":
         return mtgr_model_fn(features, labels, mode, params)
     logits_of, extra = MODELS[m["name"]]
-    training = mode == tf.estimator.ModeKeys.TRAIN
+    training = mode == ModeKeys.TRAIN
     rows = embed_inputs(features, schema, m["embedding_dim"] + extra, embedding_options(m),
                         m["initializer_stddev"], insert=training)
     logits = logits_of(rows, dense_input(features, schema), m)
-    return estimator_spec(mode, logits, labels, features, schema, params["train"])
+    return model_spec(mode, logits, labels, features, schema, params["train"])

@@ -1,0 +1,130 @@
+"""What every mode of the runner builds first: the settings of a run, the graph's global step,
+the input tensors of an input_fn, the model_fn's checked ModelSpec and the scaffold whose saver is
+tfps.state.StateSaver (the model's manifest on save, a checked restore of the newest cut)."""
+import dataclasses
+import typing
+
+import tensorflow as tf
+from tensorflow.core.protobuf import rewriter_config_pb2
+
+from tfps.models.spec import ModeKeys, ModelSpec
+from tfps.state.saver import StateSaver
+
+
+def default_session_config(device_filters=None):
+    """Soft placement and one pass of Grappler's meta optimizer (what tf.estimator ran with);
+    device_filters: the tasks a trainer of a cluster talks to (the PS tasks and itself)."""
+    rewrite = rewriter_config_pb2.RewriterConfig(meta_optimizer_iterations=rewriter_config_pb2.RewriterConfig.ONE)
+    return tf.compat.v1.ConfigProto(allow_soft_placement=True, device_filters=device_filters or [],
+                                    graph_options=tf.compat.v1.GraphOptions(rewrite_options=rewrite))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """How the runner runs a model: where its state lives and how often it is saved, and (in a
+    cluster) this task's place. Exactly one of save_checkpoints_steps / _secs, or neither (no
+    full checkpoints while training)."""
+    model_dir: str
+    save_checkpoints_steps: typing.Optional[int] = None
+    save_checkpoints_secs: typing.Optional[float] = None
+    keep_checkpoint_max: int = 5
+    seed: typing.Optional[int] = None
+    save_summary_steps: int = 100
+    master: str = ""                      # a grpc:// target in a cluster, "" in one process
+    is_chief: bool = True
+    device_fn: typing.Any = None          # tfps.cluster.replica_device_setter in a cluster
+    num_worker_replicas: int = 1          # trainers of the cluster (the chief included)
+    session_config: typing.Any = None     # a ConfigProto; None: default_session_config()
+    session_creation_timeout_secs: int = 7200
+
+    def __post_init__(self):
+        if self.save_checkpoints_steps and self.save_checkpoints_secs:
+            raise ValueError("RunSettings: give save_checkpoints_steps or save_checkpoints_secs, not both")
+        if not self.model_dir:
+            raise ValueError("RunSettings: model_dir is required")
+
+    @property
+    def config(self):
+        return self.session_config if self.session_config is not None else default_session_config()
+
+
+class IteratorInitializer(tf.compat.v1.train.SessionRunHook):
+    """Initializes an input iterator each time a session is created (a session re-created after
+    a PS restart starts its input again, from where the input_fn says)."""
+
+    def __init__(self, iterator):
+        self._iterator = iterator
+
+    def begin(self):
+        self._initializer = self._iterator.initializer
+
+    def after_create_session(self, session, coord):
+        del coord
+        session.run(self._initializer)
+
+
+def input_tensors(input_fn):
+    """(features, labels or None, hooks) of an input_fn that returns a tf.data.Dataset of
+    (features, labels) (a tfps PipelineDataset included), a (features, labels) pair or features.
+    The input_fn runs on the CPU of the task (in a cluster: the trainer's own)."""
+    with tf.compat.v1.device("/cpu:0"):
+        result = input_fn()
+    hooks = []
+    if isinstance(result, tf.data.Dataset):
+        iterator = tf.compat.v1.data.make_initializable_iterator(result)
+        hooks.append(IteratorInitializer(iterator))
+        result = iterator.get_next()
+    if isinstance(result, (tuple, list)):
+        if len(result) != 2:
+            raise ValueError(f"input_fn: a tuple result must be (features, labels), got {len(result)} elements")
+        return result[0], result[1], hooks
+    return result, None, hooks
+
+
+def call_model_fn(model_fn, features, labels, mode, params):
+    """model_fn's ModelSpec for `mode`, checked (tfps.models.spec.ModelSpec.checked); TypeError
+    when it returns something else (an EstimatorSpec: use tfps.estimator for an Estimator)."""
+    spec = model_fn(features, labels, mode, params)
+    if not isinstance(spec, ModelSpec):
+        raise TypeError(f"model_fn must return a tfps ModelSpec (tfps.runner.ModelSpec), got {type(spec).__name__}")
+    if spec.mode != mode:
+        raise ValueError(f"model_fn returned a spec of mode {spec.mode!r} when asked for {mode!r}")
+    return spec.checked()
+
+
+def checked_scaffold(spec, mode, settings):
+    """The spec's scaffold, with a tfps.state.StateSaver unless it brings its own saver: exact,
+    writing manifests and counting in-flight steps of other trainers for training; for evaluation
+    and export it checks that the model's tables and variables are saved alike. Made in the graph
+    the model is built in (the saver's readiness flag is a variable of it)."""
+    scaffold = spec.scaffold or tf.compat.v1.train.Scaffold()
+    if scaffold.saver is not None:
+        return scaffold
+    train = mode == ModeKeys.TRAIN
+    saver = StateSaver(sharded=True, max_to_keep=settings.keep_checkpoint_max, defer_build=True,
+                       save_relative_paths=True, exact=train, write_manifest=train,
+                       in_flight=max(settings.num_worker_replicas - 1, 0))
+    return tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=scaffold)
+
+
+def build(model_fn, params, mode, settings, input_fn=None, features=None):
+    """In the default graph (under settings.device_fn): the seed, the global step, the inputs
+    (input_fn's, or `features` given as tensors) and the model. Returns (spec, scaffold,
+    input hooks, global step)."""
+    tf.compat.v1.set_random_seed(settings.seed)
+    gs = tf.compat.v1.train.create_global_step()
+    labels, hooks = None, []
+    if input_fn is not None:
+        features, labels, hooks = input_tensors(input_fn)
+    spec = call_model_fn(model_fn, features, labels, mode, params)
+    return spec, checked_scaffold(spec, mode, settings), hooks, gs
+
+
+def latest_checkpoint(model_dir):
+    return tf.train.latest_checkpoint(model_dir)
+
+
+def checkpoint_global_step(model_dir):
+    """The global step of model_dir's latest full checkpoint (0 without one)."""
+    ckpt = latest_checkpoint(model_dir)
+    return int(tf.train.load_variable(ckpt, tf.compat.v1.GraphKeys.GLOBAL_STEP)) if ckpt else 0

@@ -1,0 +1,111 @@
+"""The pieces of a cluster task around its training: its server, the wait for the chief's first
+checkpoint, the watch on the PS tasks, and the hooks and log filter that tell what the cluster
+does (placement, re-created sessions, checkpoint events)."""
+import logging
+import os
+import socket
+import time
+
+import tensorflow as tf
+
+from tfps.cluster.health import watch_peers
+from tfps.cluster.tf_config import ClusterConfigError
+
+FIRST_CHECKPOINT_POLL_SECS = 0.5
+PEER_TIMEOUT_EXIT = 75   # EX_TEMPFAIL: a PS did not answer for cluster.peer_timeout_secs
+
+
+def start_server(cluster_config, protocol):
+    """This task's tf.distribute.Server, started (a PS then joins it)."""
+    server = tf.distribute.Server(tf.train.ClusterSpec(cluster_config.cluster), job_name=cluster_config.task_type,
+                                  task_index=cluster_config.task_index,
+                                  config=tf.compat.v1.ConfigProto(log_device_placement=False), start=False,
+                                  protocol=protocol)
+    server.start()
+    return server
+
+
+def wait_for_first_checkpoint(model_dir, printer, poll_secs=FIRST_CHECKPOINT_POLL_SECS):
+    """Blocks a non-chief trainer until the chief has written its first checkpoint.
+
+    The chief writes one right after it initializes the model. A worker whose session found the
+    model not ready would sleep SessionManager's fixed 30 s (MonitoredTrainingSession has no
+    setting for it) before it looks again; waiting here lets it start as soon as the chief is
+    ready. After a PS restart that 30 s poll still applies: workers rejoin up to 30 s after the
+    chief has restored."""
+    t0 = last = time.time()
+    while not tf.train.latest_checkpoint(model_dir):
+        if time.time() - last >= 30:
+            last = time.time()
+            printer(f"waiting for the chief's first checkpoint in {model_dir} ({last - t0:.0f} s so far)", flush=True)
+        time.sleep(poll_secs)
+
+
+class CheckpointEvents(logging.Filter):
+    """Lets TF's own checkpoint lines through a logger otherwise kept at ERROR: which checkpoint
+    a (re-created) session restored and when the chief saves."""
+
+    def filter(self, record):
+        return record.levelno >= logging.ERROR or record.getMessage().startswith(
+            ("Restoring parameters from", "Saving checkpoints for"))
+
+
+def check_address_free(cluster_config):
+    """A clear error when this task's host:port is taken, before TF's gRPC server tries it."""
+    address = cluster_config.cluster[cluster_config.task_type][cluster_config.task_index]
+    host, port = address.rsplit(":", 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, int(port)))
+        except OSError as e:
+            raise ClusterConfigError(f"TF_CONFIG {cluster_config.task_type}[{cluster_config.task_index}]: cannot "
+                                     f"listen on {address}: {e.strerror}") from None
+
+
+class PrintPlacement(tf.compat.v1.train.SessionRunHook):
+    """Prints the placement table once the graph is built, before training starts."""
+
+    def __init__(self, strategy, printer):
+        self._strategy, self._print = strategy, printer
+
+    def begin(self):
+        self._print("placement of variables and table shards over the PS tasks:\n" + self._strategy.table(),
+                    flush=True)
+
+
+class RecoveryLog(tf.compat.v1.train.SessionRunHook):
+    """Says so when MonitoredTrainingSession re-creates the session after a task failed (the
+    chief's session creator has just restored the latest checkpoint and logged which)."""
+
+    def __init__(self, printer):
+        self._print = printer
+        self.sessions = 0
+
+    def begin(self):
+        self._gs = tf.compat.v1.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        self.sessions += 1
+        if self.sessions == 1:
+            return
+        self._print(f"session re-created after a task failure ({self.sessions - 1} so far); the model is "
+                    f"ready at global step {int(session.run(self._gs))}", flush=True)
+
+
+def watch_ps(cfg, cluster_config, printer):
+    """A trainer pings its PS tasks every few seconds: says `waiting on ps1 for N s` while one is
+    silent (gone, unreachable or frozen), and exits with PEER_TIMEOUT_EXIT once one has been
+    silent for cluster.peer_timeout_secs -- instead of waiting forever. Returns the stop event."""
+    peers = {f"ps{i}": address for i, address in enumerate(cluster_config.cluster["ps"])}
+    me = f"{cluster_config.task_type}{cluster_config.task_index}"
+
+    def silent(name, address, seconds):
+        printer(f"{me}: waiting on {name} ({address}) for {seconds:.0f} s", flush=True)
+
+    def deadline(name, address, seconds):
+        printer(f"{me}: {name} ({address}) has not answered for {seconds:.0f} s (cluster.peer_timeout_secs = "
+                f"{cfg.cluster.peer_timeout_secs:g}); giving up so that the task can be restarted", flush=True)
+        os._exit(PEER_TIMEOUT_EXIT)
+    return watch_peers(peers, cfg.cluster.peer_timeout_secs, silent, deadline,
+                       every_secs=min(5.0, cfg.cluster.peer_timeout_secs / 4))

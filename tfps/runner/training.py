@@ -1,0 +1,63 @@
+"""Training a model_fn on tf.compat.v1.train.MonitoredTrainingSession: in one process, or as one
+trainer (chief or worker) of a cluster.
+
+The hooks of a run, in the order they run: (chief only) the checkpoint saver with its listeners,
+then the summary saver MonitoredTrainingSession adds, then the input's iterator initializer, the
+caller's hooks, StopAtStepHook(last_step=max_steps), NanTensorHook on the loss and the spec's
+training_hooks. The chief restores the newest cut of model_dir (its StateSaver checks it
+first); a worker waits until the model is ready on the PS tasks."""
+import tensorflow as tf
+
+from tfps.models.spec import ModeKeys
+from tfps.runner.graph import build, checkpoint_global_step
+from tfps.runner.hooks import CheckpointSaverHook
+
+
+def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_listeners=(), printer=print):
+    """Trains until the global step reaches max_steps (or the input ends). Returns the loss of
+    the last step this trainer ran (None when it ran none). Like tf.estimator, does nothing when
+    model_dir's latest full checkpoint is already at max_steps."""
+    start = checkpoint_global_step(settings.model_dir)
+    if max_steps is not None and start >= max_steps:
+        return None
+    with tf.Graph().as_default() as graph, graph.device(settings.device_fn):
+        spec, scaffold, input_hooks, _ = build(model_fn, params, ModeKeys.TRAIN, settings, input_fn=input_fn)
+        if not any(s.op.name == "loss" for s in tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)):
+            tf.compat.v1.summary.scalar("loss", spec.loss)
+        tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.LOSSES, spec.loss)
+        worker_hooks = list(input_hooks) + list(hooks) + [
+            tf.compat.v1.train.StopAtStepHook(last_step=max_steps),
+            tf.compat.v1.train.NanTensorHook(spec.loss)] + list(spec.training_hooks)
+        chief_hooks = _saver_hooks(settings, scaffold, worker_hooks, saving_listeners)
+        loss, steps = None, 0
+        with tf.compat.v1.train.MonitoredTrainingSession(
+                master=settings.master, is_chief=settings.is_chief, checkpoint_dir=settings.model_dir,
+                scaffold=scaffold, hooks=worker_hooks, chief_only_hooks=chief_hooks,
+                save_checkpoint_secs=0,   # the saver hook saves
+                save_summaries_steps=settings.save_summary_steps, config=settings.config,
+                max_wait_secs=settings.session_creation_timeout_secs, log_step_count_steps=None) as session:
+            while not session.should_stop():
+                steps += 1
+                _, loss = session.run([spec.train_op, spec.loss])
+        if steps == 0:
+            printer("training made no steps: is the input empty?", flush=True)
+        return loss
+
+
+def _saver_hooks(settings, scaffold, worker_hooks, saving_listeners):
+    """The chief's checkpoint saver (tfps.runner.hooks.CheckpointSaverHook), unless a hook of the
+    run is one already; the saving listeners join whichever saves."""
+    savers = [h for h in worker_hooks if isinstance(h, tf.compat.v1.train.CheckpointSaverHook)]
+    chief = []
+    if not savers and (settings.save_checkpoints_steps or settings.save_checkpoints_secs):
+        chief = [CheckpointSaverHook(settings.model_dir, save_secs=settings.save_checkpoints_secs,
+                                     save_steps=settings.save_checkpoints_steps, scaffold=scaffold)]
+        savers = chief
+    if saving_listeners:
+        if not savers:
+            raise ValueError("saving listeners need full checkpoints: set train.save_checkpoints_steps or "
+                             "train.save_checkpoints_secs")
+        for listener in saving_listeners:
+            if listener not in savers[0]._listeners:   # pylint: disable=protected-access
+                savers[0]._listeners.append(listener)   # pylint: disable=protected-access
+    return chief
