@@ -57,7 +57,7 @@ def _train(cfg, steps, hooks=None, listeners=None, run_config=None):
     return est
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")   # the group "serve" on one worker: built once
 def trained(tmp_path_factory):
     """A model trained 40 steps, exported as a version; the rows and estimator.predict's scores."""
     root = tmp_path_factory.mktemp("serve")
@@ -215,7 +215,7 @@ def test_bad_requests_get_their_codes_and_the_server_goes_on(trained):
         server.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")   # the group "serve" on one worker: built once
 def second(trained, tmp_path_factory):
     """The same model trained on to step 80, exported: (its SavedModel, estimator.predict's scores)."""
     root = tmp_path_factory.mktemp("second")

@@ -135,8 +135,8 @@ def _updates(model_dir):
     return out, int(reader.get_tensor("global_step"))
 
 
-@pytest.fixture(scope="module")
-def straight(tmp_path_factory):
+@pytest.fixture(scope="session")   # kept for the worker's session: a module fixture is torn down
+def straight(tmp_path_factory):    # whenever xdist runs another file's test between the group's two
     """An uninterrupted run of CHAOS: (final JSON, {table: (keys, update counts)}, global step)."""
     model_dir = str(tmp_path_factory.mktemp("straight"))
     result = _train(model_dir)
