@@ -9,11 +9,11 @@ from tfps.estimator.adapter import to_estimator_spec
 from tfps.models.zoo import model_fn
 from tfps.runner import job
 from tfps.runner.export import sequence_serving_inputs, serving_inputs, write_export_manifest  # noqa: F401
+from tfps.runner.graph import state_saver
 from tfps.runner.hooks import CheckpointSaverHook
 from tfps.runner.job import (batch_fields, batch_words, check_reached, cost_line, export, json_metric,  # noqa: F401
                              nothing_left_if_refused, params_of, pipelined, state_step, table_hooks)
 from tfps.runner.local import run  # noqa: F401
-from tfps.state.saver import StateSaver
 
 
 def serving_input_receiver_fn(schema):
@@ -61,10 +61,7 @@ def with_checked_saver(model_fn, keep_checkpoint_max):
     def fn(features, labels, mode, params, config):
         spec = to_estimator_spec(model_fn(features, labels, mode, params))
         if spec.scaffold.saver is None:
-            train = mode == tf.estimator.ModeKeys.TRAIN
-            saver = StateSaver(sharded=True, max_to_keep=keep_checkpoint_max, defer_build=True,
-                               save_relative_paths=True, exact=train, write_manifest=train,
-                               in_flight=max(config.num_worker_replicas - 1, 0))
+            saver = state_saver(mode == tf.estimator.ModeKeys.TRAIN, keep_checkpoint_max, config.num_worker_replicas)
             spec = spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=spec.scaffold))
         hooks = list(spec.training_chief_hooks) + list(spec.training_hooks)
         if (mode == tf.estimator.ModeKeys.TRAIN and (config.save_checkpoints_secs or config.save_checkpoints_steps)

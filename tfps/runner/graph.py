@@ -100,11 +100,15 @@ def checked_scaffold(spec, mode, settings):
     scaffold = spec.scaffold or tf.compat.v1.train.Scaffold()
     if scaffold.saver is not None:
         return scaffold
-    train = mode == ModeKeys.TRAIN
-    saver = StateSaver(sharded=True, max_to_keep=settings.keep_checkpoint_max, defer_build=True,
-                       save_relative_paths=True, exact=train, write_manifest=train,
-                       in_flight=max(settings.num_worker_replicas - 1, 0))
+    saver = state_saver(mode == ModeKeys.TRAIN, settings.keep_checkpoint_max, settings.num_worker_replicas)
     return tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=scaffold)
+
+
+def state_saver(train, keep_checkpoint_max, num_worker_replicas):
+    """The tfps.state.StateSaver of a run (the runner's and the Estimator adapter's): exact with
+    manifests for training, counting the other trainers' in-flight steps; alike otherwise."""
+    return StateSaver(sharded=True, max_to_keep=keep_checkpoint_max, defer_build=True, save_relative_paths=True,
+                      exact=train, write_manifest=train, in_flight=max(num_worker_replicas - 1, 0))
 
 
 def build(model_fn, params, mode, settings, input_fn=None, features=None):
