@@ -26,11 +26,14 @@ CORE_FLAGS = ["-std=c++17", "-fPIC", "-I" + ROOT, "-Wall", "-Wextra"]
 OPT_FLAGS = ["-O3", "-DNDEBUG", "-march=x86-64-v2", "-fno-math-errno",   # no errno: sqrt loops vectorize
              "-fno-semantic-interposition"]   # calls within the library inline (no PLT)
 TBB_LINK = ["-ltbb"]
+# The core's objects serve both libraries: its symbols stay inside each (and the ABI is pinned,
+# as TensorFlow's flags pin it for the op library's own objects).
+CORE_ONLY_FLAGS = ["-fvisibility=hidden", "-D_GLIBCXX_USE_CXX11_ABI=1"]
 
 
 def sources():
-    return sorted(glob.glob(os.path.join(ROOT, "ops", "*.cc")) +
-                  glob.glob(os.path.join(ROOT, "kernels", "**", "*.cc"), recursive=True))
+    """The op library's own sources (the TF-free core is compiled once, core_objects())."""
+    return sorted(glob.glob(os.path.join(ROOT, "ops", "*.cc")) + glob.glob(os.path.join(ROOT, "kernels", "*.cc")))
 
 
 def tf_flags():
@@ -51,10 +54,17 @@ def _compile(args):
     return obj
 
 
-def _link(objs, out, flags):
-    """Links `objs` into `out` unless it is newer than all of them; written aside and renamed
-    into place, so a process loading `out` meanwhile (a test, a trainer) never sees half a file."""
-    if os.path.exists(out) and os.path.getmtime(out) >= max(os.path.getmtime(o) for o in objs):
+def _compile_all(work, jobs):
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        return list(pool.map(_compile, work))
+
+
+def _link(objs, out, flags, built_for=None):
+    """Links `objs` into `out` unless it is newer than all of them and was built for the same
+    `built_for` (the TensorFlow version, read from BUILD_INFO); written aside and renamed into
+    place, so a process loading `out` meanwhile (a test, a trainer) never sees half a file."""
+    current = built_for is None or _built_for() == built_for
+    if current and os.path.exists(out) and os.path.getmtime(out) >= max(os.path.getmtime(o) for o in objs):
         os.utime(out)   # current for make, which also depends on setup.py
         return
     tmp = f"{out}.tmp-{os.getpid()}"
@@ -62,31 +72,52 @@ def _link(objs, out, flags):
     os.replace(tmp, out)
 
 
-def build_core(jobs=2):
+def _built_for():
+    try:
+        with open(BUILD_INFO) as f:
+            return json.load(f).get("tensorflow")
+    except (OSError, ValueError):
+        return None
+
+
+def core_objects(jobs=2):
+    """kernels/core/*.cc, compiled once for both libraries (they include no TensorFlow or Python
+    header): hidden symbols, so neither library exports the core."""
+    flags = CORE_FLAGS + OPT_FLAGS + CORE_ONLY_FLAGS
+    work = [(s, os.path.join(OBJ_DIR, "core", os.path.basename(s)[:-3] + ".o"), flags)
+            for s in sorted(glob.glob(os.path.join(ROOT, "kernels", "core", "*.cc")))]
+    return _compile_all(work, jobs)
+
+
+def build_core(core, jobs=2):
     """tfps/_core<EXT_SUFFIX>: the pybind11 binding of the TF-free core."""
     import pybind11
-    flags = CORE_FLAGS + OPT_FLAGS + ["-fvisibility=hidden", "-isystem" + pybind11.get_include(),
-                                      "-isystem" + sysconfig.get_paths()["include"]]
-    srcs = [os.path.join(ROOT, "bindings", "core_module.cc")] + glob.glob(os.path.join(ROOT, "kernels", "core", "*.cc"))
-    work = [(s, os.path.join(OBJ_DIR, "core_py", os.path.relpath(s, ROOT)[:-3] + ".o"), flags) for s in sorted(srcs)]
-    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        objs = list(pool.map(_compile, work))
-    _link(objs, os.path.join(ROOT, "tfps", "_core" + sysconfig.get_config_var("EXT_SUFFIX")), TBB_LINK + ["-O3"])
+    flags = CORE_FLAGS + OPT_FLAGS + CORE_ONLY_FLAGS + ["-isystem" + pybind11.get_include(),
+                                                        "-isystem" + sysconfig.get_paths()["include"]]
+    py = f"py{sys.version_info.major}.{sys.version_info.minor}"
+    binding = _compile((os.path.join(ROOT, "bindings", "core_module.cc"),
+                        os.path.join(OBJ_DIR, py, "core_module.o"), flags))
+    _link([binding] + core, os.path.join(ROOT, "tfps", "_core" + sysconfig.get_config_var("EXT_SUFFIX")),
+          TBB_LINK + ["-O3"])
 
 
 def build_ops(jobs=2):
     compile_flags, link_flags, version = tf_flags()
     flags = CORE_FLAGS + OPT_FLAGS + compile_flags
-    work = [(s, os.path.join(OBJ_DIR, os.path.relpath(s, ROOT)[:-3] + ".o"), flags) for s in sources()]
+    # The op objects of each TensorFlow apart: switching TF back and forth relinks, not rebuilds.
+    work = [(s, os.path.join(OBJ_DIR, f"tf-{version}", os.path.relpath(s, ROOT)[:-3] + ".o"), flags)
+            for s in sources()]
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        core = pool.submit(core_objects, 1)
         objs = list(pool.map(_compile, work))
-    _link(objs, OUT, link_flags + TBB_LINK + ["-O3"])
+    core = core.result()
+    _link(objs + core, OUT, link_flags + TBB_LINK + ["-O3"], built_for=version)
     info = json.dumps({"tensorflow": version, "python": sys.version.split()[0]})
     if not os.path.exists(BUILD_INFO) or open(BUILD_INFO).read() != info:
         with open(BUILD_INFO + ".tmp", "w") as f:
             f.write(info)
         os.replace(BUILD_INFO + ".tmp", BUILD_INFO)
-    build_core(jobs)
+    build_core(core, jobs)
     print("built", os.path.relpath(OUT, ROOT), "for TensorFlow", version, "and tfps/_core")
 
 
@@ -106,7 +137,7 @@ cc_library(
     name = "core",
     srcs = glob(["kernels/core/*.cc"]),
     hdrs = glob(["kernels/core/*.h"]),
-    copts = [{q(core + OPT_FLAGS)}],
+    copts = [{q(core + OPT_FLAGS + CORE_ONLY_FLAGS)}],
     linkopts = [{q(TBB_LINK)}],
 )
 
@@ -125,7 +156,7 @@ cc_binary(
 cc_binary(
     name = "tfps/_core.so",
     srcs = ["bindings/core_module.cc"],
-    copts = [{q(core + OPT_FLAGS + ["-fvisibility=hidden"])}],
+    copts = [{q(core + OPT_FLAGS + CORE_ONLY_FLAGS)}],
     linkshared = 1,
     deps = [":core", "@pybind11"],
 )

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tfps_test {
@@ -17,20 +18,34 @@ inline constexpr bool kUnderTsan = true;
 inline constexpr bool kUnderTsan = false;
 #endif
 
+struct Test {
+  std::string name;
+  std::function<void()> fn;
+  const char* asan_only;   // why the test runs in the ASan+UBSan binary only (nullptr: in both)
+};
 struct Registry {
-  static std::vector<std::pair<std::string, std::function<void()>>>& Get() {
-    static std::vector<std::pair<std::string, std::function<void()>>> tests;
+  static std::vector<Test>& Get() {
+    static std::vector<Test> tests;
     return tests;
   }
 };
 struct Register {
-  Register(const char* name, std::function<void()> fn) { Registry::Get().emplace_back(name, fn); }
+  Register(const char* name, std::function<void()> fn, const char* asan_only = nullptr) {
+    Registry::Get().push_back({name, std::move(fn), asan_only});
+  }
 };
 }  // namespace tfps_test
 
 #define TEST(name)                                                  \
   static void name();                                               \
   static ::tfps_test::Register register_##name(#name, name);        \
+  static void name()
+
+// A test with no concurrency of its own to race-check, too slow under TSan to repeat there: the
+// TSan binary lists it as run under ASan+UBSan only, with `why`.
+#define TEST_ASAN_ONLY(name, why)                                   \
+  static void name();                                               \
+  static ::tfps_test::Register register_##name(#name, name, why);   \
   static void name()
 
 #define CHECK(cond)                                                              \
