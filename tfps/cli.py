@@ -123,7 +123,17 @@ def _launch(args):
     from tfps.cluster.tf_config import check_protocol
     check_protocol(cfg.cluster.protocol)
     return launch(args.config, overrides, args.ps, args.workers, model_dir=cfg.model_dir, evaluator=args.evaluator,
-                  max_restarts=args.max_restarts, host=cfg.cluster.host, latency_ms=cfg.cluster.emulated_latency_ms)
+                  max_restarts=args.max_restarts, host=cfg.cluster.host, latency_ms=cfg.cluster.emulated_latency_ms,
+                  task_main=main, preload=_preload_task)
+
+
+def _preload_task():
+    """What every launched task imports (`tfps train` under a TF_CONFIG), imported once in the
+    launcher, whose forks the tasks are. Imports only: no graph, no session, no TF thread."""
+    import tensorflow as tf
+    tf.get_logger().setLevel("ERROR")
+    import tfps.runner.cluster  # noqa: F401
+    import tfps.models.zoo  # noqa: F401
 
 
 def _serve(args):

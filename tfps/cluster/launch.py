@@ -1,8 +1,15 @@
 """`tfps launch`: a real PS/worker cluster on this machine, one process per task.
 
-Each task is `python -m tfps.cli train` with its own TF_CONFIG (gRPC servers on free loopback
-ports); logs go to MODEL_DIR/logs/<task>.log, the task's current pid to <task>.pid. While the
-job runs, one status line per task is printed every few seconds.
+Each task is `tfps train` with its own TF_CONFIG (gRPC servers on free loopback ports); logs go
+to MODEL_DIR/logs/<task>.log, the task's current pid to <task>.pid. While the job runs, one
+status line per task is printed every few seconds.
+
+Given a `task_main` (what `tfps launch` passes: the CLI's main, with TensorFlow and the training
+modules imported beforehand by `preload`), each task is a fork of the launcher that runs
+task_main(argv): a start or a restart costs no TensorFlow import (about 3 CPU-seconds each on this
+machine's cores; a restart after a fault is that much sooner). The launcher only imports: it
+builds no graph and starts no TensorFlow thread, so the fork copies no runtime state. Without
+task_main, each task is a new `python -m tfps.cli train` process.
 
 A task that dies (a PS or worker killed, a crash) is started again with the same TF_CONFIG and
 address: the PS comes back empty, the chief restores the latest checkpoint into it and the
@@ -24,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
+import warnings
 
 GRACE_SECS = 120.0   # after the chief exits, how long the other workers and the evaluator may run on
 CONFIG_ERROR_EXIT = 2   # `tfps train`'s exit code for a bad config or a checkpoint that does not fit
@@ -87,13 +96,79 @@ def _last_line(path, json_only=False):
     return lines[-1] if lines else ""
 
 
+class _Forked:
+    """A forked task's process, as much of subprocess.Popen as the launcher uses."""
+
+    def __init__(self, pid):
+        self.pid, self.returncode = pid, None
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)   # -N for a signal, as Popen
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, sig):
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+
+def _fork_task(task_main, argv, env, log, parent):
+    """Forks a child that runs task_main(argv) with env as its environment and log as its stdout
+    and stderr, and exits with its code (1 and the traceback for an exception)."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()   # else the child would print the launcher's buffered lines again
+    with warnings.catch_warnings():   # 3.12+: numpy's idle BLAS thread makes fork() warn; the child uses none
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid:
+        return _Forked(pid)
+    code = 1
+    try:
+        die_with_parent = _die_with_parent(parent)
+        if die_with_parent is not None:
+            die_with_parent()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)   # not the launcher's handlers
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = ["tfps"] + list(argv)
+        code = task_main(list(argv))
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 -- what a process's top level does: the traceback, exit 1
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 -- exiting either way
+                pass
+        os._exit(code if isinstance(code, int) else 0)
+
+
 class _Task:
     """One process of the job, restartable with the same TF_CONFIG and log file."""
 
-    def __init__(self, task_type, index, args, spec, log_dir):
+    def __init__(self, task_type, index, args, spec, log_dir, task_main=None):
         self.type, self.index, self.name = task_type, index, f"{task_type}{index}"
         self.log_path = os.path.join(log_dir, f"{self.name}.log")
         self._args = args
+        self._task_main = task_main
         self._env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": spec,
                                                            "task": {"type": task_type, "index": index}}))
         self._log = open(self.log_path, "w")
@@ -106,8 +181,11 @@ class _Task:
             self._log.write(f"\n==== tfps launch: restart {self.restarts} of {self.name} "
                             f"(the last run exited {self.proc.returncode}) ====\n")
             self._log.flush()
-        self.proc = subprocess.Popen(self._args, env=self._env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     preexec_fn=_die_with_parent(os.getpid()))
+        if self._task_main is not None:
+            self.proc = _fork_task(self._task_main, self._args[3:], self._env, self._log, os.getpid())
+        else:
+            self.proc = subprocess.Popen(self._args, env=self._env, stdout=self._log, stderr=subprocess.STDOUT,
+                                         preexec_fn=_die_with_parent(os.getpid()))
         with open(self.log_path[:-len(".log")] + ".pid", "w") as f:   # for operators' tools
             f.write(f"{self.proc.pid}\n")
 
@@ -145,9 +223,11 @@ def _latency_relays(spec, latency_ms, host, log_dir):
 
 
 def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=False, max_restarts=3,
-           host="127.0.0.1", status_every=5.0, printer=print, latency_ms=0.0):
+           host="127.0.0.1", status_every=5.0, printer=print, latency_ms=0.0, task_main=None, preload=None):
     """Runs the job; returns the chief's exit code (1 when restarts ran out). latency_ms > 0 puts a
-    relay delaying each direction by that much between the trainers and every PS."""
+    relay delaying each direction by that much between the trainers and every PS. With task_main
+    (argv -> exit code, `tfps` without its first word), every task is a fork of this process
+    running it, after preload() (imports only) has run here once."""
     if num_ps < 1:
         raise ValueError(f"launch: --ps must be >= 1 (embedding tables live on PS tasks), got {num_ps}")
     if num_workers < 1:
@@ -164,7 +244,9 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
     names = [(t, i) for t in ("ps", "chief", "worker") for i in range(len(spec.get(t, [])))]
     names += [("evaluator", 0)] if evaluator else []
     trainer_spec, relay = _latency_relays(spec, latency_ms, host, log_dir)
-    tasks = [_Task(t, i, args, spec if t == "ps" else trainer_spec, log_dir) for t, i in names]
+    if task_main is not None and preload is not None:
+        preload()
+    tasks = [_Task(t, i, args, spec if t == "ps" else trainer_spec, log_dir, task_main) for t, i in names]
     chief = next(t for t in tasks if t.type == "chief")
     printer(f"launching {num_ps} ps + {num_workers} worker(s) (chief included)"
             f"{' + an evaluator' if evaluator else ''} on {host}; model_dir {model_dir}; logs in {log_dir}; "
