@@ -22,8 +22,10 @@ SMALL = ["train.batch_size=256", "train.log_every_steps=100", "eval.examples=200
 
 def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path, cli):
     """train_and_evaluate on 2 PS + chief + worker + evaluator against `tfps train` in one process,
-    same data stream and step budget."""
-    sets = SMALL + ["train.steps=800", "train.save_checkpoints_steps=400", "eval.examples=20000"]
+    same data stream and step budget. Adam: its beta powers are one pair whatever the PS count
+    (the resumes below check it)."""
+    sets = SMALL + ["train.steps=800", "train.save_checkpoints_steps=400", "eval.examples=20000",
+                    "train.optimizer=adam", "train.learning_rate=0.01", "train.adam.beta1=0.99"]
     args = [a for s in sets for a in ("--set", s)]
     code, single, err = cli("train", "--config", "configs/demo.yaml", *args, "--set", f"model_dir={tmp_path / 'single'}")
     assert code == 0, err[-3000:]
@@ -56,7 +58,12 @@ def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path
 
 def _export_serve_and_resume(tmp_path, cli, args, cluster_auc, table, saved, ckpt):
     """Trained on 2 PS: `tfps export` with the same config (one shard) serves the chief's model
-    (loaded in a graph of its own), and training resumes on 3 PS from the 2-PS checkpoint."""
+    (loaded in a graph of its own), and training resumes on 3 PS (`tfps launch`) and in one
+    process (`tfps train`) from the 2-PS checkpoint, with the same variable names and fingerprint.
+    Adam's beta powers (beta1 0.99: 0.9 ** 900 is below float32) are saved as one pair whatever the PS count (the other PS tasks hold local
+    copies), and each resume continues the saved pair. Oracle: with one trainer, the pair is
+    the saved pair times (beta1, beta2) ** (steps since)."""
+    from tfps.state import manifest
     from tfps.config import load_config
     from tfps.data import SyntheticCriteo
     from tfps.data.synthetic import auc
@@ -74,6 +81,7 @@ def _export_serve_and_resume(tmp_path, cli, args, cluster_auc, table, saved, ckp
     # The chief scored the same checkpoint on the same sample: the served model gives its AUC.
     assert abs(auc(labels, served) - cluster_auc) < 1e-4, (auc(labels, served), cluster_auc)
     step = int(ckpt.rsplit("-", 1)[1])
+    shutil.copytree(model_dir, tmp_path / "one", ignore=shutil.ignore_patterns("logs"))
     # The resumed run also evicts (on the chief) and writes delta checkpoints: switches that work
     # on the cluster, and that do not change the table's name.
     policy = ["model.eviction.after_steps=40", "train.evict_every_steps=20", "train.delta_every_secs=0.5"]
@@ -85,7 +93,7 @@ def _export_serve_and_resume(tmp_path, cli, args, cluster_auc, table, saved, ckp
     resumed = tf.train.latest_checkpoint(str(model_dir))
     final_step = int(resumed.rsplit("-", 1)[1])
     assert final_step >= step + 100
-    from tfps.estimator.incremental import delta_files
+    from tfps.runner.incremental import delta_files
     deltas = delta_files(str(model_dir), after_step=step)
     assert deltas and tf.train.load_checkpoint(deltas[0][1]).has_tensor(f"{table}-delta-keys")
     last_step = tf.train.load_variable(resumed, f"{table}-last_step")
@@ -101,41 +109,22 @@ def _export_serve_and_resume(tmp_path, cli, args, cluster_auc, table, saved, ckp
     assert not missing, (len(missing), len(saved["keys"]), resumed)
     fewer = [k for k, f in zip(saved["keys"].tolist(), saved["freq"].tolist()) if freq[position[k]] < f]
     assert not fewer, (len(fewer), resumed)
-
-
-def test_adam_checkpoint_of_2_ps_resumes_on_3_ps_and_in_one_process(tmp_path, cli):
-    """Adam's beta powers are saved as one pair whatever the PS count (the other PS tasks hold
-    local copies): a 2-PS checkpoint resumes on 3 PS (`tfps launch`) and in one process
-    (`tfps train`) with the same fingerprint, and each continues the saved pair. Oracle: with
-    one trainer the pair is (beta1, beta2) ** (global step + 1) at every checkpoint."""
-    from tfps.state import manifest
-    sets = SMALL + ["train.optimizer=adam", "train.learning_rate=0.01", "train.save_checkpoints_steps=1000"]
-
-    def train(command, model_dir, steps, *extra):
-        args = [a for s in sets + [f"train.steps={steps}", f"model_dir={model_dir}"] for a in ("--set", s)]
-        if command == "train":   # one process: this one
-            code, out, err = cli(command, "--config", "configs/demo.yaml", *extra, *args)
-            assert code == 0, out[-3000:] + err[-3000:]
-        else:
-            out = subprocess.run([sys.executable, "-m", "tfps.cli", command, "--config", "configs/demo.yaml", *extra,
-                                  *args], capture_output=True, text=True, timeout=300)
-            assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-        checkpoint = tf.train.latest_checkpoint(str(model_dir))
-        assert checkpoint.endswith(f"-{steps}"), checkpoint
-        return checkpoint
-
-    two = train("launch", tmp_path / "cluster", 40, "--ps", "2", "--workers", "1")
-    shutil.copytree(tmp_path / "cluster", tmp_path / "one", ignore=shutil.ignore_patterns("logs"))
-    three = train("launch", tmp_path / "cluster", 80, "--ps", "3", "--workers", "1")
-    one = train("train", tmp_path / "one", 80)
-    names = [{n for n, _ in tf.train.list_variables(c)} for c in (two, three, one)]
+    # In one process, from a copy of the 2-PS model_dir.
+    code, _, err = cli("train", "--config", "configs/demo.yaml", *args, "--set", f"train.steps={step + 100}",
+                       "--set", f"model_dir={tmp_path / 'one'}")
+    assert code == 0, err[-3000:]
+    one = tf.train.latest_checkpoint(str(tmp_path / "one"))
+    assert one.endswith(f"-{step + 100}"), one
+    names = [{n for n, _ in tf.train.list_variables(c)} for c in (ckpt, resumed, one)]
     assert names[0] == names[1] == names[2]
     assert {n for n in names[0] if "power" in n} == {"beta1_power", "beta2_power"}
-    assert len({manifest.read(c)["fingerprint"] for c in (two, three, one)}) == 1
-    for checkpoint in (two, three, one):
-        step = int(checkpoint.rsplit("-", 1)[1])
+    assert len({manifest.read(c)["fingerprint"] for c in (ckpt, resumed, one)}) == 1
+    start = [tf.train.load_variable(ckpt, n) for n in ("beta1_power", "beta2_power")]
+    for checkpoint in (resumed, one):
+        steps = int(checkpoint.rsplit("-", 1)[1]) - step
         powers = [tf.train.load_variable(checkpoint, n) for n in ("beta1_power", "beta2_power")]
-        np.testing.assert_allclose(powers, [0.9 ** (step + 1), 0.999 ** (step + 1)], rtol=1e-5, err_msg=checkpoint)
+        np.testing.assert_allclose(powers, [start[0] * 0.99 ** steps, start[1] * 0.999 ** steps], rtol=1e-5,
+                                   err_msg=checkpoint)
 
 
 def test_cluster_spec_uses_distinct_free_ports():
