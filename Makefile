@@ -15,10 +15,11 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 demo: build
 	$(PY) -m tfps.cli launch --config configs/demo.yaml --ps 2 --workers 2
 
-# The venv and the op library are built beside the two sanitizer builds (pip leaves a core idle).
+# The venv and the op library are built beside the two sanitizer builds (pip leaves a core idle),
+# and the sanitizer runs go beside pytest (they use a core and a half, pytest starts its workers).
 test: deps
 	$(MAKE) -j2 build cc-build
-	$(MAKE) cc-test py-test
+	$(MAKE) -j2 cc-test py-test
 
 # System packages: oneTBB headers and library.
 deps:
@@ -59,9 +60,15 @@ $(CC_BIN)/bench_%: $(CC_SRCS) $(wildcard kernels/core/*.h) benchmarks/bench_%.cc
 cc-build: | deps
 	$(MAKE) -j$$(nproc) $(CC_BIN)/core_asan $(CC_BIN)/core_tsan
 
+# Each run's log (every test and its time) is in build/cc/; its summary line is printed, the
+# whole log when it fails.
 cc-test: cc-build
-	ASAN_OPTIONS=detect_leaks=1 $(CC_BIN)/core_asan
-	TSAN_OPTIONS=halt_on_error=1 $(CC_BIN)/core_tsan
+	@ASAN_OPTIONS=detect_leaks=1 $(CC_BIN)/core_asan > $(CC_BIN)/asan.log 2>&1 \
+	  && echo "C++ core under ASan+UBSan: $$(tail -1 $(CC_BIN)/asan.log) (build/cc/asan.log)" \
+	  || { cat $(CC_BIN)/asan.log; exit 1; }
+	@TSAN_OPTIONS=halt_on_error=1 $(CC_BIN)/core_tsan > $(CC_BIN)/tsan.log 2>&1 \
+	  && echo "C++ core under TSan: $$(tail -1 $(CC_BIN)/tsan.log) (build/cc/tsan.log)" \
+	  || { cat $(CC_BIN)/tsan.log; exit 1; }
 
 # One pytest worker more than cores: the cluster tests wait on peers and restarts, and a third
 # worker fills those waits. Tests sharing an expensive module fixture are one xdist_group.
