@@ -101,26 +101,30 @@ CHAOS = ["--config", "configs/demo.yaml", "--set", f"train.steps={STEPS}", "--se
          "--set", "train.log_every_steps=1000", "--set", "eval.examples=20000"]
 
 
-def _train(model_dir, kill_after=None, kill_when=None):
-    """`tfps train` of CHAOS into model_dir, killed with SIGKILL kill_after seconds after its first
-    line, or once kill_when() is true (None: to the end). Returns the final JSON line's dict, or
-    None when killed."""
-    p = subprocess.Popen([sys.executable, "-m", "tfps.cli", "train", *CHAOS, "--set", f"model_dir={model_dir}"],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    first = p.stdout.readline()   # TensorFlow is imported: the rest is graph, restore and training
+@pytest.fixture(scope="session")
+def forker():
+    from forker import Forker
+    f = Forker(ROOT)
+    yield f
+    f.close()
+
+
+def _train(forker, model_dir, kill_after=None, kill_when=None):
+    """`tfps train` of CHAOS into model_dir (a process of its own, forked by `forker`), killed with
+    SIGKILL kill_after seconds after its first line, or once kill_when() is true (None: to the
+    end). Returns the final JSON line's dict, or None when killed."""
+    run = forker.start(["train", *CHAOS, "--set", f"model_dir={model_dir}"], f"{model_dir}.out")
+    run.first_line()   # the config is read: the rest is graph, restore and training
     if kill_when is not None:
         deadline = time.time() + 300
-        while p.poll() is None and not kill_when() and time.time() < deadline:
+        while run.poll() is None and not kill_when() and time.time() < deadline:
             time.sleep(0.05)
-        kill_after = 0 if p.poll() is None else None
-    try:
-        out, _ = p.communicate(timeout=kill_after if kill_after is not None else 600)
-    except subprocess.TimeoutExpired:
-        p.send_signal(signal.SIGKILL)
-        p.communicate()
+        kill_after = 0 if run.poll() is None else None
+    if run.wait(kill_after if kill_after is not None else 600) is None:
+        run.kill()
         return None
-    assert p.returncode == 0, (first + out)[-3000:]
-    return json.loads(out.strip().splitlines()[-1])
+    assert run.returncode == 0, run.output()[-3000:]
+    return json.loads(run.output().strip().splitlines()[-1])
 
 
 def _updates(model_dir):
@@ -136,10 +140,10 @@ def _updates(model_dir):
 
 
 @pytest.fixture(scope="session")   # kept for the worker's session: a module fixture is torn down
-def straight(tmp_path_factory):    # whenever xdist runs another file's test between the group's two
+def straight(tmp_path_factory, forker):    # whenever xdist runs another file's test between the group's two
     """An uninterrupted run of CHAOS: (final JSON, {table: (keys, update counts)}, global step)."""
     model_dir = str(tmp_path_factory.mktemp("straight"))
-    result = _train(model_dir)
+    result = _train(forker, model_dir)
     return (result, *_updates(model_dir))
 
 
@@ -155,7 +159,7 @@ def _same_updates(model_dir, straight):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("straight")   # one uninterrupted run serves both (make test: --dist loadgroup)
-def test_a_refused_delta_says_what_to_move_and_moving_it_trains_every_batch_once(tmp_path, straight):
+def test_a_refused_delta_says_what_to_move_and_moving_it_trains_every_batch_once(tmp_path, straight, forker):
     """A delta in the middle of the chain is cut short: the resume is refused (exit 2) before it
     trains; moving the files DeltaRefused names resumes from the cut before it, and the run ends
     with every row's update count equal to the uninterrupted run's."""
@@ -165,7 +169,7 @@ def test_a_refused_delta_says_what_to_move_and_moving_it_trains_every_batch_once
             return len(deltas.latest_cut(model_dir)[1]) >= 3
         except (ValueError, tf.errors.OpError):   # a file being written as we read
             return False
-    killed = _train(model_dir, kill_when=three_deltas)
+    killed = _train(forker, model_dir, kill_when=three_deltas)
     assert killed is None, "the run ended before it was killed"
     full, chain, _ = deltas.latest_cut(model_dir)
     assert len(chain) >= 3, chain
@@ -174,9 +178,8 @@ def test_a_refused_delta_says_what_to_move_and_moving_it_trains_every_batch_once
     with open(data, "r+b") as f:
         f.truncate(os.path.getsize(data) // 2)
     before = sorted(os.listdir(model_dir))
-    p = subprocess.run([sys.executable, "-m", "tfps.cli", "train", *CHAOS, "--set", f"model_dir={model_dir}"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 2, p.stderr[-2000:]
+    resume = forker.start(["train", *CHAOS, "--set", f"model_dir={model_dir}"], f"{model_dir}.resume.out")
+    assert resume.wait(300) == 2, resume.output()[-2000:]
     assert sorted(os.listdir(model_dir)) == before   # a refused run leaves model_dir as it was
     assert deltas.delta_files(model_dir, after_step=-1)[-len(chain):] == chain   # nothing trained or written
     assert tf.train.latest_checkpoint(model_dir) == full
@@ -188,13 +191,13 @@ def test_a_refused_delta_says_what_to_move_and_moving_it_trains_every_batch_once
         for path in tf.io.gfile.glob(prefix + ".*"):
             os.rename(path, tmp_path / "moved" / os.path.basename(path))
     assert deltas.latest_cut(model_dir)[2] == chain[0][0]
-    _train(model_dir)
+    _train(forker, model_dir)
     _same_updates(model_dir, straight)
 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("straight")
-def test_kill_9_at_random_moments_trains_every_batch_once(tmp_path, straight):
+def test_kill_9_at_random_moments_trains_every_batch_once(tmp_path, straight, forker):
     """6 kills at random moments (deltas every second, full checkpoints every 1200 steps), each
     resumed: every row has as many updates as in an uninterrupted run of the same batches, and
     the AUC is within 0.002 of it."""
@@ -202,14 +205,14 @@ def test_kill_9_at_random_moments_trains_every_batch_once(tmp_path, straight):
     chaos = str(tmp_path / "chaos")
     kills = deltas_seen = 0
     while kills < 6:
-        result = _train(chaos, kill_after=rng.uniform(0.0, 4.0))
+        result = _train(forker, chaos, kill_after=rng.uniform(0.0, 4.0))
         if result is not None:
             break   # it finished before this kill
         kills += 1
         deltas_seen += len([f for f in os.listdir(chaos) if f.startswith("delta-") and f.endswith(".index")])
     assert kills >= 5 and deltas_seen >= 3   # the kills hit training with deltas, not only start-ups
     if result is None:
-        result = _train(chaos)
+        result = _train(forker, chaos)
     _same_updates(chaos, straight)
     assert abs(result["auc"] - straight[0]["auc"]) <= 0.002
 
