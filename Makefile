@@ -1,5 +1,19 @@
 # make demo | make test: each sets up everything from a clean clone.
-PY      := .venv/bin/python
+#
+# TensorFlow line: TF=2.15 (with tf.estimator; the default until the suite passes on 2.21) or
+# TF=2.21 (the current release, no tf.estimator), e.g. `make test TF=2.21`. Each has its own venv
+# (.venv-tf2.15, .venv-tf2.21; .venv points at the last one built), made with the newest Python on
+# this machine that the line supports (PYTHON=... to choose one).
+TF ?= 2.15
+SUPPORTED_TF := 2.15 2.21
+PYTHONS_2.15 := python3.11 python3.10
+PYTHONS_2.21 := python3.13 python3.12 python3.11 python3.10
+ifeq ($(filter $(TF),$(SUPPORTED_TF)),)
+$(error TF=$(TF) is not a supported TensorFlow line: choose TF=2.15 (the default) or TF=2.21)
+endif
+PYTHON  ?= $(firstword $(foreach p,$(PYTHONS_$(TF)),$(shell command -v $(p) 2>/dev/null)))
+VENV    := .venv-tf$(TF)
+PY      := $(VENV)/bin/python
 SO      := tfps/_tfps_ops.so
 CXX     ?= g++
 CC_SRCS := $(wildcard kernels/core/*.cc)
@@ -28,17 +42,26 @@ deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libtbb-dev; \
 	fi
 
-.venv/.installed: requirements.txt requirements-nodeps.txt | deps
-	python3.11 -m venv .venv
+$(VENV)/.installed: requirements/tf-$(TF).txt requirements/serving-$(TF).txt requirements/common.txt | deps
+	@if [ -z "$(PYTHON)" ]; then echo "no Python for TensorFlow $(TF) on this machine: install one of" \
+	  "$(PYTHONS_$(TF)) with its venv module (Debian: apt-get install python3-venv), or name one: PYTHON=..."; exit 1; fi
+	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
-	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
+	$(PY) -m pip install -q -r requirements/tf-$(TF).txt
+	$(PY) -m pip install -q --no-deps -r requirements/serving-$(TF).txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
-setup: deps .venv/.installed
+setup: deps $(VENV)/.installed
+	@if [ -d .venv ] && [ ! -L .venv ]; then echo "note: .venv is a directory of its own (from before the TF lines): make uses $(VENV)"; \
+	else ln -sfn $(VENV) .venv; fi
 
-$(SO): .venv/.installed setup.py $(wildcard ops/*.cc kernels/*.cc kernels/*.h kernels/core/*.cc kernels/core/*.h bindings/*.cc)
+# build/.tf-<line> names the line the in-tree op library is built for: switching lines relinks it
+# (setup.py keeps each line's objects).
+build/.tf-$(TF):
+	@mkdir -p build && rm -f build/.tf-* && touch $@
+
+$(SO): $(VENV)/.installed build/.tf-$(TF) setup.py $(wildcard ops/*.cc kernels/*.cc kernels/*.h kernels/core/*.cc kernels/core/*.h bindings/*.cc)
 	$(PY) setup.py -q build_ops
 
 build: setup $(SO)

@@ -184,6 +184,19 @@ py_test(
 """
 
 
+def install_requires():
+    """The wheel's requirements: the TensorFlow it is built with (its op library fits no other;
+    tfps.ops refuses another with one line), and that line's NumPy."""
+    from importlib import metadata
+    try:
+        tf = "tensorflow-cpu", metadata.version("tensorflow-cpu")
+    except metadata.PackageNotFoundError:
+        tf = "tensorflow", metadata.version("tensorflow")
+    line = tuple(int(p) for p in tf[1].split(".")[:2])
+    pins = ["tensorflow-estimator==2.15.0", "numpy<2"] if line < (2, 16) else ["numpy>=2"]
+    return [f"{tf[0]}=={tf[1]}", *pins, "pyyaml", "threadpoolctl>=3,<4", "grpcio>=1.59,<2", "Werkzeug>=3,<4"]
+
+
 class _NoOptions(Command):
     user_options = []
 
@@ -232,9 +245,8 @@ if __name__ == "__main__":
         packages=find_packages(include=["tfps", "tfps.*"]),
         package_data={"tfps": ["_tfps_ops.so", "_core*.so", "_build_info.json"]},
         entry_points={"console_scripts": ["tfps = tfps.cli:main"]},
-        python_requires=">=3.11",
-        install_requires=["tensorflow-cpu==2.15.1", "tensorflow-estimator==2.15.0", "numpy<2", "pyyaml", "threadpoolctl>=3,<4",
-                          "grpcio>=1.59,<2", "Werkzeug>=3,<4"],
+        python_requires=">=3.10",
+        install_requires=install_requires(),
         cmdclass={"build_ops": BuildOps, "build_py": BuildPyWithOps, "build_file": BuildFile},
         distclass=BinaryDistribution,
     )
