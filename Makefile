@@ -6,12 +6,17 @@
 # this machine that the line supports (PYTHON=... to choose one).
 TF ?= 2.15
 SUPPORTED_TF := 2.15 2.21
-PYTHONS_2.15 := python3.11 python3.10
-PYTHONS_2.21 := python3.13 python3.12 python3.11 python3.10
+PYTHONS_2.15 := python3.11 python3.10 python3
+PYTHONS_2.21 := python3.13 python3.12 python3.11 python3.10 python3
+RANGE_2.15 := (3, 10), (3, 11)
+RANGE_2.21 := (3, 10), (3, 13)
 ifeq ($(filter $(TF),$(SUPPORTED_TF)),)
 $(error TF=$(TF) is not a supported TensorFlow line: choose TF=2.15 (the default) or TF=2.21)
 endif
-PYTHON  ?= $(firstword $(foreach p,$(PYTHONS_$(TF)),$(shell command -v $(p) 2>/dev/null)))
+# The first candidate that runs, is in the line's range and has venv (a pyenv shim of a version
+# not selected does not run).
+PYTHON  ?= $(shell for p in $(PYTHONS_$(TF)); do $$p -c 'import sys, venv, ensurepip; lo, hi = $(RANGE_$(TF)); \
+             sys.exit(not lo <= sys.version_info[:2] <= hi)' >/dev/null 2>&1 && { echo $$p; break; }; done)
 VENV    := .venv-tf$(TF)
 PY      := $(VENV)/bin/python
 SO      := tfps/_tfps_ops.so
