@@ -27,7 +27,7 @@ def run(evict):
         loss = tf.reduce_sum(tf.square(tfps.embedding_lookup(ev, ids)))
         train = tfps.train.AdagradOptimizer(0.05).minimize(loss, global_step=gs)
         stats = ev.memory_stats()
-        hooks = [tfps.estimator.EvictionHook(10, printer=lambda *a, **k: None)] if evict else []
+        hooks = [tfps.runner.EvictionHook(10, printer=lambda *a, **k: None)] if evict else []
         samples = []
         with tf.compat.v1.train.MonitoredSession(hooks=hooks) as s:
             for t in range(STEPS):

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 import tfps
+from tfps.models.common import dense_layer
 from initializer_reference import init_rows
 from tfps.state import manifest
 from tfps.state.saver import StateSaver
@@ -240,10 +241,9 @@ class _Model:
                 self.y = tf.compat.v1.placeholder(tf.float32, [B, 1])
                 ev = tfps.get_embedding_variable("e", 4, num_shards=2)
                 rows = tf.reshape(tfps.embedding_lookup(ev, self.ids), [B, 12])
-                h = tf.compat.v1.layers.dense(tf.concat([rows, self.x], 1), 8, activation=tf.nn.relu, name="h",
-                                              kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=1))
-                logit = tf.compat.v1.layers.dense(h, 1, name="out",
-                                                  kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=2))
+                h = dense_layer(tf.concat([rows, self.x], 1), 8, "h", activation=tf.nn.relu,
+                                kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=1))
+                logit = dense_layer(h, 1, "out", kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=2))
                 loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=self.y, logits=logit))
                 optimizer = tfps.train.AdamOptimizer(0.05, beta1=ADAM_BETAS[0], beta2=ADAM_BETAS[1], epsilon=1e-6)
                 self.train_op = optimizer.minimize(loss, global_step=self.gs)

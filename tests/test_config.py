@@ -61,6 +61,15 @@ def test_bad_yaml_file(tmp_path):
 
 
 def test_checkpoints_by_steps_or_by_seconds():
+    from tfps.runner.job import settings_of
+    by_steps = settings_of(load_config("configs/demo.yaml", ["model_dir=/tmp/x"]))
+    by_secs = settings_of(load_config("configs/demo.yaml", ["model_dir=/tmp/x", "train.save_checkpoints_secs=30"]))
+    assert (by_steps.save_checkpoints_steps, by_steps.save_checkpoints_secs) == (1500, None)
+    assert (by_secs.save_checkpoints_steps, by_secs.save_checkpoints_secs) == (None, 30)
+
+
+@pytest.mark.estimator
+def test_an_estimators_run_config_saves_as_the_runner():
     from tfps.estimator.runner import make_estimator
     by_steps = make_estimator(load_config("configs/demo.yaml", ["model_dir=/tmp/x"])).config
     by_secs = make_estimator(load_config("configs/demo.yaml", ["model_dir=/tmp/x",

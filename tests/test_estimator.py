@@ -2,6 +2,7 @@
 import dataclasses
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import tfps
@@ -11,12 +12,14 @@ from tfps.embedding.saveable import PARTS
 from tfps.models.deepfm import deepfm_logits
 from tfps.data import SyntheticCriteo
 from tfps.data.sources import eval_set, train_input_fn
-from tfps.estimator.runner import make_estimator
+
+pytestmark = pytest.mark.estimator
 
 
 def test_estimator_checkpoint_restores_tables(tmp_path):
     cfg = load_config("configs/demo.yaml", ["train.steps=30", "train.batch_size=128", "model.hidden_units=[16]",
                                             "data.vocab_max=2000", f"model_dir={tmp_path}"])
+    from tfps.estimator.runner import make_estimator
     gen = SyntheticCriteo(cfg.data)
     est = make_estimator(cfg)
     est.train(train_input_fn(gen, cfg.train.batch_size), max_steps=cfg.train.steps)

@@ -54,7 +54,7 @@ def test_hook_keeps_memory_flat_while_ids_churn(graph):
     ids = tf.range(2000, dtype=tf.int64) + tf.cast(gs, tf.int64) * 2000
     loss = tf.reduce_sum(tfps.embedding_lookup(ev, ids))
     train = tfps.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
-    hook = tfps.estimator.EvictionHook(every_n_steps=5, printer=lambda *a, **k: None)
+    hook = tfps.runner.EvictionHook(every_n_steps=5, printer=lambda *a, **k: None)
     stats = ev.memory_stats()
     size_op = ev.size()
     reserved = []
@@ -80,7 +80,7 @@ def test_bad_options():
     with pytest.raises(ValueError, match="evict_l2_below"):
         tfps.EmbeddingOptions(evict_l2_below=-0.5)
     with pytest.raises(ValueError, match="every_n_steps"):
-        tfps.estimator.EvictionHook(0)
+        tfps.runner.EvictionHook(0)
 
 
 @pytest.mark.parametrize("num_shards", [1, 2])
@@ -198,7 +198,7 @@ def test_hook_runs_the_rules_at_multiples_of_its_period_also_with_runs_that_do_n
     gs = tf.compat.v1.train.get_or_create_global_step()
     loss = tf.reduce_sum(tfps.embedding_lookup(ev, tf.constant([1, 2], tf.int64)))
     train = tfps.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
-    hook = tfps.estimator.EvictionHook(every_n_steps=5, printer=lambda *a, **k: None)
+    hook = tfps.runner.EvictionHook(every_n_steps=5, printer=lambda *a, **k: None)
     with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as s:
         seen = []
         for _ in range(12):

@@ -6,9 +6,10 @@ import numpy as np
 import tensorflow as tf
 
 import tfps
+from tfps.models.common import dense_layer
 from tfps.cluster.launch import cluster_spec
 from tfps.cluster.placement import replica_device_setter
-from tfps.estimator import rpc_stats
+from tfps.runner import rpc_stats
 from tfps.embedding.step import TrainingStep
 from tfps.train.fused import FusedDense
 from tfps.train.push import FusedPush
@@ -31,11 +32,10 @@ def _train(spec, target, fused, optimizer):
                 step.push.fused.install(graph)
             ev = tfps.get_embedding_variable("e", 4, num_shards=2)
             rows = tf.reshape(tfps.embedding_lookup(ev, ids, step=step), [BATCH, 12])
-            h = tf.compat.v1.layers.dense(tf.concat([rows, x], 1), 8, activation=tf.nn.relu, name="h",
-                                          kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=1),
-                                          kernel_regularizer=lambda w: 0.01 * tf.reduce_sum(tf.square(w)))
-            logit = tf.compat.v1.layers.dense(h, 1, name="out",
-                                              kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=2))
+            h = dense_layer(tf.concat([rows, x], 1), 8, "h", activation=tf.nn.relu,
+                            kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=1),
+                            kernel_regularizer=lambda w: 0.01 * tf.reduce_sum(tf.square(w)))
+            logit = dense_layer(h, 1, "out", kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=2))
             loss = tf.reduce_mean(tf.square(logit)) + tf.add_n(tf.compat.v1.losses.get_regularization_losses())
             train_op = optimizer().minimize(loss, global_step=gs, step=step)
             assert not TrainingStep.of(graph).lookups   # nothing went through the graph's own step

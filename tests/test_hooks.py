@@ -1,15 +1,15 @@
-"""tfps.estimator.CheckpointSaverHook against tf.compat.v1.train.CheckpointSaverHook: the same
+"""tfps.runner.CheckpointSaverHook against tf.compat.v1.train.CheckpointSaverHook: the same
 checkpoints, without a session.run of its own on the steps where no save is due; and the
 runners' estimators saving through it."""
 import types
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from tensorflow.python.training import basic_session_run_hooks, training_util
 
 import tfps
-from tfps.estimator import CheckpointSaverHook
-from tfps.estimator.runner import with_checked_saver
+from tfps.runner import CheckpointSaverHook
 
 
 def _count_reads(hook, reads):
@@ -77,7 +77,9 @@ def test_time_based_saves_come_when_tfs_do(tmp_path, monkeypatch):
     assert len(runs["tf"][0]) >= 4  # saves by time happened in the middle of the run
 
 
+@pytest.mark.estimator
 def test_the_runners_estimators_save_through_it(tmp_path, monkeypatch):
+    from tfps.estimator.runner import with_checked_saver
     # A model_fn with a tfps table and optimizer, wrapped as the runners wrap theirs: checkpoints
     # at the configured steps, and the global step read only when a save is due.
     reads, used = [], []

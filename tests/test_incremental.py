@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import tfps
-from tfps.estimator.incremental import delta_files
+from tfps.runner.incremental import delta_files
 
 
 def _build(num_shards=2):
@@ -31,9 +31,9 @@ def test_full_plus_deltas_equals_full(tmp_path):
     run_dir = str(tmp_path / "run")
     with tf.Graph().as_default():
         ev, train, export, w = _build()
-        inc = tfps.estimator.IncrementalCheckpoints(run_dir, every_steps=2, printer=lambda *a, **k: None)
+        inc = tfps.runner.IncrementalCheckpoints(run_dir, every_steps=2, printer=lambda *a, **k: None)
         saver_hook = tf.compat.v1.train.CheckpointSaverHook(run_dir, save_steps=10, listeners=[inc.listener])
-        evict = tfps.estimator.EvictionHook(3, printer=lambda *a, **k: None)
+        evict = tfps.runner.EvictionHook(3, printer=lambda *a, **k: None)
         with tf.compat.v1.train.SingularMonitoredSession(hooks=[saver_hook, evict, inc]) as s:
             for _ in range(22):
                 s.run(train)
@@ -48,7 +48,7 @@ def test_full_plus_deltas_equals_full(tmp_path):
     tf.compat.v1.train.update_checkpoint_state(run_dir, os.path.join(run_dir, "model.ckpt-20"))
     with tf.Graph().as_default():
         ev, train, export, w = _build()
-        restore = tfps.estimator.DeltaRestoreHook(run_dir, printer=lambda *a, **k: None)
+        restore = tfps.runner.DeltaRestoreHook(run_dir, printer=lambda *a, **k: None)
         with tf.compat.v1.train.SingularMonitoredSession(hooks=[restore], checkpoint_dir=run_dir) as s:
             got = _sorted(s.run(export))
         assert restore.applied == [22]
@@ -58,9 +58,9 @@ def test_full_plus_deltas_equals_full(tmp_path):
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="exactly one of"):
-        tfps.estimator.IncrementalCheckpoints("/tmp/x")
+        tfps.runner.IncrementalCheckpoints("/tmp/x")
     with pytest.raises(ValueError, match="must be > 0"):
-        tfps.estimator.IncrementalCheckpoints("/tmp/x", every_steps=0)
+        tfps.runner.IncrementalCheckpoints("/tmp/x", every_steps=0)
 
 
 class _DiesBeforeItsLastSave(tf.compat.v1.train.CheckpointSaverHook):
@@ -73,10 +73,10 @@ def _train_with_deltas(run_dir, num_shards, steps, save_steps=10, every_steps=2)
     every_steps, and dies before a final full save; returns the final rows (sorted)."""
     with tf.Graph().as_default():
         ev, train, export, w = _build(num_shards)
-        inc = tfps.estimator.IncrementalCheckpoints(run_dir, every_steps=every_steps, printer=lambda *a, **k: None)
+        inc = tfps.runner.IncrementalCheckpoints(run_dir, every_steps=every_steps, printer=lambda *a, **k: None)
         saver_hook = _DiesBeforeItsLastSave(run_dir, save_steps=save_steps, listeners=[inc.listener])
-        evict = tfps.estimator.EvictionHook(3, printer=lambda *a, **k: None)
-        restore = tfps.estimator.DeltaRestoreHook(run_dir, printer=lambda *a, **k: None)
+        evict = tfps.runner.EvictionHook(3, printer=lambda *a, **k: None)
+        restore = tfps.runner.DeltaRestoreHook(run_dir, printer=lambda *a, **k: None)
         with tf.compat.v1.train.SingularMonitoredSession(hooks=[restore, saver_hook, evict, inc],
                                                          checkpoint_dir=run_dir) as s:
             while s.run(tf.compat.v1.train.get_global_step()) < steps:
@@ -88,7 +88,7 @@ def _restore(run_dir, num_shards):
     """(rows after restoring full + deltas, applied steps), or the ValueError raised."""
     with tf.Graph().as_default():
         ev, train, export, w = _build(num_shards)
-        restore = tfps.estimator.DeltaRestoreHook(run_dir, printer=lambda *a, **k: None)
+        restore = tfps.runner.DeltaRestoreHook(run_dir, printer=lambda *a, **k: None)
         restore.begin()
         with tf.compat.v1.Session() as s:
             tf.compat.v1.train.Saver().restore(s, tf.train.latest_checkpoint(run_dir))
@@ -153,7 +153,7 @@ def test_removed_keys_past_the_log_bound_make_a_complete_delta(tmp_path):
         remove = ev.remove(keys)
         step = tf.compat.v1.assign_add(gs, 1)
         stats = ev.memory_stats()
-        inc = tfps.estimator.IncrementalCheckpoints(run_dir, every_steps=1, printer=lambda *a, **k: None)
+        inc = tfps.runner.IncrementalCheckpoints(run_dir, every_steps=1, printer=lambda *a, **k: None)
         inc.begin()
         saver = tf.compat.v1.train.Saver()
         with tf.compat.v1.Session() as s:

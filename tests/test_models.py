@@ -11,6 +11,7 @@ from tfps.config import load_config
 from tfps.data.convert import convert
 from tfps.data.sources import make_source
 from tfps.models.common import split_rows
+from tfps.models.spec import ModeKeys
 from tfps.models.dcn import cross_layer
 from tfps.models.zoo import model_fn
 
@@ -58,12 +59,12 @@ def test_a_dense_kernel_too_large_is_refused_before_its_variable_is_made(graph, 
     params = {"model": dataclasses.asdict(cfg.model), "train": dataclasses.asdict(cfg.train),
               "schema": schema_of(cfg).to_params()}
     with pytest.raises(ConfigError, match=r"dense variable \S+/kernel of shape \[436207603, (400|436207603)\]"):
-        model_fn(features, tf.zeros([2]), tf.estimator.ModeKeys.TRAIN, params)
+        model_fn(features, tf.zeros([2]), ModeKeys.TRAIN, params)
     assert not [v for v in tf.compat.v1.global_variables() if v.shape.num_elements() > 1 << 30]
     with tf.Graph().as_default():   # the same model at dim 8 builds
         small = dataclasses.replace(cfg.model, embedding_dim=8)
         features = {"dense": tf.zeros([2, 13]), "ids": tf.zeros([2, 26], tf.int64)}
-        model_fn(features, tf.zeros([2]), tf.estimator.ModeKeys.TRAIN, {**params, "model": dataclasses.asdict(small)})
+        model_fn(features, tf.zeros([2]), ModeKeys.TRAIN, {**params, "model": dataclasses.asdict(small)})
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +94,7 @@ def _learns(data, fmt, model, optimizer="adagrad", learning_rate=0.05):
         tf.compat.v1.set_random_seed(0)
         features, labels = tf.compat.v1.data.make_one_shot_iterator(
             source.train_input_fn(256)().take(1).cache().repeat()).get_next()
-        spec = model_fn(features, labels, tf.estimator.ModeKeys.TRAIN, params)
+        spec = model_fn(features, labels, ModeKeys.TRAIN, params)
         with tf.compat.v1.Session() as s:
             s.run(tf.compat.v1.global_variables_initializer())
             losses = [s.run([spec.train_op, spec.loss])[1] for _ in range(30)]

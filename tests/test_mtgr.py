@@ -36,25 +36,40 @@ def _input(samples, repeat):
     return input_fn
 
 
-def _estimator(tmp_path, **model):   # a tfps model_fn in an Estimator of one's own, through the adapter
-    from tfps.estimator import estimator_model_fn
-    return tf.estimator.Estimator(estimator_model_fn(mtgr_model_fn), model_dir=str(tmp_path),
-                                  params={"model": {**MODEL, **model}, "train": TRAIN})
+class _Model:
+    """MTGR's model_fn on tfps's runner, in model_dir tmp_path (train to a global step, evaluate,
+    predict from the latest checkpoint)."""
+
+    def __init__(self, tmp_path, **model):
+        import tfps.runner
+        self.runner = tfps.runner
+        self.params = {"model": {**MODEL, **model}, "train": TRAIN}
+        self.settings = tfps.runner.RunSettings(str(tmp_path), save_checkpoints_secs=600)   # and at the end
+
+    def train(self, input_fn, steps, hooks=()):
+        self.runner.train(mtgr_model_fn, self.params, input_fn, self.settings, steps, hooks=hooks,
+                          printer=lambda *a, **k: None)
+
+    def evaluate(self, input_fn):
+        return self.runner.evaluate(mtgr_model_fn, self.params, input_fn, self.settings)
+
+    def predict(self, input_fn):
+        return list(self.runner.predict(mtgr_model_fn, self.params, input_fn, self.settings))
 
 
 def test_mtgr_trains_and_its_loss_falls(tmp_path, samples):
-    est = _estimator(tmp_path)
-    est.train(_input(samples, True), steps=1)
-    before = est.evaluate(_input(samples, False))
-    est.train(_input(samples, True), steps=150)
-    after = est.evaluate(_input(samples, False))
+    model = _Model(tmp_path)
+    model.train(_input(samples, True), 1)
+    before = model.evaluate(_input(samples, False))
+    model.train(_input(samples, True), 151)
+    after = model.evaluate(_input(samples, False))
     assert after["loss"] < before["loss"] - 0.02, (before, after)
     assert after["auc"] > 0.6
 
 
 def test_one_pass_scores_each_candidate_as_alone(tmp_path, samples):
-    est = _estimator(tmp_path)
-    est.train(_input(samples, True), steps=20)
+    model = _Model(tmp_path)
+    model.train(_input(samples, True), 20)
     sample = samples[3]
 
     def context(s):
@@ -69,7 +84,7 @@ def test_one_pass_scores_each_candidate_as_alone(tmp_path, samples):
         alones.append(alone)
     # one prediction run (one graph, one restore), batches of one sample each: each scored alone
     batches = [[sample]] + [[alone] for alone in alones] + [[short], [short, longest]]
-    outputs = list(est.predict(lambda: _batches_of(batches), yield_single_examples=False))
+    outputs = model.predict(lambda: _batches_of(batches))
     assert len(outputs) == len(batches)
     together = outputs[0]
     for k, out in enumerate(outputs[1:1 + len(alones)]):
@@ -94,12 +109,13 @@ def test_progress_counts_the_ratings_of_token_budget_batches(tmp_path, samples):
     batch_size. Oracle: the ratings (candidates) of the samples, trained once each."""
     from tfps.data.balance import balance_by_tokens
     from tfps.data.sequences import tokens
-    from tfps.estimator.hooks import ProgressHook
+    from tfps.runner.hooks import ProgressHook
+    if_unbounded = 10**9   # the input's end stops training
 
     def input_fn():
         return balance_by_tokens(sample_dataset(samples), 400, tokens).map(lambda x: (x, x["label"]))
     hook = ProgressHook(batch_size=16, every_n_steps=1000, printer=lambda *a, **k: None)
-    _estimator(tmp_path).train(input_fn, hooks=[hook])
+    _Model(tmp_path).train(input_fn, if_unbounded, hooks=[hook])
     assert hook.local_examples == sum(len(s["label"]) for s in samples)
     assert hook.local_steps > 1 and hook.local_examples != 16 * hook.local_steps
 
@@ -137,12 +153,12 @@ def test_mtgr_learns_on_the_local_cluster_from_tfrecords_then_serves(data, tmp_p
     assert metrics["model"] == "mtgr" and metrics["eval_examples"] == sum(len(s["label"]) for s in evaluation)
     assert metrics["logloss"] < _constant_logloss(data) - 0.01, metrics
     assert metrics["auc"] > 0.65 and metrics["gauc"] is not None
-    # What the run trained exports and serves: tfps serve (a stock stub) gives estimator.predict's scores.
+    # What the run trained exports and serves: tfps serve (a stock stub) gives tfps.runner.predict's scores.
     import grpc
     from tensorflow_serving.apis import prediction_service_pb2_grpc
     from serve_client import _request
     from tfps.config import load_config
-    from tfps.estimator.runner import make_estimator
+    from tfps.runner.job import predict
     from tfps.serving.server import ModelServer
     sets = [a for a in args[args.index("--config") + 2:] if a != "--set"]
     sets = [s for s in sets if s not in ("--ps", "--workers", "2")]
@@ -155,8 +171,7 @@ def test_mtgr_learns_on_the_local_cluster_from_tfrecords_then_serves(data, tmp_p
     cold = {**evaluation[0], **{k: evaluation[0][k][:0] for k in ("history_movie", "history_rating", "history_time",
                                                                   "realtime_movie", "realtime_rating", "realtime_time")}}
     chosen = evaluation[:12] + [cold]
-    want = np.concatenate([p["probabilities"] for p in make_estimator(cfg).predict(
-        _input(chosen, False), yield_single_examples=False)])
+    want = np.concatenate([p["probabilities"] for p in predict(cfg, _input(chosen, False))])
     with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
         rows = sess.run(tf.compat.v1.data.make_one_shot_iterator(sample_dataset(chosen[:12]).padded_batch(12)).get_next())
     rows = {k: v for k, v in rows.items() if k not in ("label", "user")}

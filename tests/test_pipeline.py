@@ -1,4 +1,5 @@
-"""tfps.pipeline: lookups run `depth` batches ahead, staged in queues, through tf.estimator.
+"""tfps.pipeline: lookups run `depth` batches ahead, staged in queues, on tfps's runner (and, on
+TensorFlow 2.15, through a tf.estimator.Estimator of one's own).
 
 Oracle: a counting table. Each id's row gets gradient -1 per occurrence (SGD, lr 1), so a row's
 first column is the number of updates it received: it must end equal to the id's occurrences in
@@ -32,6 +33,29 @@ class _Seen(tf.compat.v1.train.SessionRunHook):
         self.steps.append(run_values.results)
 
 
+class _Run:
+    """A model_fn on tfps's runner in model_dir, used as the tests used an Estimator: train to the
+    input's end (or max_steps), evaluate, the latest checkpoint and its values."""
+
+    def __init__(self, model_fn, model_dir):
+        import tfps.runner
+        self._runner = tfps.runner
+        self._model_fn = lambda features, labels, mode, params: model_fn(features, labels, mode)
+        self._settings = tfps.runner.RunSettings(str(model_dir), save_checkpoints_secs=600)   # and at the end
+
+    def train(self, input_fn, max_steps=10**9):
+        self._runner.train(self._model_fn, {}, input_fn, self._settings, max_steps, printer=lambda *a, **k: None)
+
+    def evaluate(self, input_fn):
+        return self._runner.evaluate(self._model_fn, {}, input_fn, self._settings)
+
+    def latest_checkpoint(self):
+        return tf.train.latest_checkpoint(self._settings.model_dir)
+
+    def get_variable_value(self, name):
+        return tf.train.load_variable(self.latest_checkpoint(), name)
+
+
 def _model_fn(seen):
     def model_fn(features, labels, mode):
         ev = tfps.get_embedding_variable("counts", DIM, initializer=tf.compat.v1.zeros_initializer())
@@ -41,7 +65,7 @@ def _model_fn(seen):
         train_op = tfps.train.GradientDescentOptimizer(1.0).minimize(loss, global_step=gs)
         hook = _Seen(features["ids"], rows)
         seen.append(hook)
-        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op, training_hooks=[hook])
+        return tfps.runner.ModelSpec(mode, loss=loss, train_op=train_op, training_hooks=(hook,))
     return model_fn
 
 
@@ -67,9 +91,23 @@ def _counts(est, part="values"):
 
 @pytest.mark.parametrize("depth,defer", [(1, False), (2, False), (1, True), (3, True), (5, True), (8, True)])
 def test_every_gradient_is_applied_once_and_rows_are_at_most_depth_steps_old(tmp_path, depth, defer):
-    batches = _batches(12)
     seen = []
-    est = tf.estimator.Estimator(_model_fn(seen), model_dir=str(tmp_path))
+    _check_every_gradient_once(_Run(_model_fn(seen), tmp_path), seen, depth, defer)
+
+
+@pytest.mark.estimator
+def test_an_estimator_of_ones_own_trains_through_the_pipeline(tmp_path):
+    """The same checks with a tf.estimator.Estimator (the model_fn through tfps.estimator's adapter)."""
+    from tfps.estimator import estimator_model_fn
+    seen = []
+    model_fn = _model_fn(seen)
+    est = tf.estimator.Estimator(estimator_model_fn(lambda features, labels, mode, params: model_fn(
+        features, labels, mode)), model_dir=str(tmp_path))
+    _check_every_gradient_once(est, seen, 3, True)
+
+
+def _check_every_gradient_once(est, seen, depth, defer):
+    batches = _batches(12)
     est.train(_input(batches, depth, defer))          # a finite input: trains to its end
     assert est.get_variable_value("global_step") == len(batches)
     occurrences = {}
@@ -101,7 +139,7 @@ def test_every_gradient_is_applied_once_and_rows_are_at_most_depth_steps_old(tmp
 def test_a_checkpoint_taken_mid_pipeline_resumes_at_the_next_batch(tmp_path):
     batches = _batches(20, seed=1)
     seen = []
-    est = tf.estimator.Estimator(_model_fn(seen), model_dir=str(tmp_path))
+    est = _Run(_model_fn(seen), tmp_path)
     est.train(_input(batches, 2, True, repeat=True), max_steps=7)   # batches 7..9 staged, 7's gradient computed
     step = int(est.get_variable_value("global_step"))
     assert step == 7
@@ -120,7 +158,7 @@ def test_a_checkpoint_taken_mid_pipeline_resumes_at_the_next_batch(tmp_path):
 def test_evaluation_reads_a_pipeline_dataset_through_a_background_feeder(tmp_path):
     batches = _batches(6, seed=2)
     seen = []
-    est = tf.estimator.Estimator(_model_fn(seen), model_dir=str(tmp_path))
+    est = _Run(_model_fn(seen), tmp_path)
     est.train(_input(batches, 1, False))
     result = est.evaluate(_input(batches, 2, False))
     # the loss of each batch is -(sum of its rows' counts): the tables do not change in eval
@@ -145,7 +183,7 @@ def test_defer_push_by_default_is_on_only_where_dense_variables_live_on_a_ps(on_
         assert pipeline.defer_push is on_ps
 
 
-def test_with_defer_push_a_dense_variable_is_exactly_one_step_stale():
+def test_with_defer_push_a_dense_variable_is_exactly_one_step_stale(tmp_path):
     """A dense variable without a worker copy (one process) under defer_push: step k computes
     its gradient at w after the pushes of steps < k - 1, i.e. w_k = w_{k-1} - lr * g(w_{k-2}).
     Oracle: that recurrence in numpy. (Its reads used to race the deferred update.)"""
@@ -160,14 +198,14 @@ def test_with_defer_push_a_dense_variable_is_exactly_one_step_stale():
         loss = 0.5 * w * w * tf.reduce_sum(features["x"]) + 0.0 * tf.reduce_sum(rows) + 0.0 * tf.reduce_sum(labels)
         train_op = tfps.train.GradientDescentOptimizer(lr).minimize(
             loss, global_step=tf.compat.v1.train.get_or_create_global_step())
-        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+        return tfps.runner.ModelSpec(mode, loss=loss, train_op=train_op)
 
     def input_fn():
         ds = tf.data.Dataset.from_tensor_slices(({"ids": np.stack(batches), "x": scale}, np.zeros(12, np.float32)))
         return tfps.data.PipelineDataset(ds, depth=1, defer_push=True)
     results = []
     for run in range(2):
-        est = tf.estimator.Estimator(model_fn, model_dir=None)
+        est = _Run(model_fn, tmp_path / str(run))
         est.train(input_fn)
         results.append(est.get_variable_value("w"))
     sums = scale.astype(np.float64).sum(1)

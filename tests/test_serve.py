@@ -3,6 +3,7 @@ versions swap under load with no failed request; bad requests get the right code
 server goes on. Oracle: estimator.predict on the same rows. (--follow and the model's state:
 test_serve_state.py.)"""
 import concurrent.futures
+import dataclasses
 import json
 import os
 import shutil
@@ -23,7 +24,9 @@ from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb
 from tfps.config import load_config
 from tfps.data import SyntheticCriteo
 from tfps.data.sources import eval_set, train_input_fn
-from tfps.estimator.runner import export, make_estimator
+from tfps.models.zoo import model_fn
+from tfps.runner import train
+from tfps.runner.job import export, params_of, predict, settings_of
 from tfps.serving.server import ModelServer
 from tfps.serving.servable import Servable
 from serve_client import _request
@@ -44,27 +47,28 @@ def _rows(cfg, n=96):
     return features
 
 
-def _predict(est, features, hooks=None):
-    return np.concatenate([p["probabilities"] for p in est.predict(
-        lambda: tf.data.Dataset.from_tensor_slices(features).batch(len(features["ids"])),
-        yield_single_examples=False, hooks=hooks)])
+def _predict(cfg, features):
+    """The scores of the latest checkpoint (with its deltas) for features, by tfps.runner.predict."""
+    return np.concatenate([p["probabilities"] for p in predict(
+        cfg, lambda: tf.data.Dataset.from_tensor_slices(features).batch(len(features["ids"])))])
 
 
-def _train(cfg, steps, hooks=None, listeners=None, run_config=None):
-    est = make_estimator(cfg, run_config)
-    est.train(train_input_fn(SyntheticCriteo(cfg.data), cfg.train.batch_size), max_steps=steps, hooks=hooks,
-              saving_listeners=listeners)
-    return est
+def _train(cfg, steps, hooks=(), listeners=(), **settings):
+    """Trains cfg's model to global step `steps` on the runner (settings: RunSettings fields to
+    change, e.g. no full checkpoints)."""
+    run = dataclasses.replace(settings_of(cfg), **settings)
+    train(model_fn, params_of(cfg), train_input_fn(SyntheticCriteo(cfg.data), cfg.train.batch_size), run, steps,
+          hooks=hooks, saving_listeners=listeners, printer=lambda *a, **k: None)
 
 
 @pytest.fixture(scope="session")   # the group "serve" on one worker: built once
 def trained(tmp_path_factory):
-    """A model trained 40 steps, exported as a version; the rows and estimator.predict's scores."""
+    """A model trained 40 steps, exported as a version; the rows and tfps.runner.predict's scores."""
     root = tmp_path_factory.mktemp("serve")
     cfg = _cfg(root / "model")
-    est = _train(cfg, 40)
+    _train(cfg, 40)
     rows = _rows(cfg)
-    return dict(cfg=cfg, est=est, rows=rows, want=_predict(est, rows), export=export(cfg, str(root / "export")))
+    return dict(cfg=cfg, rows=rows, want=_predict(cfg, rows), export=export(cfg, str(root / "export")))
 
 
 def _predict_export(path, features):
@@ -217,12 +221,12 @@ def test_bad_requests_get_their_codes_and_the_server_goes_on(trained):
 
 @pytest.fixture(scope="session")   # the group "serve" on one worker: built once
 def second(trained, tmp_path_factory):
-    """The same model trained on to step 80, exported: (its SavedModel, estimator.predict's scores)."""
+    """The same model trained on to step 80, exported: (its SavedModel, tfps.runner.predict's scores)."""
     root = tmp_path_factory.mktemp("second")
     cfg2 = _cfg(root / "model2")
     shutil.copytree(trained["cfg"].model_dir, cfg2.model_dir)
-    est2 = _train(cfg2, 80)
-    want = _predict(est2, trained["rows"])
+    _train(cfg2, 80)
+    want = _predict(cfg2, trained["rows"])
     assert np.abs(want - trained["want"]).max() > 1e-3
     return export(cfg2, str(root / "export2")), want
 

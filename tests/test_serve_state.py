@@ -13,8 +13,8 @@ import tensorflow as tf
 from tensorflow_serving.apis import get_model_metadata_pb2
 
 from tfps.config import load_config
-from tfps.estimator.incremental import IncrementalCheckpoints
-from tfps.estimator.runner import export
+from tfps.runner.incremental import IncrementalCheckpoints
+from tfps.runner.job import export
 from tfps.serving.servable import read_export_manifest
 from tfps.state.manifest import StateMismatch
 from serve_client import _request
@@ -41,9 +41,7 @@ def test_follow_applies_the_trainers_deltas_to_the_served_tables(trained, tmp_pa
         np.testing.assert_allclose(served(), trained["want"], rtol=1e-5, atol=1e-6)
         # More training that writes deltas only (no full checkpoint: both savers off).
         inc = IncrementalCheckpoints(str(cfg.model_dir), every_steps=10, printer=lambda *a, **k: None)
-        run_config = tf.estimator.RunConfig(model_dir=str(cfg.model_dir), save_checkpoints_steps=None,
-                                            save_checkpoints_secs=None, log_step_count_steps=None)
-        _train(cfg, 70, hooks=[inc], run_config=run_config)
+        _train(cfg, 70, hooks=[inc], save_checkpoints_steps=None, save_checkpoints_secs=None)
         assert inc.deltas_written == 3
         written = time.time()   # the last delta: applied within a few polls (0.2 s each; 5 s on a busy machine)
         while [s for _, kind, s in server.store.follower.applied if kind == "delta"] != [50, 60, 70]:

@@ -10,7 +10,9 @@ import tensorflow as tf
 from tfps.config import load_config
 from tfps.data import SyntheticCriteo
 from tfps.data.sources import eval_set, train_input_fn
-from tfps.estimator.runner import make_estimator
+from tfps.models.zoo import model_fn
+from tfps.runner import train
+from tfps.runner.job import export, params_of, predict, settings_of
 
 pytestmark = pytest.mark.slow
 
@@ -46,15 +48,14 @@ def test_saved_model_in_a_fresh_process_matches_predict(tmp_path):
     cfg = load_config("configs/demo.yaml", ["train.steps=40", "train.batch_size=128", "model.hidden_units=[16]",
                                             "data.vocab_max=3000", f"model_dir={tmp_path / 'model'}"])
     gen = SyntheticCriteo(cfg.data)
-    est = make_estimator(cfg)
-    est.train(train_input_fn(gen, cfg.train.batch_size), max_steps=cfg.train.steps)
+    train(model_fn, params_of(cfg), train_input_fn(gen, cfg.train.batch_size), settings_of(cfg), cfg.train.steps,
+          printer=lambda *a, **k: None)
     features, _, _ = eval_set(gen, 256, 256)
     features = {k: v.copy() for k, v in features.items()}
     features["ids"][:64, :] = np.arange(64 * 26).reshape(64, 26) + 2**45  # ids never seen
-    from tfps.estimator.runner import export
     path = export(cfg, str(tmp_path / "export"))
-    want = np.concatenate([p["probabilities"] for p in est.predict(
-        lambda: tf.data.Dataset.from_tensor_slices(features).batch(256), yield_single_examples=False)])
+    want = np.concatenate([p["probabilities"] for p in predict(
+        cfg, lambda: tf.data.Dataset.from_tensor_slices(features).batch(256))])
     np.savez(tmp_path / "inputs.npz", **features)
     out = subprocess.run([sys.executable, "-c", LOADER, path, str(tmp_path / "inputs.npz"),
                           str(tmp_path / "out.npy")], capture_output=True, text=True, timeout=300)

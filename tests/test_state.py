@@ -236,7 +236,7 @@ def _partitioned(parts):
 def test_a_partitioned_variable_is_described_and_cut_whole_whatever_its_partitions(tmp_path):
     """The fingerprint of a model does not change with a dense variable's partition count, and a
     delta of 2 partitions restores into 3 (oracle: the value the 2-partition session had)."""
-    from tfps.estimator.incremental import DeltaRestoreHook, IncrementalCheckpoints
+    from tfps.runner.incremental import DeltaRestoreHook, IncrementalCheckpoints
     with tf.Graph().as_default() as g:
         train, whole = _partitioned(2)
         two = manifests.describe(g)

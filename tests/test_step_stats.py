@@ -6,7 +6,7 @@ import tensorflow as tf
 
 import tfps
 from tfps.cluster.launch import cluster_spec
-from tfps.estimator import rpc_stats
+from tfps.runner import rpc_stats
 
 N, DIM = 1000, 8
 

@@ -15,6 +15,21 @@ def stable_seed(name):
     return zlib.crc32(name.encode("utf-8")) & 0x7FFFFFFF
 
 
+def _user_seed(initializer, name):
+    """The seed the user gave the initializer, or None. Keras 3 (tf.keras from TF 2.16) draws a
+    random seed for an initializer made without one and keeps it in `.seed`: taken as it is, runs
+    would stop being reproducible; its get_config() has the seed given (as TF's and Keras 2's do)."""
+    get_config = getattr(initializer, "get_config", None)
+    seed = get_config().get("seed") if callable(get_config) else getattr(initializer, "seed", None)
+    if seed is None:
+        return None
+    try:
+        return int(seed)
+    except (TypeError, ValueError):
+        raise ValueError(f"get_embedding_variable({name!r}): the initializer's seed must be an integer, got "
+                         f"{seed!r}") from None
+
+
 def init_spec(initializer, dim, name, default_seed=None):
     """(kind, a, b, seed) of `initializer` for a table of width `dim`.
 
@@ -31,8 +46,8 @@ def init_spec(initializer, dim, name, default_seed=None):
     if isinstance(initializer, type):
         initializer = initializer()
     cls = type(initializer).__name__
-    seed = getattr(initializer, "seed", None)
-    seed = fallback if seed is None else int(seed)
+    seed = _user_seed(initializer, name)
+    seed = fallback if seed is None else seed
     if cls in _CONSTANT_NAMES:
         return "constant", _CONSTANT_NAMES[cls], 0.0, 0
     if cls == "Constant":

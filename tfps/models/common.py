@@ -45,13 +45,15 @@ def check_dense_shape(shape, name):
                           f"model.d_model (or use fewer features)")
 
 
-def dense_layer(x, units, name, activation=None):
-    """x [B, K] -> [B, units]: glorot-uniform kernel, zero bias (tf.compat.v1.layers.dense defaults);
-    ConfigError when the kernel would be larger than MAX_DENSE_VALUES."""
+def dense_layer(x, units, name, activation=None, kernel_initializer=None, kernel_regularizer=None):
+    """x [B, K] -> [B, units]: glorot-uniform kernel, zero bias (tf.compat.v1.layers.dense defaults,
+    the same variable names, on any Keras: tf.compat.v1.layers needs Keras 2); a kernel_regularizer's
+    loss goes to the REGULARIZATION_LOSSES collection. ConfigError when the kernel would be larger
+    than MAX_DENSE_VALUES."""
     check_dense_shape([x.shape[-1], units], f"{name}/kernel")
     with tf.compat.v1.variable_scope(name):
-        kernel = tf.compat.v1.get_variable("kernel", [x.shape[-1], units],
-                                           initializer=tf.compat.v1.glorot_uniform_initializer())
+        kernel = tf.compat.v1.get_variable("kernel", [x.shape[-1], units], regularizer=kernel_regularizer,
+                                           initializer=kernel_initializer or tf.compat.v1.glorot_uniform_initializer())
         bias = tf.compat.v1.get_variable("bias", [units], initializer=tf.compat.v1.zeros_initializer())
         y = tf.matmul(x, kernel) + bias
         return activation(y) if activation else y

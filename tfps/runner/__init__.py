@@ -5,8 +5,9 @@ tf.estimator anywhere on its path (it runs on every TensorFlow tfps supports).
     spec = model_fn(features, labels, mode, params)     # a tfps.runner.ModelSpec
     tfps.runner.train(model_fn, params, input_fn, tfps.runner.RunSettings(model_dir), max_steps=1000)
     tfps.runner.evaluate(model_fn, params, eval_input_fn, settings)
+    for batch in tfps.runner.predict(model_fn, params, predict_input_fn, settings): ...
 
-Modules: graph (settings, inputs, the checked scaffold), training, evaluation, export, hooks and
+Modules: graph (settings, inputs, the checked scaffold), training, evaluation, prediction, export, hooks and
 incremental (session hooks), job (a JobConfig on the runner), local (`tfps train` in one process),
 cluster and task (one TF_CONFIG task)."""
 from tfps._lazy import attach
@@ -17,6 +18,7 @@ _NAMES = {
     "train": "tfps.runner.training",
     **{name: "tfps.runner.evaluation" for name in ("evaluate", "evaluate_new_checkpoints")},
     "export_saved_model": "tfps.runner.export",
+    "predict": "tfps.runner.prediction",
     **{name: "tfps.runner.hooks" for name in ("CheckpointSaverHook", "EvalProgressHook", "EvictionHook", "ProgressHook",
                                               "StepStatsHook", "rpc_stats", "step_phases")},
     **{name: "tfps.runner.incremental" for name in ("DeltaRestoreHook", "IncrementalCheckpoints")},

@@ -16,6 +16,7 @@ from tfps.runner.evaluation import evaluate
 from tfps.runner.export import export_with_manifest, sequence_serving_inputs, serving_inputs
 from tfps.runner.graph import RunSettings, latest_checkpoint
 from tfps.runner.hooks import EvalProgressHook, EvictionHook
+from tfps.runner import prediction
 from tfps.runner.incremental import IncrementalCheckpoints
 from tfps.state import manifest as manifests
 from tfps.state.deltas import DeltaRefused, latest_cut
@@ -164,3 +165,9 @@ def export(cfg, export_dir):
         schema = schema_of(cfg)
         inputs = lambda: serving_inputs(schema)   # noqa: E731
     return export_with_manifest(model_fn, params_of(cfg), inputs, settings_of(cfg), export_dir)
+
+
+def predict(cfg, input_fn):
+    """tfps.runner.prediction.predict of cfg's model from the latest checkpoint in cfg.model_dir:
+    a dict of arrays per batch of input_fn."""
+    return prediction.predict(model_fn, params_of(cfg), input_fn, settings_of(cfg))

@@ -1,0 +1,27 @@
+"""Predicting with a model_fn from a checkpoint: the model's PREDICT graph over an input_fn,
+restored once (MonitoredSession), one dict of numpy arrays per batch -- what
+tf.estimator.Estimator.predict(..., yield_single_examples=False) gives."""
+import tensorflow as tf
+
+from tfps.models.spec import ModeKeys
+from tfps.runner.graph import build, latest_checkpoint
+
+
+def predict(model_fn, params, input_fn, settings, checkpoint=None):
+    """Yields {name: array} of the spec's predictions for each batch of input_fn (features, or
+    (features, labels) whose labels are ignored), from `checkpoint` (default: model_dir's latest,
+    with the deltas after it). ValueError when there is no checkpoint."""
+    checkpoint = checkpoint or latest_checkpoint(settings.model_dir)
+    if not checkpoint:
+        raise ValueError(f"no checkpoint in {settings.model_dir!r} to predict from")
+    with tf.Graph().as_default():
+        spec, scaffold, input_hooks, _ = build(model_fn, params, ModeKeys.PREDICT, settings, input_fn=input_fn)
+        predictions = spec.predictions if isinstance(spec.predictions, dict) else {"predictions": spec.predictions}
+        creator = tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold, checkpoint_filename_with_path=checkpoint,
+                                                         master=settings.master, config=settings.config)
+        with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=list(input_hooks)) as session:
+            while not session.should_stop():
+                try:
+                    yield session.run(predictions)
+                except tf.errors.OutOfRangeError:   # the input ended
+                    break
