@@ -257,7 +257,7 @@ def main(argv=None):
                      "{ config { name: ... base_path: ... model_platform: \"tensorflow\" } ... }, several models in "
                      "one server (instead of --model_name and --model_base_path)")
     srv.add_argument("--host", default="0.0.0.0", help="address the gRPC and REST ports listen on (default "
-                     "0.0.0.0: every IPv4 interface, as TF Serving; 127.0.0.1: this machine only)")
+                     "0.0.0.0: every interface, as TF Serving; 127.0.0.1: this machine only)")
     srv.add_argument("--port", type=int, default=8500, help="gRPC port (0: any free one, printed)")
     srv.add_argument("--rest_api_port", type=int, default=8501, help="REST port (0: no REST API, as TF Serving)")
     srv.add_argument("--enable_batching", action="store_true",

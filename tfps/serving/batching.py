@@ -134,16 +134,6 @@ class Batcher:
         for it in items:
             it.done.set()
 
-    def flush(self):
-        """From now on no request waits for others: the open batches run now, and each new request
-        runs as soon as a thread is free (the server is draining: no more requests will come)."""
-        with self._cond:
-            self.timeout = 0.0
-            now = time.monotonic()
-            for batch in self._open.values():
-                batch.deadline = min(batch.deadline, now)
-            self._cond.notify_all()
-
     def stop(self):
         with self._cond:
             self._stopped = True

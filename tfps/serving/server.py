@@ -58,7 +58,8 @@ class ModelServer:
     `models`, a list of tfps.serving.models.ModelEntry, e.g. from read_model_config).
 
     Args (the CLI's flags): port / rest_api_port (0: any free port; rest_api_port None: no REST),
-    host: the address both listen on ("0.0.0.0": every IPv4 interface, TF Serving's default;
+    host: the address both listen on ("0.0.0.0": every interface, TF Serving's default -- grpcio
+    takes it as the IPv4 and IPv6 wildcard;
     "127.0.0.1": this machine only),
     enable_batching with max_batch_size, batch_timeout_micros and num_batch_threads,
     poll_secs (file_system_poll_wait_seconds): how often versions and the followed model_dir are
@@ -149,8 +150,6 @@ class ModelServer:
         answered within `grace` seconds, False when some were cut at the deadline."""
         deadline = time.monotonic() + grace
         self._stop.set()
-        if self.batcher:
-            self.batcher.flush()   # no request will join an open batch now: run them as they are
         grpc_done = self._grpc.stop(grace)   # new RPCs refused from here; those running are cut at grace
         drained = self.in_flight.drain(deadline)
         if self._rest:
