@@ -18,14 +18,15 @@ import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc
-from tensorflow_serving.apis import prediction_service_pb2_grpc
+from google.protobuf import struct_pb2
+from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, get_model_status_pb2,
+                                     model_service_pb2_grpc, prediction_service_pb2_grpc)
 
 from tfps.serving.models import read_model_config
 from tfps.serving.servable import read_export_manifest
 from tfps.serving.server import ModelServer
 from serve_client import _request
-from test_serve_inference import _classify, _scores, runner  # noqa: F401  (the fixture)
+from test_serve_inference import _input, _scores, runner  # noqa: F401  (the fixture)
 from test_serving import score_saved_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve_runner")]
@@ -75,7 +76,6 @@ def _check_two_models(port, rest_port, runner):
         assert manifest["step"] == step and len(manifest["fingerprint"]) == 16
         meta = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
         meta.model_spec.name = name
-        from google.protobuf import struct_pb2
         state = struct_pb2.Struct()
         stub.GetModelMetadata(meta, timeout=60).metadata["tfps_state"].Unpack(state)
         assert dict(state) == {"fingerprint": manifest["fingerprint"], "step": float(step)}
@@ -113,8 +113,6 @@ def test_model_config_file_serves_two_models_each_by_its_name(runner, tmp_path):
         _check_two_models(server.port, server.rest_api_port, runner)
         # Classify on each model: its own scores
         for name, step in (("early", 20), ("late", 40)):
-            from test_serve_inference import _input
-            from tensorflow_serving.apis import classification_pb2
             req = classification_pb2.ClassificationRequest()
             req.model_spec.name = name
             req.input.CopyFrom(_input(runner["rows"]))

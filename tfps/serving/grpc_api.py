@@ -86,21 +86,18 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     @handled
     def Predict(self, request, context):   # noqa: N802  (the service's method names)
-        try:
-            spec = request.model_spec
-            with self._server.models.use(spec.name, requested_version(spec)) as servable:
-                signature = servable.signature(spec.signature_name)
-                inputs = signature.check(to_arrays(request.inputs, signature, self._server.max_request_bytes))
-                outputs = self._server.execute(servable, signature, inputs, list(request.output_filter))
-                response = predict_pb2.PredictResponse()
-                response.model_spec.name = spec.name
-                response.model_spec.version.value = servable.version
-                response.model_spec.signature_name = signature.name
-                for alias, value in outputs.items():
-                    response.outputs[alias].CopyFrom(tf.make_tensor_proto(value))
-                return response
-        except ServingError as e:
-            context.abort(e.grpc_code, e.message)
+        spec = request.model_spec
+        with self._server.models.use(spec.name, requested_version(spec)) as servable:
+            signature = servable.signature(spec.signature_name)
+            inputs = signature.check(to_arrays(request.inputs, signature, self._server.max_request_bytes))
+            outputs = self._server.execute(servable, signature, inputs, list(request.output_filter))
+            response = predict_pb2.PredictResponse()
+            response.model_spec.name = spec.name
+            response.model_spec.version.value = servable.version
+            response.model_spec.signature_name = signature.name
+            for alias, value in outputs.items():
+                response.outputs[alias].CopyFrom(tf.make_tensor_proto(value))
+            return response
 
     @handled
     def Classify(self, request, context):   # noqa: N802
@@ -132,10 +129,11 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
         if not tasks:
             raise ServingError("INVALID_ARGUMENT", "MultiInference needs at least one task")
         first = tasks[0].model_spec
-        for task in tasks:
+        for i, task in enumerate(tasks):
             if task.model_spec.name != first.name or requested_version(task.model_spec) != requested_version(first):
                 raise ServingError("INVALID_ARGUMENT", f"every task must name the same model and version; task 0 "
-                                   f"names {first.name!r}, another {task.model_spec.name!r}")
+                                   f"names {first.name!r} version {requested_version(first)}, task {i} "
+                                   f"{task.model_spec.name!r} version {requested_version(task.model_spec)}")
             if task.method_name not in (inference.CLASSIFY, inference.REGRESS):
                 raise ServingError("INVALID_ARGUMENT", f"task method_name {task.method_name!r}: MultiInference "
                                    f"runs {inference.CLASSIFY} or {inference.REGRESS}")
@@ -159,27 +157,24 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     @handled
     def GetModelMetadata(self, request, context):   # noqa: N802
-        try:
-            unknown = [f for f in request.metadata_field if f != "signature_def"]
-            if unknown or not request.metadata_field:
-                raise ServingError("INVALID_ARGUMENT", f"metadata_field must be ['signature_def'], got "
-                                   f"{list(request.metadata_field)}")
-            spec = request.model_spec
-            with self._server.models.use(spec.name, requested_version(spec)) as servable:
-                response = get_model_metadata_pb2.GetModelMetadataResponse()
-                response.model_spec.name = spec.name
-                response.model_spec.version.value = servable.version
-                signatures = get_model_metadata_pb2.SignatureDefMap()
-                for name, signature in servable.signatures.items():
-                    signatures.signature_def[name].CopyFrom(signature.proto)
-                response.metadata["signature_def"].Pack(signatures)
-                if servable.state():   # the model's fingerprint and the step of the state served
-                    state = struct_pb2.Struct()
-                    state.update(servable.state())
-                    response.metadata["tfps_state"].Pack(state)
-                return response
-        except ServingError as e:
-            context.abort(e.grpc_code, e.message)
+        unknown = [f for f in request.metadata_field if f != "signature_def"]
+        if unknown or not request.metadata_field:
+            raise ServingError("INVALID_ARGUMENT", f"metadata_field must be ['signature_def'], got "
+                               f"{list(request.metadata_field)}")
+        spec = request.model_spec
+        with self._server.models.use(spec.name, requested_version(spec)) as servable:
+            response = get_model_metadata_pb2.GetModelMetadataResponse()
+            response.model_spec.name = spec.name
+            response.model_spec.version.value = servable.version
+            signatures = get_model_metadata_pb2.SignatureDefMap()
+            for name, signature in servable.signatures.items():
+                signatures.signature_def[name].CopyFrom(signature.proto)
+            response.metadata["signature_def"].Pack(signatures)
+            if servable.state():   # the model's fingerprint and the step of the state served
+                state = struct_pb2.Struct()
+                state.update(servable.state())
+                response.metadata["tfps_state"].Pack(state)
+            return response
 
 
 class ModelService(model_service_pb2_grpc.ModelServiceServicer):
@@ -190,17 +185,14 @@ class ModelService(model_service_pb2_grpc.ModelServiceServicer):
 
     @handled
     def GetModelStatus(self, request, context):   # noqa: N802
-        try:
-            spec = request.model_spec
-            response = get_model_status_pb2.GetModelStatusResponse()
-            for version, state, error in self._server.models.status(spec.name, requested_version(spec)):
-                status = response.model_version_status.add()
-                status.version, status.state = version, _STATES[state]
-                status.status.error_code = 0 if not error else 2   # tensorflow.error.Code OK / UNKNOWN
-                status.status.error_message = error
-            return response
-        except ServingError as e:
-            context.abort(e.grpc_code, e.message)
+        spec = request.model_spec
+        response = get_model_status_pb2.GetModelStatusResponse()
+        for version, state, error in self._server.models.status(spec.name, requested_version(spec)):
+            status = response.model_version_status.add()
+            status.version, status.state = version, _STATES[state]
+            status.status.error_code = 0 if not error else 2   # tensorflow.error.Code OK / UNKNOWN
+            status.status.error_message = error
+        return response
 
 
 def add_services(grpc_server, server):

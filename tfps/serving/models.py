@@ -86,9 +86,6 @@ class Models:
             raise ServingError("NOT_FOUND", f"model {name!r} not found; this server serves {sorted(self.stores)}")
         return store
 
-    def check_name(self, name):
-        self.store(name)
-
     @contextlib.contextmanager
     def use(self, name, version=None):
         """The Servable for a request (ModelStore.use of the model named)."""

@@ -29,12 +29,11 @@ class InFlight:
 
     def __init__(self):
         self._cond = threading.Condition()
-        self.count, self.draining, self.refused = 0, False, 0
+        self.count, self.draining = 0, False
 
     def enter(self):
         with self._cond:
             if self.draining:
-                self.refused += 1
                 raise ServingError("UNAVAILABLE", "the server is shutting down; retry on another replica")
             self.count += 1
 
