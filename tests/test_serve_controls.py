@@ -323,3 +323,35 @@ def test_sigterm_drains_under_load(runner):
     for r in results:
         if r[3] == "ok":
             np.testing.assert_allclose(r[4], want, rtol=1e-5, atol=1e-6)
+
+
+def test_sigterm_cuts_what_runs_past_the_grace_and_exits_1(runner):
+    """A request that would run 60 s (its batch waits that long to fill) is cut at --grace_secs 1:
+    the server exits 1, long before the request would have ended, and the client gets an error."""
+    rows = {k: v[:1] for k, v in runner["rows"].items()}
+    proc, ready = _serve("--model_base_path", os.path.dirname(runner["exports"][20]), "--model_name", "demo",
+                         "--enable_batching", "--max_batch_size", "64", "--batch_timeout_micros", "60000000",
+                         "--grace_secs", "1")
+    outcome = []
+
+    def client():
+        try:
+            _stub(ready["grpc_port"]).Predict(_request(rows), timeout=120)
+            outcome.append("ok")
+        except grpc.RpcError as e:
+            outcome.append(e.code())
+    t = threading.Thread(target=client)
+    try:
+        t.start()
+        time.sleep(2.0)   # the request waits in its batch
+        term = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        exited = time.monotonic()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        t.join(timeout=120)
+    assert proc.returncode == 1, proc.stderr.read()[-3000:]
+    assert exited - term < 30   # the grace (1 s) and the exit, not the batch's 60 s
+    assert outcome and outcome[0] != "ok", outcome

@@ -187,7 +187,8 @@ def _serve(args):
     if not server.stop(args.grace_secs):
         print(f"tfps serve: requests still running after --grace_secs {args.grace_secs} were cut", file=sys.stderr,
               flush=True)
-        return 1
+        sys.stdout.flush()
+        os._exit(1)   # now: an interpreter exit would wait for the threads still running them
     return 0
 
 
