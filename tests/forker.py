@@ -25,7 +25,7 @@ for line in requests:
     if pid == 0:
         code = 1
         try:
-            out = os.open(req["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            out = os.open(req["out"], os.O_WRONLY | os.O_APPEND)
             os.dup2(out, 1)
             os.dup2(out, 2)
             os.chdir(req["cwd"])
@@ -97,7 +97,9 @@ class Forker:
         return json.loads(line)
 
     def start(self, argv, out):
-        """`tfps <argv>` in a fork, its stdout and stderr to the file out."""
+        """`tfps <argv>` in a fork, its stdout and stderr to the file out (made empty here, so it
+        exists before the fork writes to it)."""
+        open(out, "w").close()
         return Run(self, self._ask({"op": "run", "argv": list(argv), "out": str(out), "cwd": self._cwd})["pid"], out)
 
     def close(self):

@@ -119,9 +119,10 @@ def _export_serve_and_resume(tmp_path, cli, args, cluster_auc, table, saved, ckp
     assert names[0] == names[1] == names[2]
     assert {n for n in names[0] if "power" in n} == {"beta1_power", "beta2_power"}
     assert len({manifest.read(c)["fingerprint"] for c in (ckpt, resumed, one)}) == 1
+    # (A cluster's checkpoint is named by a step read before the save: the steps are its own.)
     start = [tf.train.load_variable(ckpt, n) for n in ("beta1_power", "beta2_power")]
     for checkpoint in (resumed, one):
-        steps = int(checkpoint.rsplit("-", 1)[1]) - step
+        steps = tf.train.load_variable(checkpoint, "global_step") - tf.train.load_variable(ckpt, "global_step")
         powers = [tf.train.load_variable(checkpoint, n) for n in ("beta1_power", "beta2_power")]
         np.testing.assert_allclose(powers, [start[0] * 0.99 ** steps, start[1] * 0.999 ** steps], rtol=1e-5,
                                    err_msg=checkpoint)

@@ -1,7 +1,8 @@
 """The `tfps` command: `tfps train --config FILE [--set key.sub=value ...]`,
 `tfps export --config FILE --set model_dir=DIR --export-dir OUT`, `tfps inspect CHECKPOINT`,
 `tfps convert --from criteo|movielens PATH --to DIR`, `tfps launch --config FILE --ps N --workers M`,
-`tfps serve --model_base_path DIR --model_name NAME [--port 8500] [--rest_api_port 8501]`.
+`tfps serve --model_base_path DIR --model_name NAME [--port 8500] [--rest_api_port 8501]`
+(or `--model_config_file FILE` for several models).
 
 The last line `tfps train` prints is one JSON object with the final metrics.
 """
@@ -142,11 +143,25 @@ def _serve(args):
     import tensorflow as tf
     tf.get_logger().setLevel("ERROR")
     tf.compat.v1.disable_eager_execution()
+    from tfps.serving.models import read_model_config
     from tfps.serving.server import ModelServer
-    if not os.path.isdir(args.model_base_path):
-        raise OSError(f"--model_base_path {args.model_base_path!r} is not a directory")
+    if (args.model_config_file is None) == (args.model_base_path is None):
+        raise ValueError("tfps serve: give --model_base_path (with --model_name) or --model_config_file, one of them")
+    if args.model_config_file is not None:
+        if args.model_name is not None:
+            raise ValueError("tfps serve: --model_name goes with --model_base_path; --model_config_file names its "
+                             "models")
+        models = read_model_config(args.model_config_file)
+    else:
+        if args.model_name is None:
+            raise ValueError("tfps serve: --model_base_path needs --model_name (the name clients ask for)")
+        if not os.path.isdir(args.model_base_path):
+            raise OSError(f"--model_base_path {args.model_base_path!r} is not a directory")
+        models = None
     if args.follow is not None and not os.path.isdir(args.follow):
         raise OSError(f"--follow {args.follow!r} is not a directory (the trainer's model_dir)")
+    if not args.grace_secs >= 0:
+        raise ValueError(f"tfps serve: --grace_secs must be >= 0, got {args.grace_secs}")
     batching = args.enable_batching or args.max_batch_size is not None or args.batch_timeout_micros is not None
     server = ModelServer(args.model_base_path, args.model_name, port=args.port,
                          rest_api_port=args.rest_api_port or None, enable_batching=batching,
@@ -154,7 +169,7 @@ def _serve(args):
                          batch_timeout_micros=(
                              1000 if args.batch_timeout_micros is None else args.batch_timeout_micros),
                          num_batch_threads=args.num_batch_threads, poll_secs=args.file_system_poll_wait_seconds,
-                         follow=args.follow, num_versions=args.num_versions,
+                         follow=args.follow, num_versions=args.num_versions, host=args.host, models=models,
                          max_request_bytes=args.max_request_bytes, printer=lambda *a, **k: print(*a, file=sys.stderr,
                                                                                                   **k))
     done = threading.Event()
@@ -162,12 +177,18 @@ def _serve(args):
         signal.signal(sig, lambda *_: done.set())
     server.start()
     if done.is_set():   # stopped while the first versions loaded: never announce a ready server
-        server.stop()
+        server.stop(args.grace_secs)
         return 0
-    print(json.dumps({"model_name": args.model_name, "grpc_port": server.port,
-                      "rest_api_port": server.rest_api_port, "versions": sorted(server.store.loaded())}), flush=True)
+    loaded = {name: sorted(store.loaded()) for name, store in server.models.stores.items()}
+    print(json.dumps({"model_name": server.store.name, "grpc_port": server.port,
+                      "rest_api_port": server.rest_api_port, "versions": loaded[server.store.name],
+                      "models": loaded}), flush=True)
     done.wait()
-    server.stop()
+    if not server.stop(args.grace_secs):
+        print(f"tfps serve: requests still running after --grace_secs {args.grace_secs} were cut", file=sys.stderr,
+              flush=True)
+        sys.stdout.flush()
+        os._exit(1)   # now: an interpreter exit would wait for the threads still running them
     return 0
 
 
@@ -230,9 +251,14 @@ def main(argv=None):
     ins.add_argument("--top", type=int, default=5, help="how many top ids to list per table")
     ins.set_defaults(fn=_inspect)
     srv = sub.add_parser("serve", help="serve SavedModel versions over TF Serving's gRPC and REST APIs")
-    srv.add_argument("--model_base_path", required=True, help="directory of SavedModel versions DIR/<int>/ "
+    srv.add_argument("--model_base_path", help="directory of SavedModel versions DIR/<int>/ "
                      "(what tfps export --export-dir writes)")
-    srv.add_argument("--model_name", required=True, help="the name clients ask for")
+    srv.add_argument("--model_name", help="the name clients ask for (with --model_base_path)")
+    srv.add_argument("--model_config_file", help="TF Serving's text-format ModelServerConfig: model_config_list "
+                     "{ config { name: ... base_path: ... model_platform: \"tensorflow\" } ... }, several models in "
+                     "one server (instead of --model_name and --model_base_path)")
+    srv.add_argument("--host", default="0.0.0.0", help="address the gRPC and REST ports listen on (default "
+                     "0.0.0.0: every interface, as TF Serving; 127.0.0.1: this machine only)")
     srv.add_argument("--port", type=int, default=8500, help="gRPC port (0: any free one, printed)")
     srv.add_argument("--rest_api_port", type=int, default=8501, help="REST port (0: no REST API, as TF Serving)")
     srv.add_argument("--enable_batching", action="store_true",
@@ -246,6 +272,9 @@ def main(argv=None):
                      "table deltas to the served tables in place")
     srv.add_argument("--num_versions", type=int, default=1, help="newest versions kept loaded")
     srv.add_argument("--max_request_bytes", type=int, default=64 << 20, help="largest request accepted")
+    srv.add_argument("--grace_secs", type=float, default=10.0, help="on SIGTERM or SIGINT: new requests are "
+                     "refused (UNAVAILABLE / 503), those begun are answered, and the server exits within this many "
+                     "seconds (exit code 1 when some were still running and were cut)")
     srv.set_defaults(fn=_serve)
     args = parser.parse_args(argv)
     from tfps.cluster.tf_config import ClusterConfigError

@@ -376,6 +376,17 @@ def make_source(cfg):
     return SOURCES[cfg.data.format](cfg)
 
 
+def example_specs(cfg):
+    """The feature specs (tfps.data.tfrecord) of cfg.data's rows as tf.train.Examples: data.features
+    (or the spec file tfps convert wrote) for TFRecord data, else those tfps convert writes for its
+    schema; None for MTGR's samples (movielens_sequences), which are not one row each."""
+    if cfg.data.format == "movielens_sequences":
+        return None
+    if cfg.data.format == "tfrecord":
+        return _tfrecord_spec(cfg)[0]
+    return tfrecord.specs_for(schema_of(cfg))
+
+
 def schema_of(cfg):
     """The Schema of cfg.data without reading its data (a TFRecord spec may come from the
     tfps_features.yaml beside the files)."""

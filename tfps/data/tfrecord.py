@@ -64,28 +64,44 @@ def schema_of(specs, user=None):
     return Schema(num_dense=dense, id_features=tuple(ids), list_features=tuple(lists), has_users=user is not None)
 
 
+def _description(specs):
+    """parse_example's description of the features of `specs` (no label, no user)."""
+    kinds = {"float": tf.float32, "int": tf.int64, "string": tf.string}
+    return {_field(s, "name"): (tf.io.VarLenFeature(tf.int64) if _field(s, "type") == "int_list"
+                                else tf.io.FixedLenFeature([_field(s, "length", 1)], kinds[_field(s, "type")]))
+            for s in specs}
+
+
+def _features(ex, specs, b):
+    dense = [ex[_field(s, "name")] for s in specs if _field(s, "type") == "float"]
+    ids = [ex[_field(s, "name")] if _field(s, "type") == "int"
+           else tf.strings.to_hash_bucket_fast(ex[_field(s, "name")], 2**63 - 1)
+           for s in specs if _field(s, "type") in ("int", "string")]
+    features = {"dense": tf.concat(dense, 1) if dense else tf.zeros([b, 0]),
+                "ids": tf.concat(ids, 1) if ids else tf.zeros([b, 0], tf.int64)}
+    for s in specs:
+        if _field(s, "type") == "int_list":
+            features[_field(s, "name")] = tf.sparse.to_dense(ex[_field(s, "name")], default_value=PAD_ID)
+    return features
+
+
+def example_features(serialized, specs):
+    """The model inputs of serialized tf.train.Examples, as the reader makes them (no label, no
+    user): what a serving signature over Examples feeds the model (tfps.runner.export).
+
+    serialized: string [B] -> {"dense": float32 [B, num_dense], "ids": int64 [B, F],
+    list feature: int64 [B, L] (-1 pads)}."""
+    return _features(tf.io.parse_example(serialized, _description(specs)), specs, tf.shape(serialized)[0])
+
+
 def _parser(specs, label, user):
-    description = {label: tf.io.FixedLenFeature([], tf.float32)}
+    description = {label: tf.io.FixedLenFeature([], tf.float32), **_description(specs)}
     if user:
         description[user] = tf.io.FixedLenFeature([], tf.int64)
-    kinds = {"float": tf.float32, "int": tf.int64, "string": tf.string}
-    for s in specs:
-        t, name = _field(s, "type"), _field(s, "name")
-        description[name] = (tf.io.VarLenFeature(tf.int64) if t == "int_list"
-                             else tf.io.FixedLenFeature([_field(s, "length", 1)], kinds[t]))
 
     def parse(serialized):
         ex = tf.io.parse_example(serialized, description)
-        dense = [ex[_field(s, "name")] for s in specs if _field(s, "type") == "float"]
-        ids = [ex[_field(s, "name")] if _field(s, "type") == "int"
-               else tf.strings.to_hash_bucket_fast(ex[_field(s, "name")], 2**63 - 1)
-               for s in specs if _field(s, "type") in ("int", "string")]
-        b = tf.shape(serialized)[0]
-        features = {"dense": tf.concat(dense, 1) if dense else tf.zeros([b, 0]),
-                    "ids": tf.concat(ids, 1) if ids else tf.zeros([b, 0], tf.int64)}
-        for s in specs:
-            if _field(s, "type") == "int_list":
-                features[_field(s, "name")] = tf.sparse.to_dense(ex[_field(s, "name")], default_value=PAD_ID)
+        features = _features(ex, specs, tf.shape(serialized)[0])
         if user:
             features["user"] = ex[user]
         return features, ex[label]
@@ -222,5 +238,5 @@ def data_section(schema, path, eval_path=None):
     return section
 
 
-__all__ = ["SPEC_FILE", "data_section", "files_of", "read_spec", "record_batches", "schema_of", "specs_for",
-           "tfrecord_dataset", "write_tfrecords"]
+__all__ = ["SPEC_FILE", "data_section", "example_features", "files_of", "read_spec", "record_batches", "schema_of",
+           "specs_for", "tfrecord_dataset", "write_tfrecords"]

@@ -1,16 +1,21 @@
 """A serving SavedModel of a checkpoint, without tf.estimator: the model_fn's PREDICT graph over
 placeholders, its variables and tables restored from the checkpoint (by its tfps.state.StateSaver,
 which checks the checkpoint against the model first), written by tf.compat.v1.saved_model.Builder
-with the `serving_default` signature, and the tfps manifest in assets.extra."""
+with the `serving_default` signature (raw tensors) and, for a model of rows with probabilities,
+the `classification` and `regression` signatures over serialized tf.train.Examples (TF Serving's
+Classify and Regress), and the tfps manifest in assets.extra."""
+import dataclasses
 import json
 import os
 import shutil
 import tempfile
+import typing
 
 import tensorflow as tf
 from tensorflow.python.saved_model import model_utils
 
 from tfps.data import sequences
+from tfps.data.tfrecord import example_features
 from tfps.models.spec import ModeKeys
 from tfps.runner.graph import build, latest_checkpoint
 from tfps.state import manifest as manifests
@@ -27,6 +32,55 @@ def serving_inputs(schema):
     return inputs
 
 
+@dataclasses.dataclass(frozen=True)
+class ServingInputs:
+    """What the export's signatures take. features: {name: Tensor} the model reads (the
+    `serving_default` signature feeds them); examples: string [None] of serialized tf.train.Examples
+    that the features default to (the `classification` and `regression` signatures feed it), or None."""
+    features: dict
+    examples: typing.Optional[tf.Tensor] = None
+
+
+EXAMPLES_INPUT = "input_example_tensor"   # the Examples placeholder's name (TF Estimator's)
+
+
+def example_serving_inputs(schema, specs):
+    """serving_inputs(schema) that default to the rows of serialized tf.train.Examples with these
+    feature specs (tfps.data.tfrecord; what tfps convert writes). Feeding the raw tensors skips
+    the parse (Predict); feeding only the Examples parses them, as the TFRecord reader does, into
+    the same model inputs (Classify, Regress): one model graph, the same scores. Call in the
+    export's graph."""
+    examples = tf.compat.v1.placeholder(tf.string, [None], name=EXAMPLES_INPUT)
+    parsed = example_features(examples, specs)
+    shapes = {"ids": [None, len(schema.id_features)], "dense": [None, schema.num_dense],
+              **{name: [None, None] for name in schema.list_features}}
+    wanted = ["ids"] + (["dense"] if schema.num_dense else []) + list(schema.list_features)
+    missing = [name for name in wanted if name not in parsed]
+    if missing or parsed["ids"].shape[1] != len(schema.id_features) or \
+            (schema.num_dense and parsed["dense"].shape[1] != schema.num_dense):
+        raise ValueError(f"export: the example feature specs {specs} do not make the model's inputs "
+                         f"(ids of {len(schema.id_features)}, dense of {schema.num_dense}, lists "
+                         f"{list(schema.list_features)})")
+    features = {name: tf.compat.v1.placeholder_with_default(parsed[name], shapes[name], name=name) for name in wanted}
+    return ServingInputs(features, examples)
+
+
+def example_signatures(examples, predictions):
+    """TF Serving's `classification` (classes "0" and "1", scores 1 - p and p) and `regression`
+    (p) signatures over `examples`, from a binary model's probabilities p [B]; {} for a model
+    without them."""
+    if examples is None or "probabilities" not in (predictions or {}):
+        return {}
+    p = predictions["probabilities"]
+    if p.shape.rank != 1:
+        return {}
+    with tf.compat.v1.name_scope("example_signatures"):
+        scores = tf.stack([1.0 - p, p], axis=1, name="scores")
+        classes = tf.tile(tf.constant([["0", "1"]]), [tf.shape(p)[0], 1], name="classes")
+    return {"classification": tf.compat.v1.saved_model.classification_signature_def(examples, classes, scores),
+            "regression": tf.compat.v1.saved_model.regression_signature_def(examples, p)}
+
+
 def sequence_serving_inputs():
     """MTGR's serving inputs: each feature of tfps.data.sequences.SPEC but the label and the user,
     with a batch dimension; lists padded with 0 (what padded_batch does) to one length per request."""
@@ -37,14 +91,18 @@ def sequence_serving_inputs():
 def export_saved_model(model_fn, params, inputs_fn, settings, export_base, checkpoint=None):
     """Writes export_base/<timestamp>/ (a SavedModel of `checkpoint`, default model_dir's latest
     with its deltas) and returns its path. inputs_fn() makes the placeholders {name: Tensor} the
-    signature takes (serving_inputs, sequence_serving_inputs)."""
+    signature takes (serving_inputs, sequence_serving_inputs) or a ServingInputs
+    (example_serving_inputs: the Examples signatures too)."""
     checkpoint = checkpoint or latest_checkpoint(settings.model_dir)
     if not checkpoint:
         raise ValueError(f"export: no checkpoint in model_dir {settings.model_dir!r}; train first")
     with tf.Graph().as_default():
         inputs = inputs_fn()
-        spec, scaffold, _, _ = build(model_fn, params, ModeKeys.PREDICT, settings, features=dict(inputs))
-        signatures = model_utils.build_all_signature_defs(inputs, spec.export_outputs, serving_only=True)
+        if not isinstance(inputs, ServingInputs):
+            inputs = ServingInputs(inputs)
+        spec, scaffold, _, _ = build(model_fn, params, ModeKeys.PREDICT, settings, features=dict(inputs.features))
+        signatures = model_utils.build_all_signature_defs(inputs.features, spec.export_outputs, serving_only=True)
+        signatures.update(example_signatures(inputs.examples, spec.predictions))
         path = model_utils.get_timestamped_export_dir(export_base).decode()
         builder = tf.compat.v1.saved_model.Builder(path)
         with tf.compat.v1.Session(config=settings.config) as session:

@@ -8,12 +8,12 @@ import os
 
 import tensorflow as tf
 
-from tfps.data.sources import schema_of
+from tfps.data.sources import example_specs, schema_of
 from tfps.models.common import BAD_ROWS_VARIABLE
 from tfps.models.zoo import model_fn
 from tfps.pipeline.dataset import PipelineDataset
 from tfps.runner.evaluation import evaluate
-from tfps.runner.export import export_with_manifest, sequence_serving_inputs, serving_inputs
+from tfps.runner.export import example_serving_inputs, export_with_manifest, sequence_serving_inputs
 from tfps.runner.graph import RunSettings, latest_checkpoint
 from tfps.runner.hooks import EvalProgressHook, EvictionHook
 from tfps.runner import prediction
@@ -158,12 +158,14 @@ def final_metrics(cfg, source, printer, evaluation=None, name=None):
 def export(cfg, export_dir):
     """Writes a SavedModel of the latest checkpoint in cfg.model_dir under export_dir; returns its
     path. Its lookups never insert: an id the model never saw reads as its initializer value, and
-    serving leaves the tables unchanged."""
+    serving leaves the tables unchanged. Signatures: `serving_default` (raw tensors) and, but for
+    MTGR's samples, `classification` and `regression` over tf.train.Examples of the data's feature
+    specs (example_specs: what tfps convert writes)."""
     if cfg.data.format == "movielens_sequences":
         inputs = sequence_serving_inputs
     else:
-        schema = schema_of(cfg)
-        inputs = lambda: serving_inputs(schema)   # noqa: E731
+        schema, specs = schema_of(cfg), example_specs(cfg)
+        inputs = lambda: example_serving_inputs(schema, specs)   # noqa: E731
     return export_with_manifest(model_fn, params_of(cfg), inputs, settings_of(cfg), export_dir)
 
 

@@ -1,6 +1,9 @@
 """TF Serving's REST API as a WSGI app (Werkzeug parses HTTP; nothing here does).
 
   POST /v1/models/NAME[/versions/V]:predict   {"instances": [...]} (rows) or {"inputs": ...} (columns)
+  POST /v1/models/NAME[/versions/V]:classify  {"examples": [{feature: value}], "context": {...}}
+                                              -> {"results": [[[label, score], ...], ...]}
+  POST /v1/models/NAME[/versions/V]:regress   the same -> {"results": [value, ...]}
   GET  /v1/models/NAME[/versions/V]           version status
   GET  /v1/models/NAME[/versions/V]/metadata  signatures
 
@@ -14,6 +17,7 @@ from google.protobuf import json_format
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Request, Response
 
+from tfps.serving import inference
 from tfps.serving.errors import ServingError
 
 _PATH = re.compile(r"^/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?"
@@ -76,13 +80,30 @@ def _inputs(body, signature):
 
 
 class RestApp:
-    """The WSGI application; `server` gives store, execute() and max_request_bytes."""
+    """The WSGI application; `server` gives models, in_flight, execute() and max_request_bytes."""
 
     def __init__(self, server):
         self._server = server
 
     def __call__(self, environ, start_response):
+        """Each request counts in the server's in_flight from here until its answer is written
+        (the WSGI server closes the body it iterated); once the server drains, 503."""
         request = Request(environ)
+        try:
+            self._server.in_flight.enter()
+        except ServingError as e:
+            response = _json({"error": e.message}, e.http_status)
+            response.headers["Connection"] = "close"
+            return response(environ, start_response)
+        try:
+            response = self._answer(request)
+            response.call_on_close(self._server.in_flight.leave)
+        except BaseException:
+            self._server.in_flight.leave()
+            raise
+        return response(environ, start_response)
+
+    def _answer(self, request):
         try:
             response = self._route(request)
         except ServingError as e:
@@ -93,22 +114,23 @@ class RestApp:
             response = _json({"error": "the request nests too deep"}, 400)
         except Exception as e:   # noqa: BLE001  (a defect of ours: still TF Serving's error format)
             response = _json({"error": f"internal error: {type(e).__name__}: {e}"}, 500)
-        return response(environ, start_response)
+        return response
 
     def _route(self, request):
         match = _PATH.match(request.path)
         if not match:
             raise ServingError("NOT_FOUND", f"no such path {request.path!r}; the API is /v1/models/NAME"
-                               f"[/versions/V][:predict | /metadata]")
+                               f"[/versions/V][:predict | :classify | :regress | /metadata]")
         name, version, verb, meta = match.group("name", "version", "verb", "meta")
-        store = self._server.store
+        store = self._server.models
         if verb:
-            if verb != ":predict":
-                raise ServingError("UNIMPLEMENTED" if verb in (":classify", ":regress") else "NOT_FOUND",
-                                   f"{verb[1:]} is not supported; use :predict")
+            if verb not in (":predict", ":classify", ":regress"):
+                raise ServingError("NOT_FOUND", f"{verb[1:]} is not supported; use :predict, :classify or :regress")
             if request.method != "POST":
                 raise ServingError("INVALID_ARGUMENT", f"{request.path} takes POST, got {request.method}")
-            return self._predict(request, name, version)
+            if verb == ":predict":
+                return self._predict(request, name, version)
+            return self._infer(request, name, version, inference.CLASSIFY if verb == ":classify" else inference.REGRESS)
         if request.method != "GET":
             raise ServingError("INVALID_ARGUMENT", f"{request.path} takes GET, got {request.method}")
         if meta:
@@ -117,13 +139,14 @@ class RestApp:
                 return _json({"model_spec": {"name": name, "signature_name": "", "version": str(servable.version)},
                               "metadata": {"signature_def": {"signature_def": signatures},
                                            **({"tfps_state": servable.state()} if servable.state() else {})}})
-        store.check_name(name)
-        rows = store.status(version)
+        rows = store.status(name, version)
         return _json({"model_version_status": [
             {"version": str(v), "state": state, "status": {"error_code": _STATE_CODE[state], "error_message": error}}
             for v, state, error in rows]})
 
-    def _predict(self, request, name, version):
+    def _body(self, request):
+        """The request's JSON body (INVALID_ARGUMENT when it is not JSON, RESOURCE_EXHAUSTED over
+        --max_request_bytes)."""
         limit = self._server.max_request_bytes
         if request.content_length is not None and request.content_length > limit:
             raise ServingError("RESOURCE_EXHAUSTED", f"the request body is {request.content_length} bytes; the server "
@@ -139,7 +162,22 @@ class RestApp:
         signature_name = body.get("signature_name") if isinstance(body, dict) else None
         if signature_name is not None and not isinstance(signature_name, str):
             raise ServingError("INVALID_ARGUMENT", f'"signature_name" must be a string, got {type(signature_name).__name__}')
-        with self._server.store.use(name, version) as servable:
+        return body, signature_name
+
+    def _infer(self, request, name, version, method):
+        """:classify and :regress (TF Serving's REST formats)."""
+        body, signature_name = self._body(request)
+        examples = inference.json_examples(body)
+        with self._server.models.use(name, version) as servable:
+            if method == inference.CLASSIFY:
+                _, classes, scores = inference.classify(self._server, servable, signature_name, examples)
+                return _json({"results": inference.classify_json(classes, scores)})
+            _, values = inference.regress(self._server, servable, signature_name, examples)
+            return _json({"results": [float(v) for v in values]})
+
+    def _predict(self, request, name, version):
+        body, signature_name = self._body(request)
+        with self._server.models.use(name, version) as servable:
             signature = servable.signature(signature_name)
             raw, rows = _inputs(body, signature)
             inputs = signature.check(raw)

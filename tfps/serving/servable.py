@@ -11,6 +11,7 @@ from tfps.serving.errors import ServingError, error_line
 from tfps.state import manifest as manifests
 
 DEFAULT_SIGNATURE = "serving_default"
+EXAMPLE_METHODS = ("tensorflow/serving/classify", "tensorflow/serving/regress")   # signatures over Examples
 
 
 class Signature:
@@ -209,8 +210,12 @@ class Servable:
 
     def warm_up(self):
         """Runs every signature once on one row of zeros (the first run of a graph builds its
-        kernels), so the first real request after a swap is not the slow one."""
+        kernels), so the first real request after a swap is not the slow one; a signature over
+        serialized Examples (classify, regress) on none (an empty Example lacks the features)."""
         for signature in self.signatures.values():
+            if signature.proto.method_name in EXAMPLE_METHODS:
+                self.run(signature, {alias: np.zeros([0], dtype=object) for alias in signature.inputs})
+                continue
             feed = {}
             for alias, (_, dtype, shape) in signature.inputs.items():
                 dims = [1 if d is None else d for d in (shape or [1])]

@@ -1,12 +1,20 @@
-"""`tfps serve`: the model store, the gRPC server (grpcio) and the REST server (Werkzeug), together."""
+"""`tfps serve`: the model stores, the gRPC server (grpcio) and the REST server (Werkzeug), together.
+
+Stopping drains (stop(grace)): new requests are refused at once -- gRPC with UNAVAILABLE (grpcio
+stops taking RPCs), REST with 503 UNAVAILABLE until its socket closes, then the connection is
+refused --, the requests the server had begun (their handler entered before the drain) run to
+their answer, and whatever is still running at the grace deadline is cut."""
 import concurrent.futures
 import threading
+import time
 
 import grpc
 from werkzeug.serving import WSGIRequestHandler, make_server
 
 from tfps.serving.batching import Batcher
+from tfps.serving.errors import ServingError
 from tfps.serving.grpc_api import add_services
+from tfps.serving.models import ModelEntry, Models, check_name
 from tfps.serving.rest import RestApp
 from tfps.serving.store import ModelStore
 
@@ -15,19 +23,53 @@ class _Handler(WSGIRequestHandler):
     timeout = 30   # seconds a connection may stall (a body never finished) before it is dropped
 
 
+class InFlight:
+    """The requests being handled, for the drain: enter() is refused (UNAVAILABLE) once drain()
+    has begun; drain(deadline) waits until those that entered have left, or the deadline."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self.count, self.draining = 0, False
+
+    def enter(self):
+        with self._cond:
+            if self.draining:
+                raise ServingError("UNAVAILABLE", "the server is shutting down; retry on another replica")
+            self.count += 1
+
+    def leave(self):
+        with self._cond:
+            self.count -= 1
+            if not self.count:
+                self._cond.notify_all()
+
+    def drain(self, deadline):
+        """True when no request is left in flight by `deadline` (time.monotonic())."""
+        with self._cond:
+            self.draining = True
+            while self.count and time.monotonic() < deadline:
+                self._cond.wait(deadline - time.monotonic())
+            return not self.count
+
+
 class ModelServer:
-    """Serves the SavedModel versions under model_base_path as model_name.
+    """Serves the SavedModel versions under model_base_path as model_name (or several models:
+    `models`, a list of tfps.serving.models.ModelEntry, e.g. from read_model_config).
 
     Args (the CLI's flags): port / rest_api_port (0: any free port; rest_api_port None: no REST),
+    host: the address both listen on ("0.0.0.0": every interface, TF Serving's default -- grpcio
+    takes it as the IPv4 and IPv6 wildcard;
+    "127.0.0.1": this machine only),
     enable_batching with max_batch_size, batch_timeout_micros and num_batch_threads,
     poll_secs (file_system_poll_wait_seconds): how often versions and the followed model_dir are
     looked at, follow: a trainer's model_dir whose checkpoints and deltas the tables follow,
-    num_versions: the newest versions kept loaded, max_request_bytes: the largest request body."""
+    num_versions: the newest versions kept loaded, max_request_bytes: the largest request body.
+    `follow` needs one model."""
 
-    def __init__(self, model_base_path, model_name, port=8500, rest_api_port=8501, enable_batching=False,
+    def __init__(self, model_base_path=None, model_name=None, port=8500, rest_api_port=8501, enable_batching=False,
                  max_batch_size=32, batch_timeout_micros=1000, num_batch_threads=2, poll_secs=1.0, follow=None,
                  num_versions=1, max_request_bytes=64 << 20, grpc_threads=16, session_threads=0, host="0.0.0.0",
-                 printer=print):
+                 printer=print, models=None):
         problems = [f"{flag} must be in [0, 65535], got {v}" for flag, v in (("--port", port),
                     ("--rest_api_port", rest_api_port)) if v is not None and not 0 <= v <= 65535]
         problems += [f"{flag} must be > 0, got {v}" for flag, v in (
@@ -35,12 +77,24 @@ class ModelServer:
             ("--num_batch_threads", num_batch_threads)) if v < 1]
         problems += [f"--file_system_poll_wait_seconds must be >= 0 (0: load once), got {poll_secs}"] \
             if poll_secs < 0 else []
-        problems += [f"--model_name must be a non-empty name without '/' or ':', got {model_name!r}"] \
-            if not model_name or "/" in model_name or ":" in model_name else []
+        if (models is None) == (model_base_path is None and model_name is None):
+            problems += ["give --model_name and --model_base_path, or --model_config_file (models), not both"]
+        if models is None:
+            problems += [f"--model_name must be a non-empty name without '/' or ':', got {model_name!r}"] \
+                if not model_name or "/" in model_name or ":" in model_name else []
+            models = [ModelEntry(model_name, model_base_path)]
+        elif follow is not None and len(models) != 1:
+            problems += ["--follow applies one trainer's model_dir to one model; the config file names "
+                         f"{len(models)}"]
         if problems:
             raise ValueError("tfps serve: " + "; ".join(problems))
-        self.store = ModelStore(model_name, model_base_path, keep=num_versions, follow=follow,
-                                threads=session_threads, printer=printer)
+        for m in models:
+            check_name(m.name, "a model name")
+        self.models = Models({m.name: ModelStore(m.name, m.base_path, keep=m.num_versions or num_versions,
+                                                 follow=follow, threads=session_threads, printer=printer)
+                              for m in models})
+        self.store = next(iter(self.models.stores.values()))   # the first (with --model_name, the only) model's
+        self.in_flight = InFlight()
         self.max_request_bytes = max_request_bytes
         self._poll_secs, self._stop, self._started = poll_secs, threading.Event(), False
         # so_reuseport off: a second server on the same port fails instead of sharing its traffic
@@ -64,7 +118,9 @@ class ModelServer:
             raise
         self.batcher = Batcher(max_batch_size, batch_timeout_micros, num_batch_threads) if enable_batching else None
         if self._rest:
-            self._rest.daemon_threads = False   # stop() waits for the requests in flight
+            # stop() waits for the requests in flight (in_flight), not for idle keep-alive connections
+            self._rest.daemon_threads = True
+            self._rest.block_on_close = False
         self.rest_api_port = self._rest.server_port if self._rest else None
         self._threads = []
 
@@ -74,11 +130,13 @@ class ModelServer:
         return servable.run(signature, inputs, output_filter)
 
     def start(self):
-        """Loads what is there now (one poll), then serves and polls in the background."""
-        self.store.poll()
+        """Loads what is there now (one poll of each model), then serves and polls in the background."""
+        for store in self.models.stores.values():
+            store.poll()
         self._grpc.start()
-        threads = [threading.Thread(target=self.store.poll_forever, args=(self._poll_secs, self._stop),
-                                    name="tfps-serve-poll", daemon=True)] if self._poll_secs > 0 else []
+        threads = [threading.Thread(target=store.poll_forever, args=(self._poll_secs, self._stop),
+                                    name=f"tfps-serve-poll-{name}", daemon=True)
+                   for name, store in self.models.stores.items()] if self._poll_secs > 0 else []
         if self._rest:
             threads.append(threading.Thread(target=self._rest.serve_forever, name="tfps-rest", daemon=True))
         for t in threads:
@@ -87,14 +145,21 @@ class ModelServer:
         return self
 
     def stop(self, grace=5.0):
+        """Drains and stops (the module docstring): returns True when every request begun was
+        answered within `grace` seconds, False when some were cut at the deadline."""
+        deadline = time.monotonic() + grace
         self._stop.set()
+        grpc_done = self._grpc.stop(grace)   # new RPCs refused from here; those running are cut at grace
+        drained = self.in_flight.drain(deadline)
         if self._rest:
             if self._started:   # shutdown() waits for serve_forever, which only start() runs
                 self._rest.shutdown()
-            self._rest.server_close()   # joins the requests in flight (each bounded by the handler's timeout)
-        self._grpc.stop(grace).wait()
+            self._rest.server_close()   # the answers are written: the app has returned and its body closed
+        drained = grpc_done.wait(max(0.0, deadline - time.monotonic())) and drained
         if self.batcher:
             self.batcher.stop()
-        for t in self._threads:
-            t.join(timeout=30)
-        self.store.close()
+        for t in self._threads:   # the polls (one may be loading a version: not past the deadline)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+        for store in self.models.stores.values():
+            store.close()
+        return drained

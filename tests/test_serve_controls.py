@@ -1,0 +1,357 @@
+"""tfps serve's controls: --model_config_file (several models, each answering its own name),
+--host (the sockets listen where it says), SIGTERM drains under load (--grace_secs), and the
+model's fingerprint and step in the metadata. Oracles: each export loaded on its own
+(score_saved_model), the kernel's table of listening sockets (/proc/net/tcp), a connection that is
+refused, and every answer of a load run."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import grpc
+import numpy as np
+import pytest
+import tensorflow as tf
+from google.protobuf import struct_pb2
+from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, get_model_status_pb2,
+                                     model_service_pb2_grpc, prediction_service_pb2_grpc)
+
+from tfps.serving.models import read_model_config
+from tfps.serving.servable import read_export_manifest
+from tfps.serving.server import ModelServer
+from serve_client import _request
+from test_serve_inference import _input, _scores, runner  # noqa: F401  (the fixture)
+from test_serving import score_saved_model
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve_runner")]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _config(tmp_path, exports):
+    """A model config file serving step 20's export as "early" and step 40's as "late"."""
+    text = "model_config_list {\n" + "".join(
+        f'  config {{ name: "{name}" base_path: "{os.path.dirname(exports[step])}" model_platform: "tensorflow" }}\n'
+        for name, step in (("early", 20), ("late", 40))) + "}\n"
+    path = tmp_path / "models.config"
+    path.write_text(text)
+    return str(path)
+
+
+def _stub(port):
+    return prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+
+
+def _rest(port, path, body=None, host="127.0.0.1"):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(f"http://{host}:{port}{path}", data=data, method="POST" if data else "GET")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _check_two_models(port, rest_port, runner):
+    """Each name answers with its own export's scores, fingerprint and step; an unknown name is
+    NOT_FOUND on every method."""
+    rows, exports = runner["rows"], runner["exports"]
+    stub = _stub(port)
+    for name, step in (("early", 20), ("late", 40)):
+        want = score_saved_model(exports[step], rows)
+        got = stub.Predict(_request(rows, name=name), timeout=60)
+        np.testing.assert_allclose(tf.make_ndarray(got.outputs["probabilities"]), want, rtol=1e-6, atol=1e-7)
+        assert got.model_spec.name == name
+        status, body = _rest(rest_port, f"/v1/models/{name}:predict",
+                             {"inputs": {k: v.tolist() for k, v in rows.items()}})
+        assert status == 200
+        np.testing.assert_allclose(body["outputs"]["probabilities"], want, rtol=1e-6, atol=1e-7)
+        # the export's fingerprint and global step, both APIs
+        manifest = read_export_manifest(exports[step])
+        assert manifest["step"] == step and len(manifest["fingerprint"]) == 16
+        meta = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+        meta.model_spec.name = name
+        state = struct_pb2.Struct()
+        stub.GetModelMetadata(meta, timeout=60).metadata["tfps_state"].Unpack(state)
+        assert dict(state) == {"fingerprint": manifest["fingerprint"], "step": float(step)}
+        status, body = _rest(rest_port, f"/v1/models/{name}/metadata")
+        assert status == 200 and body["metadata"]["tfps_state"] == {"fingerprint": manifest["fingerprint"],
+                                                                     "step": step}
+        q = get_model_status_pb2.GetModelStatusRequest()
+        q.model_spec.name = name
+        states = model_service_pb2_grpc.ModelServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}")) \
+            .GetModelStatus(q, timeout=60).model_version_status
+        assert [s.version for s in states] == [int(os.path.basename(exports[step]))]
+    assert read_export_manifest(exports[20])["fingerprint"] == read_export_manifest(exports[40])["fingerprint"]
+    meta = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+    meta.model_spec.name = "demo"
+    q = get_model_status_pb2.GetModelStatusRequest()
+    q.model_spec.name = "demo"
+    for call in (lambda: stub.Predict(_request(rows, name="demo"), timeout=60),
+                 lambda: stub.GetModelMetadata(meta, timeout=60),
+                 lambda: model_service_pb2_grpc.ModelServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+                 .GetModelStatus(q, timeout=60)):
+        with pytest.raises(grpc.RpcError) as e:
+            call()
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND and "'demo'" in e.value.details()
+    for path in ("/v1/models/demo:predict", "/v1/models/demo", "/v1/models/demo/metadata"):
+        assert _rest(rest_port, path, {"instances": [{"dense": [0.0] * 13, "ids": [0] * 26}]}
+                     if path.endswith("predict") else None)[0] == 404
+
+
+def test_model_config_file_serves_two_models_each_by_its_name(runner, tmp_path):
+    models = read_model_config(_config(tmp_path, runner["exports"]))
+    assert [m.name for m in models] == ["early", "late"]
+    server = ModelServer(models=models, port=0, rest_api_port=0, host="127.0.0.1", printer=lambda *a, **k: None)
+    server.start()
+    try:
+        _check_two_models(server.port, server.rest_api_port, runner)
+        # Classify on each model: its own scores
+        for name, step in (("early", 20), ("late", 40)):
+            req = classification_pb2.ClassificationRequest()
+            req.model_spec.name = name
+            req.input.CopyFrom(_input(runner["rows"]))
+            scores = _scores(_stub(server.port).Classify(req, timeout=60).result)[1]
+            np.testing.assert_allclose(scores[:, 1], score_saved_model(runner["exports"][step], runner["rows"]),
+                                       rtol=1e-6, atol=1e-7)
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("text, words", [
+    ("model_config_list { config { name: 'a' base_path: 'B' } ", "not a text-format ModelServerConfig"),
+    ("", "no model"),
+    ("model_config_list { config { name: 'a' base_path: 'B' } config { name: 'a' base_path: 'B' } }", "twice"),
+    ("model_config_list { config { name: 'a' base_path: 'B' model_platform: 'pytorch' } }", "pytorch"),
+    ("model_config_list { config { name: 'a/b' base_path: 'B' } }", "'a/b'"),
+    ("model_config_list { config { name: 'a' } }", "no base_path"),
+    ("model_config_list { config { name: 'a' base_path: 'B' model_version_policy { all {} } } }", "policy all"),
+])
+def test_a_model_config_file_that_is_wrong_is_refused_by_name(tmp_path, text, words):
+    (tmp_path / "B").mkdir()
+    path = tmp_path / "models.config"
+    path.write_text(text.replace("'B'", f"'{tmp_path / 'B'}'"))
+    with pytest.raises(ValueError, match="models.config") as e:
+        read_model_config(str(path))
+    assert words in str(e.value)
+
+
+def test_a_model_config_file_naming_no_directory_is_refused(tmp_path, cli):
+    path = tmp_path / "models.config"
+    path.write_text(f"model_config_list {{ config {{ name: 'a' base_path: '{tmp_path / 'none'}' }} }}")
+    code, _, err = cli("serve", "--model_config_file", str(path))
+    assert code == 1 and "base_path" in err
+    code, _, err = cli("serve", "--model_config_file", str(path), "--model_base_path", str(tmp_path),
+                       "--model_name", "a")
+    assert code == 2 and "--model_config_file" in err
+
+
+def _listening(port):
+    """The local addresses of the sockets listening on TCP `port` ("127.0.0.1", "0.0.0.0", "::"...;
+    an IPv4-mapped IPv6 address as its IPv4 address)."""
+    out = set()
+    for table, width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+        if not os.path.exists(table):
+            continue
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, hex_port = local.split(":")
+                if state != "0A" or int(hex_port, 16) != port:   # 0A: LISTEN
+                    continue
+                raw = bytes.fromhex(address)
+                # the kernel prints each 32-bit word in host (little-endian) order
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                address = socket.inet_ntop(socket.AF_INET if width == 4 else socket.AF_INET6, raw)
+                out.add(address.removeprefix("::ffff:"))   # an IPv4 address on an IPv6 socket (grpcio's)
+    return out
+
+
+def _outside_address():
+    """An address of this machine that is not loopback (the one its default route leaves by), or None."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect(("10.254.254.254", 9))   # UDP: picks the route, sends nothing
+        address = s.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        s.close()
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+def _free_port():
+    """A TCP port free now (the CLI's --rest_api_port 0 means no REST API, as in TF Serving)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(*args):
+    proc = subprocess.Popen([sys.executable, "-m", "tfps.cli", "serve", "--port", "0", "--rest_api_port",
+                             str(_free_port()), *args],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(timeout=60)
+        pytest.fail(f"tfps serve exited {proc.returncode}: {proc.stderr.read()[-3000:]}")
+    return proc, json.loads(line)
+
+
+def _refused(host, port):
+    try:
+        socket.create_connection((host, port), timeout=10).close()
+        return False
+    except ConnectionRefusedError:
+        return True
+
+
+def test_host_loopback_listens_on_loopback_only_for_grpc_and_rest(runner, tmp_path):
+    proc, ready = _serve("--model_config_file", _config(tmp_path, runner["exports"]), "--host", "127.0.0.1")
+    try:
+        assert ready["models"] == {name: [int(os.path.basename(runner["exports"][s]))]
+                                   for name, s in (("early", 20), ("late", 40))}
+        for port in (ready["grpc_port"], ready["rest_api_port"]):
+            assert _listening(port) == {"127.0.0.1"}, (port, _listening(port))
+            outside = _outside_address()
+            if outside is not None:
+                assert _refused(outside, port)
+            assert not _refused("127.0.0.1", port)
+        _check_two_models(ready["grpc_port"], ready["rest_api_port"], runner)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    assert proc.returncode == 0, proc.stderr.read()[-3000:]
+
+
+def test_sigterm_drains_under_load(runner):
+    """Two gRPC and two REST clients send without pause; requests are merged by a batcher that
+    waits 4 s for a batch to fill, so at SIGTERM each client has a request the server has begun.
+    What counts: a request sent at least 1 s before SIGTERM has been begun by the server and must
+    be answered with Predict's scores; one sent later may instead be refused -- gRPC UNAVAILABLE,
+    REST 503 or a refused or reset connection, all of which a client retries -- and nothing may
+    end any other way. The server exits 0, within --grace_secs, with the default host's sockets
+    on every interface."""
+    rows = {k: v[:1] for k, v in runner["rows"].items()}
+    want = score_saved_model(runner["exports"][20], rows)
+    grace = 60.0
+    proc, ready = _serve("--model_base_path", os.path.dirname(runner["exports"][20]), "--model_name", "demo",
+                         "--enable_batching", "--max_batch_size", "64", "--batch_timeout_micros", "4000000",
+                         "--grace_secs", str(grace))
+    results = []    # (client, sent, answered, outcome, value)
+    lock, gone = threading.Lock(), threading.Event()
+
+    def grpc_client(i):
+        stub = _stub(ready["grpc_port"])
+        while not gone.is_set():
+            sent = time.monotonic()
+            try:
+                got = stub.Predict(_request(rows), timeout=120)
+                outcome, value = "ok", tf.make_ndarray(got.outputs["probabilities"])
+            except grpc.RpcError as e:
+                outcome, value = ("refused" if e.code() == grpc.StatusCode.UNAVAILABLE else "failed"), e.code()
+            with lock:
+                results.append((f"grpc{i}", sent, time.monotonic(), outcome, value))
+            if outcome != "ok":
+                time.sleep(0.05)
+
+    def rest_client(i):
+        body = json.dumps({"inputs": {k: v.tolist() for k, v in rows.items()}}).encode()
+        while not gone.is_set():
+            sent = time.monotonic()
+            req = urllib.request.Request(f"http://127.0.0.1:{ready['rest_api_port']}/v1/models/demo:predict",
+                                         data=body, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    outcome, value = "ok", np.array(json.loads(r.read())["outputs"]["probabilities"], np.float32)
+            except urllib.error.HTTPError as e:
+                outcome, value = ("refused" if e.code == 503 else "failed"), e.code
+            except urllib.error.URLError as e:
+                refused = isinstance(e.reason, (ConnectionRefusedError, ConnectionResetError))
+                outcome, value = ("refused" if refused else "failed"), repr(e.reason)
+            except ConnectionResetError as e:   # http.client.RemoteDisconnected: reset before any answer
+                outcome, value = "refused", repr(e)
+            with lock:
+                results.append((f"rest{i}", sent, time.monotonic(), outcome, value))
+            if outcome != "ok":
+                time.sleep(0.05)
+
+    clients = [threading.Thread(target=grpc_client, args=(i,)) for i in range(2)] + \
+        [threading.Thread(target=rest_client, args=(i,)) for i in range(2)]
+    try:
+        # the default host: every interface (grpcio takes 0.0.0.0 as the IPv4 and IPv6 wildcard)
+        assert _listening(ready["grpc_port"]) in ({"0.0.0.0"}, {"::"}), _listening(ready["grpc_port"])
+        assert _listening(ready["rest_api_port"]) == {"0.0.0.0"}
+        for t in clients:
+            t.start()
+
+        def answered():
+            with lock:
+                return [r for r in results if r[3] == "ok"]
+        deadline = time.monotonic() + 120
+        while len({r[0] for r in answered()}) < 4 or len(answered()) < 8:   # two batches at least
+            assert time.monotonic() < deadline and proc.poll() is None, results[-5:]
+            time.sleep(0.05)
+        batch_done = max(r[2] for r in answered())   # the clients sent again right after: in the batch now
+        time.sleep(max(0.0, batch_done + 2.0 - time.monotonic()))
+        term = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=grace + 60)
+        exited = time.monotonic()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        gone.set()
+        for t in clients:
+            if t.ident is not None:
+                t.join(timeout=180)
+    err = proc.stderr.read()
+    assert proc.returncode == 0, err[-3000:]
+    assert exited - term < grace
+    failed = [r for r in results if r[3] == "failed"]
+    assert not failed, failed[:5]
+    early = [r for r in results if r[1] < term - 1.0]
+    assert early and all(r[3] == "ok" for r in early), [r for r in early if r[3] != "ok"][:5]
+    # requests the server had begun when SIGTERM came were answered after it (at their batch's
+    # timeout, about 2 s later)
+    assert any(r[1] < term - 1.0 and r[2] > term for r in early), sorted(r[:3] for r in early)[-8:]
+    for r in results:
+        if r[3] == "ok":
+            np.testing.assert_allclose(r[4], want, rtol=1e-5, atol=1e-6)
+
+
+def test_sigterm_cuts_what_runs_past_the_grace_and_exits_1(runner):
+    """A request that would run 60 s (its batch waits that long to fill) is cut at --grace_secs 1:
+    the server exits 1, long before the request would have ended, and the client gets an error."""
+    rows = {k: v[:1] for k, v in runner["rows"].items()}
+    proc, ready = _serve("--model_base_path", os.path.dirname(runner["exports"][20]), "--model_name", "demo",
+                         "--enable_batching", "--max_batch_size", "64", "--batch_timeout_micros", "60000000",
+                         "--grace_secs", "1")
+    outcome = []
+
+    def client():
+        try:
+            _stub(ready["grpc_port"]).Predict(_request(rows), timeout=120)
+            outcome.append("ok")
+        except grpc.RpcError as e:
+            outcome.append(e.code())
+    t = threading.Thread(target=client)
+    try:
+        t.start()
+        time.sleep(2.0)   # the request waits in its batch
+        term = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        exited = time.monotonic()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        t.join(timeout=120)
+    assert proc.returncode == 1, proc.stderr.read()[-3000:]
+    assert exited - term < 30   # the grace (1 s) and the exit, not the batch's 60 s
+    assert outcome and outcome[0] != "ok", outcome
