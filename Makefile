@@ -28,7 +28,7 @@ CC_BIN  := build/cc
 CC_FLAGS = -std=c++17 -I. -Wall -Wextra -Werror -g1 -O1 -pthread
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test build setup deps cc-build cc-test py-test bench bench-smoke clean
+.PHONY: demo test test-compat build setup deps cc-build cc-test py-test bench bench-smoke clean
 
 # The demo model on a local cluster: 2 PS, a chief and a worker, one process each (gRPC on loopback).
 demo: build
@@ -103,6 +103,11 @@ cc-test: cc-build
 PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 py-test: build
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 tests
+
+# The other TensorFlow line's share in CI (`make test-compat TF=2.15` after `make test`): the
+# Estimator tests, the cluster resume tests and a train -> export -> serve flow (marker compat).
+test-compat: build
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup -m "estimator or compat" tests
 
 # Each benchmark's shortest run, checked (CI runs it after make test).
 bench-smoke: build

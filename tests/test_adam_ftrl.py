@@ -296,6 +296,7 @@ def _uninterrupted(tmp_path):
         return early, model.state(s)
 
 
+@pytest.mark.compat   # a cluster resume, also on the other TensorFlow line in CI
 def test_adam_trained_on_2_ps_resumes_on_3_ps_and_in_one_process(tmp_path, three_ps):
     spec, chief, ps = three_ps
     early, want = _uninterrupted(tmp_path)

@@ -20,6 +20,7 @@ SMALL = ["train.batch_size=256", "train.log_every_steps=100", "eval.examples=200
          "data.vocab_max=5000"]
 
 
+@pytest.mark.compat   # cluster, resume on 3 PS, export, score: also on the other TensorFlow line in CI
 def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path, cli):
     """train_and_evaluate on 2 PS + chief + worker + evaluator against `tfps train` in one process,
     same data stream and step budget. Adam: its beta powers are one pair whatever the PS count
@@ -181,6 +182,7 @@ def _table_rows(checkpoint):
     return rows
 
 
+@pytest.mark.compat
 def test_killed_ps_and_worker_are_restarted_and_every_restored_key_survives(tmp_path):
     # A large vocabulary, so that many restored rows are rare ids that training does not touch again.
     job = _launch(tmp_path, ["train.steps=2000", "train.save_checkpoints_steps=200", "train.keep_checkpoint_max=100",

@@ -113,7 +113,8 @@ def _rest(server, path, body=None, raw=None):
         return e.code, json.loads(e.read())
 
 
-def test_a_stock_stub_and_rest_get_estimator_predict_scores(trained):
+@pytest.mark.compat   # train -> export -> serve, also on the other TensorFlow line in CI
+def test_a_stock_stub_and_rest_get_predicted_scores(trained):
     rows, want = trained["rows"], trained["want"]
     server = _server(os.path.dirname(trained["export"]))
     try:

@@ -23,6 +23,7 @@ def evaluate(model_fn, params, input_fn, settings, checkpoint=None, hooks=(), na
     if not checkpoint:
         raise ValueError(f"no checkpoint in {settings.model_dir!r} to evaluate")
     with tf.Graph().as_default():
+        eval_step()
         spec, scaffold, input_hooks, gs = build(model_fn, params, ModeKeys.EVAL, settings, input_fn=input_fn)
         metrics = dict(spec.eval_metric_ops or {})
         for key in (LOSS_KEY, GLOBAL_STEP_KEY):
@@ -42,6 +43,16 @@ def evaluate(model_fn, params, input_fn, settings, checkpoint=None, hooks=(), na
         result = final.final_ops_values
         _write_summary(os.path.join(settings.model_dir, f"eval_{name}" if name else "eval"), result, checkpoint)
     return result
+
+
+def eval_step():
+    """The graph's eval step, a local variable in the EVAL_STEP collection, as tf.estimator makes
+    one: what marks a graph as an evaluation (a tfps.pipeline Pipeline then feeds its queues from
+    a background thread, since no train op of the graph runs)."""
+    return tf.compat.v1.get_variable("eval_step", shape=[], dtype=tf.int64, trainable=False,
+                                     initializer=tf.compat.v1.zeros_initializer(),
+                                     collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES,
+                                                  tf.compat.v1.GraphKeys.EVAL_STEP])
 
 
 def _write_summary(output_dir, result, checkpoint):
