@@ -1,17 +1,17 @@
 # make demo | make test: each sets up everything from a clean clone.
 #
-# TensorFlow line: TF=2.15 (with tf.estimator; the default until the suite passes on 2.21) or
-# TF=2.21 (the current release, no tf.estimator), e.g. `make test TF=2.21`. Each has its own venv
-# (.venv-tf2.15, .venv-tf2.21; .venv points at the last one built), made with the newest Python on
-# this machine that the line supports (PYTHON=... to choose one).
-TF ?= 2.15
+# TensorFlow line: TF=2.21 (the default: the current release, no tf.estimator) or TF=2.15 (the
+# last with tf.estimator), e.g. `make test TF=2.15`. Each has its own venv (.venv-tf2.21,
+# .venv-tf2.15; .venv points at the last one built), made with the newest Python on this machine
+# that the line supports (PYTHON=... to choose one).
+TF ?= 2.21
 SUPPORTED_TF := 2.15 2.21
 PYTHONS_2.15 := python3.11 python3.10 python3
 PYTHONS_2.21 := python3.13 python3.12 python3.11 python3.10 python3
 RANGE_2.15 := (3, 10), (3, 11)
 RANGE_2.21 := (3, 10), (3, 13)
 ifeq ($(filter $(TF),$(SUPPORTED_TF)),)
-$(error TF=$(TF) is not a supported TensorFlow line: choose TF=2.15 (the default) or TF=2.21)
+$(error TF=$(TF) is not a supported TensorFlow line: choose TF=2.21 (the default) or TF=2.15)
 endif
 # The first candidate that runs, is in the line's range and has venv (a pyenv shim of a version
 # not selected does not run).
