@@ -7,9 +7,9 @@
 TF ?= 2.21
 SUPPORTED_TF := 2.15 2.21
 PYTHONS_2.15 := python3.11 python3.10 python3
-PYTHONS_2.21 := python3.13 python3.12 python3.11 python3.10 python3
+PYTHONS_2.21 := python3.13 python3.12 python3.11 python3
 RANGE_2.15 := (3, 10), (3, 11)
-RANGE_2.21 := (3, 10), (3, 13)
+RANGE_2.21 := (3, 11), (3, 13)   # TF 2.21 supports 3.10, its NumPy 2.4 pin does not
 ifeq ($(filter $(TF),$(SUPPORTED_TF)),)
 $(error TF=$(TF) is not a supported TensorFlow line: choose TF=2.21 (the default) or TF=2.15)
 endif

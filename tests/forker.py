@@ -1,5 +1,5 @@
 """`tfps` runs as forks of one process that has TensorFlow and the training modules imported
-(what `tfps launch` does for its tasks): a test that kills trainers at random and resumes them
+(tfps.cluster.launch.fork_task, what `tfps launch` does for its tasks): a test that kills trainers at random and resumes them
 starts each run without a TensorFlow import (about 3 CPU-seconds). Each run is a process of its
 own; SIGKILL it by its pid as any trainer."""
 import json
@@ -10,35 +10,23 @@ import sys
 import time
 
 _SERVER = r"""
-import json, os, sys, traceback
+import json, os, signal, sys
 import tfps.cli
+from tfps.cluster.launch import fork_task
 tfps.cli._preload_task()   # imports only: no graph, no TensorFlow thread before a fork
 requests = os.fdopen(os.dup(0), "r")
 os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+runs = {}
 for line in requests:
     req = json.loads(line)
     if req["op"] == "poll":
-        pid, status = os.waitpid(req["pid"], os.WNOHANG)
-        print(json.dumps({"code": os.waitstatus_to_exitcode(status) if pid else None}), flush=True)
+        print(json.dumps({"code": runs[req["pid"]].poll()}), flush=True)
         continue
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            out = os.open(req["out"], os.O_WRONLY | os.O_APPEND)
-            os.dup2(out, 1)
-            os.dup2(out, 2)
-            os.chdir(req["cwd"])
-            code = tfps.cli.main(req["argv"])
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code or 0)
-    print(json.dumps({"pid": pid}), flush=True)
+    with open(req["out"], "a") as log:   # the run's own stdout and stderr
+        run = fork_task(tfps.cli.main, req["argv"], dict(os.environ), log, os.getpid(), "tfps-test-run",
+                        {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL})
+    runs[run.pid] = run
+    print(json.dumps({"pid": run.pid}), flush=True)
 """
 
 
@@ -83,8 +71,11 @@ class Run:
 
 
 class Forker:
+    """The forking process; its runs die with it (PR_SET_PDEATHSIG, as tfps launch's tasks)."""
+
     def __init__(self, cwd):
         self._cwd = cwd
+        self._runs = []
         self._server = subprocess.Popen([sys.executable, "-c", _SERVER], cwd=cwd, stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True)
 
@@ -100,9 +91,14 @@ class Forker:
         """`tfps <argv>` in a fork, its stdout and stderr to the file out (made empty here, so it
         exists before the fork writes to it)."""
         open(out, "w").close()
-        return Run(self, self._ask({"op": "run", "argv": list(argv), "out": str(out), "cwd": self._cwd})["pid"], out)
+        run = Run(self, self._ask({"op": "run", "argv": list(argv), "out": str(out)})["pid"], out)
+        self._runs.append(run)
+        return run
 
     def close(self):
+        for run in self._runs:   # a run a failed test left going
+            if run.returncode is None:
+                run.kill()
         self._server.stdin.close()
         self._server.kill()
         self._server.wait()

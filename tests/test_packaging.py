@@ -32,7 +32,7 @@ def test_wheel_installs_and_runs_a_lookup_away_from_the_source_tree(tmp_path):
                           "-w", str(wheels), ROOT], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     (wheel,) = wheels.glob("tfps-*.whl")
-    assert "-cp311-" in wheel.name and "linux" in wheel.name      # a platform wheel, not py3-none-any
+    assert f"-cp{sys.version_info.major}{sys.version_info.minor}-" in wheel.name and "linux" in wheel.name      # a platform wheel, not py3-none-any
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         assert "tfps/_tfps_ops.so" in names and any(n.startswith("tfps/_core.") for n in names)

@@ -58,6 +58,7 @@ def free_ports(n, host="127.0.0.1"):
 
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 
 
 def _die_with_parent(parent):
@@ -125,23 +126,31 @@ class _Forked:
         self.send_signal(signal.SIGKILL)
 
 
-def _fork_task(task_main, argv, env, log, parent):
+def fork_task(task_main, argv, env, log, parent, name, signals):
     """Forks a child that runs task_main(argv) with env as its environment and log as its stdout
-    and stderr, and exits with its code (1 and the traceback for an exception)."""
+    and stderr, and exits with its code (1 and the traceback for an exception). `signals`:
+    {signal: the disposition the child gets} (what the launcher itself was started with), set
+    while both are blocked, so no signal reaches the child's copy of the launcher's handlers.
+    The child's name (ps, top) is `name`."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()   # else the child would print the launcher's buffered lines again
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, list(signals))
     with warnings.catch_warnings():   # 3.12+: numpy's idle BLAS thread makes fork() warn; the child uses none
-        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.filterwarnings("ignore", message=".*multi-threaded.*fork", category=DeprecationWarning)
         pid = os.fork()
     if pid:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         return _Forked(pid)
     code = 1
     try:
+        for sig, disposition in signals.items():
+            if disposition is not None:   # (None: not set from Python; left as it is)
+                signal.signal(sig, disposition)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         die_with_parent = _die_with_parent(parent)
         if die_with_parent is not None:
             die_with_parent()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)   # not the launcher's handlers
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+            ctypes.CDLL(None).prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
         os.environ.clear()
@@ -149,6 +158,8 @@ def _fork_task(task_main, argv, env, log, parent):
         sys.argv = ["tfps"] + list(argv)
         code = task_main(list(argv))
     except SystemExit as e:
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:  # noqa: BLE001 -- what a process's top level does: the traceback, exit 1
         traceback.print_exc()
@@ -164,11 +175,11 @@ def _fork_task(task_main, argv, env, log, parent):
 class _Task:
     """One process of the job, restartable with the same TF_CONFIG and log file."""
 
-    def __init__(self, task_type, index, args, spec, log_dir, task_main=None):
+    def __init__(self, task_type, index, args, spec, log_dir, task_main=None, signals=None):
         self.type, self.index, self.name = task_type, index, f"{task_type}{index}"
         self.log_path = os.path.join(log_dir, f"{self.name}.log")
         self._args = args
-        self._task_main = task_main
+        self._task_main, self._signals = task_main, signals
         self._env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": spec,
                                                            "task": {"type": task_type, "index": index}}))
         self._log = open(self.log_path, "w")
@@ -182,7 +193,8 @@ class _Task:
                             f"(the last run exited {self.proc.returncode}) ====\n")
             self._log.flush()
         if self._task_main is not None:
-            self.proc = _fork_task(self._task_main, self._args[3:], self._env, self._log, os.getpid())
+            self.proc = fork_task(self._task_main, self._args[3:], self._env, self._log, os.getpid(),
+                                   f"tfps-{self.name}", self._signals)
         else:
             self.proc = subprocess.Popen(self._args, env=self._env, stdout=self._log, stderr=subprocess.STDOUT,
                                          preexec_fn=_die_with_parent(os.getpid()))
@@ -246,7 +258,10 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
     trainer_spec, relay = _latency_relays(spec, latency_ms, host, log_dir)
     if task_main is not None and preload is not None:
         preload()
-    tasks = [_Task(t, i, args, spec if t == "ps" else trainer_spec, log_dir, task_main) for t, i in names]
+    # A forked task gets the signal dispositions the launcher was started with (SIGINT ignored
+    # in a background job stays ignored, as for an exec'd task), not the launcher's own handlers.
+    signals = {signal.SIGINT: signal.getsignal(signal.SIGINT), signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
+    tasks = [_Task(t, i, args, spec if t == "ps" else trainer_spec, log_dir, task_main, signals) for t, i in names]
     chief = next(t for t in tasks if t.type == "chief")
     printer(f"launching {num_ps} ps + {num_workers} worker(s) (chief included)"
             f"{' + an evaluator' if evaluator else ''} on {host}; model_dir {model_dir}; logs in {log_dir}; "

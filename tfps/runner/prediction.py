@@ -4,17 +4,23 @@ tf.estimator.Estimator.predict(..., yield_single_examples=False) gives."""
 import tensorflow as tf
 
 from tfps.models.spec import ModeKeys
+from tfps.runner.evaluation import eval_step
 from tfps.runner.graph import build, latest_checkpoint
 
 
 def predict(model_fn, params, input_fn, settings, checkpoint=None):
-    """Yields {name: array} of the spec's predictions for each batch of input_fn (features, or
-    (features, labels) whose labels are ignored), from `checkpoint` (default: model_dir's latest,
-    with the deltas after it). ValueError when there is no checkpoint."""
+    """An iterator of {name: array}, the spec's predictions for each batch of input_fn (features,
+    or (features, labels) whose labels are ignored), from `checkpoint` (default: model_dir's
+    latest, with the deltas after it). ValueError (at the call) when there is no checkpoint."""
     checkpoint = checkpoint or latest_checkpoint(settings.model_dir)
     if not checkpoint:
         raise ValueError(f"no checkpoint in {settings.model_dir!r} to predict from")
+    return _predictions(model_fn, params, input_fn, settings, checkpoint)
+
+
+def _predictions(model_fn, params, input_fn, settings, checkpoint):
     with tf.Graph().as_default():
+        eval_step()   # no train op runs here: a PipelineDataset feeds itself (as in an evaluation)
         spec, scaffold, input_hooks, _ = build(model_fn, params, ModeKeys.PREDICT, settings, input_fn=input_fn)
         predictions = spec.predictions if isinstance(spec.predictions, dict) else {"predictions": spec.predictions}
         creator = tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold, checkpoint_filename_with_path=checkpoint,
