@@ -185,8 +185,9 @@ def _table_rows(checkpoint):
 @pytest.mark.compat
 def test_killed_ps_and_worker_are_restarted_and_every_restored_key_survives(tmp_path):
     # A large vocabulary, so that many restored rows are rare ids that training does not touch again.
+    # Forked tasks (cluster.fork_tasks): their restarts are forks too.
     job = _launch(tmp_path, ["train.steps=2000", "train.save_checkpoints_steps=200", "train.keep_checkpoint_max=100",
-                             "data.vocab_max=100000"], "--max-restarts", "2")
+                             "data.vocab_max=100000", "cluster.fork_tasks=true"], "--max-restarts", "2")
     try:
         # The newest complete checkpoint (the state file is written last, so wait on it, not on
         # the files: the step-0 checkpoint, with empty tables, is the latest until then). The
@@ -235,7 +236,7 @@ def test_kills_with_deltas_on_never_train_a_batch_twice(tmp_path):
     many (none lost beyond one in-flight step per trainer and restore)."""
     # Enough steps past the third kill's mark (>= 900 + the restarts) for deltas at any machine load.
     job = _launch(tmp_path, ["train.steps=2400", "train.delta_every_secs=1", "train.save_checkpoints_steps=100000",
-                             "data.vocab_max=2000"], "--max-restarts", "3")
+                             "data.vocab_max=2000", "cluster.fork_tasks=true"], "--max-restarts", "3")
     try:
         mark = 0
         for task in ("ps0", "chief0", "worker0"):
@@ -310,8 +311,9 @@ def test_ctrl_c_or_sigterm_stops_every_task(tmp_path):
                 os.kill(pid, 0)
 
 
-def test_kill_9_of_the_launcher_leaves_no_task_alive(tmp_path):
-    job = _launch(tmp_path, ["train.steps=100000"], *LIFECYCLE)
+@pytest.mark.parametrize("fork", [False, True])
+def test_kill_9_of_the_launcher_leaves_no_task_alive(tmp_path, fork):
+    job = _launch(tmp_path, ["train.steps=100000", f"cluster.fork_tasks={str(fork).lower()}"], *LIFECYCLE)
     try:
         _wait_for(lambda: _checkpoint_steps(tmp_path), "the chief's first checkpoint")
         pids = [int(p.read_text()) for p in (tmp_path / "logs").glob("*.pid")]

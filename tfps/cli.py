@@ -125,7 +125,7 @@ def _launch(args):
     check_protocol(cfg.cluster.protocol)
     return launch(args.config, overrides, args.ps, args.workers, model_dir=cfg.model_dir, evaluator=args.evaluator,
                   max_restarts=args.max_restarts, host=cfg.cluster.host, latency_ms=cfg.cluster.emulated_latency_ms,
-                  task_main=main, preload=_preload_task)
+                  **(dict(task_main=main, preload=_preload_task) if cfg.cluster.fork_tasks else {}))
 
 
 def _preload_task():
