@@ -99,27 +99,26 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
                 response.outputs[alias].CopyFrom(tf.make_tensor_proto(value))
             return response
 
-    @handled
-    def Classify(self, request, context):   # noqa: N802
+    def _on_examples(self, request, method, response, result):
+        """Classify's and Regress's shared path: `method` (inference.classify or .regress) on the
+        request's tf.Examples; result(*what it returns but the signature's name) -> the result proto."""
         spec = request.model_spec
         examples = inference.serialized_examples(request.input)
         with self._server.models.use(spec.name, requested_version(spec)) as servable:
-            name, classes, scores = inference.classify(self._server, servable, spec.signature_name, examples)
-            response = classification_pb2.ClassificationResponse()
+            name, *values = method(self._server, servable, spec.signature_name, examples)
             _spec(response.model_spec, spec, servable.version, name)
-            response.result.CopyFrom(inference.classification_result(classes, scores))
+            response.result.CopyFrom(result(*values))
             return response
 
     @handled
+    def Classify(self, request, context):   # noqa: N802
+        return self._on_examples(request, inference.classify, classification_pb2.ClassificationResponse(),
+                                 inference.classification_result)
+
+    @handled
     def Regress(self, request, context):   # noqa: N802
-        spec = request.model_spec
-        examples = inference.serialized_examples(request.input)
-        with self._server.models.use(spec.name, requested_version(spec)) as servable:
-            name, values = inference.regress(self._server, servable, spec.signature_name, examples)
-            response = regression_pb2.RegressionResponse()
-            _spec(response.model_spec, spec, servable.version, name)
-            response.result.CopyFrom(inference.regression_result(values))
-            return response
+        return self._on_examples(request, inference.regress, regression_pb2.RegressionResponse(),
+                                 inference.regression_result)
 
     @handled
     def MultiInference(self, request, context):   # noqa: N802
