@@ -19,9 +19,7 @@ GLOBAL_STEP_KEY = "global_step"
 def evaluate(model_fn, params, input_fn, settings, checkpoint=None, hooks=(), name=None):
     """Restores `checkpoint` (default: model_dir's latest, with the deltas after it) and runs the
     spec's metric updates over the whole eval input. ValueError when there is no checkpoint."""
-    checkpoint = checkpoint or latest_checkpoint(settings.model_dir)
-    if not checkpoint:
-        raise ValueError(f"no checkpoint in {settings.model_dir!r} to evaluate")
+    checkpoint = checkpoint_to_restore(settings, checkpoint, "evaluate")
     with tf.Graph().as_default():
         eval_step()
         spec, scaffold, input_hooks, gs = build(model_fn, params, ModeKeys.EVAL, settings, input_fn=input_fn)
@@ -34,15 +32,29 @@ def evaluate(model_fn, params, input_fn, settings, checkpoint=None, hooks=(), na
         values = {k: v for k, (v, _) in metrics.items()}
         values[GLOBAL_STEP_KEY] = gs
         final = tf.compat.v1.train.FinalOpsHook(values)
-        creator = tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold, checkpoint_filename_with_path=checkpoint,
-                                                         master=settings.master, config=settings.config)
-        with tf.compat.v1.train.MonitoredSession(session_creator=creator,
-                                                 hooks=list(input_hooks) + list(hooks) + [final]) as session:
+        with restored_session(scaffold, settings, checkpoint, list(input_hooks) + list(hooks) + [final]) as session:
             while not session.should_stop():
                 session.run(update)
         result = final.final_ops_values
         _write_summary(os.path.join(settings.model_dir, f"eval_{name}" if name else "eval"), result, checkpoint)
     return result
+
+
+def checkpoint_to_restore(settings, checkpoint, purpose):
+    """`checkpoint`, else model_dir's latest (its deltas are applied on restore); ValueError naming
+    `purpose` when there is none."""
+    checkpoint = checkpoint or latest_checkpoint(settings.model_dir)
+    if not checkpoint:
+        raise ValueError(f"no checkpoint in {settings.model_dir!r} to {purpose}")
+    return checkpoint
+
+
+def restored_session(scaffold, settings, checkpoint, hooks):
+    """A MonitoredSession of the default graph with `checkpoint` restored through the scaffold's
+    saver (evaluation and prediction)."""
+    creator = tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold, checkpoint_filename_with_path=checkpoint,
+                                                     master=settings.master, config=settings.config)
+    return tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=hooks)
 
 
 def eval_step():

@@ -4,17 +4,15 @@ tf.estimator.Estimator.predict(..., yield_single_examples=False) gives."""
 import tensorflow as tf
 
 from tfps.models.spec import ModeKeys
-from tfps.runner.evaluation import eval_step
-from tfps.runner.graph import build, latest_checkpoint
+from tfps.runner.evaluation import checkpoint_to_restore, eval_step, restored_session
+from tfps.runner.graph import build
 
 
 def predict(model_fn, params, input_fn, settings, checkpoint=None):
     """An iterator of {name: array}, the spec's predictions for each batch of input_fn (features,
     or (features, labels) whose labels are ignored), from `checkpoint` (default: model_dir's
     latest, with the deltas after it). ValueError (at the call) when there is no checkpoint."""
-    checkpoint = checkpoint or latest_checkpoint(settings.model_dir)
-    if not checkpoint:
-        raise ValueError(f"no checkpoint in {settings.model_dir!r} to predict from")
+    checkpoint = checkpoint_to_restore(settings, checkpoint, "predict from")
     return _predictions(model_fn, params, input_fn, settings, checkpoint)
 
 
@@ -23,9 +21,7 @@ def _predictions(model_fn, params, input_fn, settings, checkpoint):
         eval_step()   # no train op runs here: a PipelineDataset feeds itself (as in an evaluation)
         spec, scaffold, input_hooks, _ = build(model_fn, params, ModeKeys.PREDICT, settings, input_fn=input_fn)
         predictions = spec.predictions if isinstance(spec.predictions, dict) else {"predictions": spec.predictions}
-        creator = tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold, checkpoint_filename_with_path=checkpoint,
-                                                         master=settings.master, config=settings.config)
-        with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=list(input_hooks)) as session:
+        with restored_session(scaffold, settings, checkpoint, list(input_hooks)) as session:
             while not session.should_stop():
                 try:
                     yield session.run(predictions)
