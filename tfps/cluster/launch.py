@@ -175,10 +175,10 @@ def fork_task(task_main, argv, env, log, parent, name, signals):
 class _Task:
     """One process of the job, restartable with the same TF_CONFIG and log file."""
 
-    def __init__(self, task_type, index, args, spec, log_dir, task_main=None, signals=None):
+    def __init__(self, task_type, index, argv, spec, log_dir, task_main=None, signals=None):
         self.type, self.index, self.name = task_type, index, f"{task_type}{index}"
         self.log_path = os.path.join(log_dir, f"{self.name}.log")
-        self._args = args
+        self._argv = argv   # `tfps` without its first word: ['train', ...]
         self._task_main, self._signals = task_main, signals
         self._env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": spec,
                                                            "task": {"type": task_type, "index": index}}))
@@ -193,10 +193,10 @@ class _Task:
                             f"(the last run exited {self.proc.returncode}) ====\n")
             self._log.flush()
         if self._task_main is not None:
-            self.proc = fork_task(self._task_main, self._args[3:], self._env, self._log, os.getpid(),
+            self.proc = fork_task(self._task_main, self._argv, self._env, self._log, os.getpid(),
                                    f"tfps-{self.name}", self._signals)
         else:
-            self.proc = subprocess.Popen(self._args, env=self._env, stdout=self._log, stderr=subprocess.STDOUT,
+            self.proc = subprocess.Popen([sys.executable, "-m", "tfps.cli", *self._argv], env=self._env, stdout=self._log, stderr=subprocess.STDOUT,
                                          preexec_fn=_die_with_parent(os.getpid()))
         with open(self.log_path[:-len(".log")] + ".pid", "w") as f:   # for operators' tools
             f.write(f"{self.proc.pid}\n")
@@ -250,9 +250,9 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
     log_dir = os.path.join(model_dir, "logs")
     os.makedirs(log_dir, exist_ok=True)
     spec = cluster_spec(num_ps, num_workers, host)
-    args = [sys.executable, "-m", "tfps.cli", "train"] + (["--config", config] if config else [])
+    argv = ["train"] + (["--config", config] if config else [])
     for item in list(overrides) + [f"model_dir={model_dir}"]:
-        args += ["--set", item]
+        argv += ["--set", item]
     names = [(t, i) for t in ("ps", "chief", "worker") for i in range(len(spec.get(t, [])))]
     names += [("evaluator", 0)] if evaluator else []
     trainer_spec, relay = _latency_relays(spec, latency_ms, host, log_dir)
@@ -261,7 +261,7 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
     # A forked task gets the signal dispositions the launcher was started with (SIGINT ignored
     # in a background job stays ignored, as for an exec'd task), not the launcher's own handlers.
     signals = {signal.SIGINT: signal.getsignal(signal.SIGINT), signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
-    tasks = [_Task(t, i, args, spec if t == "ps" else trainer_spec, log_dir, task_main, signals) for t, i in names]
+    tasks = [_Task(t, i, argv, spec if t == "ps" else trainer_spec, log_dir, task_main, signals) for t, i in names]
     chief = next(t for t in tasks if t.type == "chief")
     printer(f"launching {num_ps} ps + {num_workers} worker(s) (chief included)"
             f"{' + an evaluator' if evaluator else ''} on {host}; model_dir {model_dir}; logs in {log_dir}; "
