@@ -355,3 +355,53 @@ def test_sigterm_cuts_what_runs_past_the_grace_and_exits_1(runner):
     assert proc.returncode == 1, proc.stderr.read()[-3000:]
     assert exited - term < 30   # the grace (1 s) and the exit, not the batch's 60 s
     assert outcome and outcome[0] != "ok", outcome
+
+
+class _Doubling:
+    """A servable whose one signature doubles "x" (batchable along dimension 0); counts its runs."""
+    name = "double"
+
+    def __init__(self):
+        self.runs = 0
+
+    def batchable(self):
+        return True
+
+    def run(self, signature, inputs, output_filter=None):
+        self.runs += 1
+        return {"y": inputs["x"] * 2}
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_a_stopped_batcher_runs_or_cuts_the_requests_still_waiting(cut):
+    """A request waiting for a batch that would close in 60 s: stop() runs it at once (numpy's
+    double of its input); stop(cut=True) -- the drain's deadline has passed -- answers UNAVAILABLE
+    and never runs it."""
+    from tfps.serving.batching import Batcher
+    from tfps.serving.errors import ServingError
+    servable = _Doubling()
+    batcher = Batcher(max_batch_size=64, timeout_micros=60_000_000, threads=1)
+    x = np.arange(3, dtype=np.float32).reshape(3, 1)
+    outcome = []
+
+    def client():
+        try:
+            outcome.append(batcher.run(servable, servable, {"x": x}))
+        except ServingError as e:
+            outcome.append(e)
+    t = threading.Thread(target=client)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not batcher.requests and time.monotonic() < deadline:   # the request is in its batch
+        time.sleep(0.01)
+    assert batcher.requests == 1
+    start = time.monotonic()
+    batcher.stop(cut=cut)
+    t.join(timeout=30)
+    assert not t.is_alive() and time.monotonic() - start < 30
+    if cut:
+        assert isinstance(outcome[0], ServingError) and outcome[0].code == "UNAVAILABLE", outcome
+        assert servable.runs == 0
+    else:
+        np.testing.assert_array_equal(outcome[0]["y"], x * 2)
+        assert servable.runs == 1

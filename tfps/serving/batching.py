@@ -134,9 +134,20 @@ class Batcher:
         for it in items:
             it.done.set()
 
-    def stop(self):
+    def stop(self, cut=False):
+        """Stops the batch threads. The requests still waiting in a batch run now, or, with `cut`
+        (the drain's grace deadline has passed), get UNAVAILABLE without running: an answer after
+        the deadline would race the gRPC server's own cut of the same request."""
         with self._cond:
             self._stopped = True
+            if cut:
+                waiting = self._ready + list(self._open.values())
+                self._ready, self._open = [], {}
+                for batch in waiting:
+                    for it in batch.items:
+                        it.error = ServingError("UNAVAILABLE", "the server stopped: this request was still "
+                                                "waiting for its batch at the --grace_secs deadline")
+                        it.done.set()
             self._cond.notify_all()
         for t in self._threads:
             t.join(timeout=10)

@@ -157,7 +157,7 @@ class ModelServer:
             self._rest.server_close()   # the answers are written: the app has returned and its body closed
         drained = grpc_done.wait(max(0.0, deadline - time.monotonic())) and drained
         if self.batcher:
-            self.batcher.stop()
+            self.batcher.stop(cut=not drained)
         for t in self._threads:   # the polls (one may be loading a version: not past the deadline)
             t.join(timeout=max(0.0, deadline - time.monotonic()))
         for store in self.models.stores.values():
