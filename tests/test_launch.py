@@ -32,7 +32,8 @@ def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path
     assert code == 0, err[-3000:]
     single = json.loads(single.strip().splitlines()[-1])
     out = subprocess.run([sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml", "--ps", "2",
-                          "--workers", "2", "--evaluator", *args, "--set", f"model_dir={tmp_path / 'cluster'}"],
+                          "--workers", "2", "--evaluator", *args, "--set", f"model_dir={tmp_path / 'cluster'}",
+                          "--set", "cluster.fork_tasks=false"],   # each task a new interpreter (the others fork)
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     metrics = json.loads(out.stdout.strip().splitlines()[-1])
@@ -185,9 +186,9 @@ def _table_rows(checkpoint):
 @pytest.mark.compat
 def test_killed_ps_and_worker_are_restarted_and_every_restored_key_survives(tmp_path):
     # A large vocabulary, so that many restored rows are rare ids that training does not touch again.
-    # Forked tasks (cluster.fork_tasks): their restarts are forks too.
+    # Forked tasks (cluster.fork_tasks, the default): their restarts are forks too.
     job = _launch(tmp_path, ["train.steps=2000", "train.save_checkpoints_steps=200", "train.keep_checkpoint_max=100",
-                             "data.vocab_max=100000", "cluster.fork_tasks=true"], "--max-restarts", "2")
+                             "data.vocab_max=100000"], "--max-restarts", "2")
     try:
         # The newest complete checkpoint (the state file is written last, so wait on it, not on
         # the files: the step-0 checkpoint, with empty tables, is the latest until then). The
@@ -236,7 +237,7 @@ def test_kills_with_deltas_on_never_train_a_batch_twice(tmp_path):
     many (none lost beyond one in-flight step per trainer and restore)."""
     # Enough steps past the third kill's mark (>= 900 + the restarts) for deltas at any machine load.
     job = _launch(tmp_path, ["train.steps=2400", "train.delta_every_secs=1", "train.save_checkpoints_steps=100000",
-                             "data.vocab_max=2000", "cluster.fork_tasks=true"], "--max-restarts", "3")
+                             "data.vocab_max=2000"], "--max-restarts", "3")
     try:
         mark = 0
         for task in ("ps0", "chief0", "worker0"):

@@ -161,8 +161,8 @@ class ClusterSection:
                                          # interfaces; it has no bind-address option and no authentication)
     peer_timeout_secs: float = 120.0     # a trainer whose PS has not answered this long exits (code 75)
     emulated_latency_ms: float = 0.0     # tfps launch: relays delaying trainer <-> PS traffic each way (benchmarks)
-    fork_tasks: bool = False             # tfps launch: each task a fork of the launcher (TF imported once: starts
-                                         # and restarts ~3 CPU-s cheaper; docs/cluster.md), not a new interpreter
+    fork_tasks: bool = True              # tfps launch: each task a fork of the launcher (TF imported once: starts
+                                         # and restarts ~3 CPU-s cheaper; docs/cluster.md); false: a new interpreter
 
 
 @dataclasses.dataclass
