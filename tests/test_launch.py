@@ -32,8 +32,7 @@ def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path
     assert code == 0, err[-3000:]
     single = json.loads(single.strip().splitlines()[-1])
     out = subprocess.run([sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml", "--ps", "2",
-                          "--workers", "2", "--evaluator", *args, "--set", f"model_dir={tmp_path / 'cluster'}",
-                          "--set", "cluster.fork_tasks=false"],   # each task a new interpreter (the others fork)
+                          "--workers", "2", "--evaluator", *args, "--set", f"model_dir={tmp_path / 'cluster'}"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     metrics = json.loads(out.stdout.strip().splitlines()[-1])
@@ -295,9 +294,11 @@ def test_a_config_error_is_not_restarted(tmp_path, cli):
 
 
 def test_ctrl_c_or_sigterm_stops_every_task(tmp_path):
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    """SIGINT to a launcher of forked tasks (the default), SIGTERM to one of new interpreters
+    (cluster.fork_tasks=false): the signal reaches every task, each is reaped, exit 130."""
+    for sig, fork in ((signal.SIGINT, "true"), (signal.SIGTERM, "false")):
         model_dir = tmp_path / sig.name
-        job = _launch(model_dir, ["train.steps=100000"], *LIFECYCLE)
+        job = _launch(model_dir, ["train.steps=100000", f"cluster.fork_tasks={fork}"], *LIFECYCLE)
         try:
             _wait_for(lambda: model_dir.exists() and _checkpoint_steps(model_dir), "the chief's first checkpoint")
             pids = [int(p.read_text()) for p in (model_dir / "logs").glob("*.pid")]
