@@ -9,7 +9,7 @@ from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
                                      inference_pb2, model_service_pb2_grpc, predict_pb2, prediction_service_pb2_grpc,
                                      regression_pb2)
 
-from tfps.serving import inference
+from tfps.serving import inference, tensors
 from tfps.serving.errors import ServingError
 
 _STATES = {"AVAILABLE": get_model_status_pb2.ModelVersionStatus.AVAILABLE,
@@ -24,13 +24,13 @@ def requested_version(spec):
     return spec.version.value if spec.HasField("version") else None
 
 
-def to_arrays(tensors, signature, max_bytes):
+def to_arrays(protos, signature, max_bytes):
     """{alias: TensorProto} -> {alias: np.ndarray}. INVALID_ARGUMENT naming the input for a dtype
     other than the signature's (no silent casts), a shape with unknown dimensions, a malformed
     proto; RESOURCE_EXHAUSTED for a tensor larger than max_bytes once expanded (a proto may give
     one value for a whole shape)."""
     out = {}
-    for alias, proto in tensors.items():
+    for alias, proto in protos.items():
         if alias in signature.inputs:
             want = signature.inputs[alias][1]
             if proto.dtype != want.as_datatype_enum:
@@ -48,7 +48,7 @@ def to_arrays(tensors, signature, max_bytes):
                                f"{elements * itemsize} bytes; the server takes at most {max_bytes} "
                                f"(--max_request_bytes)")
         try:
-            out[alias] = tf.make_ndarray(proto)
+            out[alias] = tensors.to_array(proto, [d.size for d in shape.dim])
         except (TypeError, ValueError, IndexError) as e:
             raise ServingError("INVALID_ARGUMENT", f"input {alias!r} is not a valid tensor: {e}") from None
     return out
@@ -96,7 +96,7 @@ class PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
             response.model_spec.version.value = servable.version
             response.model_spec.signature_name = signature.name
             for alias, value in outputs.items():
-                response.outputs[alias].CopyFrom(tf.make_tensor_proto(value))
+                tensors.fill(response.outputs[alias], value)
             return response
 
     def _on_examples(self, request, method, response, result):
