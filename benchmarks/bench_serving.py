@@ -47,20 +47,28 @@ def tfps(*args, timeout=1800):
 
 
 class Server:
-    """A `tfps serve` process; its stderr lines are kept (what it applied)."""
+    """A `tfps serve` process (or `command`, e.g. the echo floor); its stderr lines are kept (what
+    it applied)."""
 
-    def __init__(self, base, *flags):
-        self.proc = subprocess.Popen([sys.executable, "-m", "tfps.cli", "serve", "--model_base_path", base,
-                                      "--model_name", "demo", "--port", "0", "--rest_api_port", "0", *flags],
-                                     cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def __init__(self, base, *flags, command=None):
+        command = command or [sys.executable, "-m", "tfps.cli", "serve", "--model_base_path", base,
+                              "--model_name", "demo", "--port", "0", "--rest_api_port", "0", *flags]
+        self.proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=dict(os.environ, PYTHONPATH=ROOT))
         line = self.proc.stdout.readline()
         if not line:
-            raise SystemExit(f"tfps serve did not start:\n{self.proc.stderr.read()[-3000:]}")
+            raise SystemExit(f"{command[2]} did not start:\n{self.proc.stderr.read()[-3000:]}")
         self.port = json.loads(line)["grpc_port"]
         self.lines = []
         threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stderr.readline, "")), daemon=True).start()
         self.stub = prediction_service_pb2_grpc.PredictionServiceStub(
             grpc.insecure_channel(f"127.0.0.1:{self.port}"))
+
+    def cpu_seconds(self):
+        """The server process's CPU time so far (user + system, /proc/<pid>/stat)."""
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self):
         self.proc.terminate()
@@ -148,7 +156,7 @@ def plot(results, path):
     if plt is None:
         return
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=110)
-    for (mode, by_c), color in zip(results.items(), ("#1b9e77", "#d95f02", "#7570b3")):
+    for (mode, by_c), color in zip(results.items(), ("#1b9e77", "#999999", "#d95f02", "#7570b3")):
         cs = sorted(by_c)
         left.plot(cs, [by_c[c]["qps"] for c in cs], "o-", color=color, label=mode)
         right.plot(cs, [by_c[c]["p50_ms"] for c in cs], "o-", color=color, label=f"{mode} p50")
@@ -192,26 +200,43 @@ def main():
     rows, _, _ = eval_set(SyntheticCriteo(load_config("configs/demo.yaml").data), 512, 512)
     requests = requests_of(rows)
 
-    results = {"in-process SavedModel": {}, "gRPC": {}, "gRPC + batching": {}}
+    results = {"in-process SavedModel": {}, "gRPC echo (floor)": {}, "gRPC": {}, "gRPC + batching": {}}
     for c in CONCURRENCY:
         results["in-process SavedModel"][c] = summary(*in_process(first, rows, c, args.seconds), args.seconds)
-    for mode, flags in (("gRPC", []), ("gRPC + batching", ["--max_batch_size", "32",
-                                                           "--batch_timeout_micros", "500"])):
-        server = Server(base, *flags)
+    echo = [sys.executable, os.path.join(ROOT, "benchmarks", "serving_echo.py")]
+    for mode, flags, command in (("gRPC echo (floor)", [], echo), ("gRPC", [], None),
+                                 ("gRPC + batching", ["--max_batch_size", "32", "--batch_timeout_micros", "500"],
+                                  None)):
+        server = Server(base, *flags, command=command)
         try:
             drive(server.stub, requests, 4, 0.5)   # warm the channel
             for c in CONCURRENCY:
-                results[mode][c] = summary(*drive(server.stub, requests, c, args.seconds), args.seconds)
+                cpu = server.cpu_seconds()
+                latencies, failures = drive(server.stub, requests, c, args.seconds)
+                results[mode][c] = {**summary(latencies, failures, args.seconds),
+                                    "server_cpu_us_per_request": round((server.cpu_seconds() - cpu) * 1e6
+                                                                       / max(1, len(latencies) + len(failures)), 1)}
         finally:
             server.stop()
     for mode, by_c in results.items():
         for c, r in by_c.items():
+            cpu = f"  server CPU {r['server_cpu_us_per_request']:6.1f} us/request" if "server_cpu_us_per_request" in r \
+                else ""
             print(f"{mode:>22s}  concurrency {c:2d}: {r['qps']:8.1f} req/s  p50 {r['p50_ms']:7.2f} ms  "
-                  f"p99 {r['p99_ms']:7.2f} ms  failed {r['failed']}")
+                  f"p99 {r['p99_ms']:7.2f} ms  failed {r['failed']}{cpu}")
+    ratios = {}
     for c in CONCURRENCY:
-        base_qps = results["in-process SavedModel"][c]["qps"]
-        print(f"concurrency {c:2d}: gRPC {results['gRPC'][c]['qps'] / base_qps:.2f}x in-process req/s, "
-              f"with batching {results['gRPC + batching'][c]['qps'] / base_qps:.2f}x")
+        base_qps, floor = results["in-process SavedModel"][c]["qps"], results["gRPC echo (floor)"][c]["qps"]
+        ratios[str(c)] = {"grpc_vs_in_process": round(results["gRPC"][c]["qps"] / base_qps, 3),
+                          "batching_vs_in_process": round(results["gRPC + batching"][c]["qps"] / base_qps, 3),
+                          "echo_vs_in_process": round(floor / base_qps, 3),
+                          "grpc_vs_echo": round(results["gRPC"][c]["qps"] / floor, 3),
+                          "p99_grpc_vs_in_process": round(results["gRPC"][c]["p99_ms"]
+                                                          / results["in-process SavedModel"][c]["p99_ms"], 2)}
+        r = ratios[str(c)]
+        print(f"concurrency {c:2d}: gRPC {r['grpc_vs_in_process']:.2f}x in-process req/s, with batching "
+              f"{r['batching_vs_in_process']:.2f}x; the echo floor {r['echo_vs_in_process']:.2f}x, gRPC "
+              f"{r['grpc_vs_echo']:.2f}x of the floor; p99 {r['p99_grpc_vs_in_process']:.2f}x in-process")
 
     # The load run: a trainer writes deltas that the server follows; a new version mid-way.
     server = Server(base, "--follow", model, "--max_batch_size", "32", "--batch_timeout_micros", "500")
@@ -257,7 +282,7 @@ def main():
         plot(results, PLOT)
     shutil.rmtree(root, ignore_errors=True)
     print(json.dumps({"latency": {m: {str(c): r for c, r in by_c.items()} for m, by_c in results.items()},
-                      "load_run": load}))
+                      "ratios": ratios, "load_run": load}))
 
 
 if __name__ == "__main__":

@@ -405,3 +405,29 @@ def test_a_stopped_batcher_runs_or_cuts_the_requests_still_waiting(cut):
     else:
         np.testing.assert_array_equal(outcome[0]["y"], x * 2)
         assert servable.runs == 1
+
+
+def test_the_batcher_under_concurrent_requests_answers_each_its_own_rows():
+    """24 threads, 2 batch threads, two kinds of request (different inner shapes: never merged),
+    1-3 rows each, batches of at most 8 rows: each answer is numpy's double of its own input,
+    and requests were merged (fewer runs than requests)."""
+    from tfps.serving.batching import Batcher
+    servable = _Doubling()
+    batcher = Batcher(max_batch_size=8, timeout_micros=2000, threads=2)
+    errors = []
+
+    def client(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(40):
+            x = rng.standard_normal((int(rng.integers(1, 4)), 1 + seed % 2)).astype(np.float32)
+            out = batcher.run(servable, servable, {"x": x})
+            if not np.array_equal(out["y"], x * 2):
+                errors.append((seed, x, out))
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    batcher.stop()
+    assert not errors and batcher.requests == 24 * 40
+    assert servable.runs < batcher.requests / 2, (servable.runs, batcher.requests)

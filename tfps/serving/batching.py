@@ -69,29 +69,41 @@ class Batcher:
             if batch is not None and batch.rows + item.rows > self.max_rows:
                 self._ready.append(self._open.pop(key))   # no room: it goes now
                 batch = None
+            # A batch thread is woken only when there is something new to time or run (a batch
+            # opened, or one ready), not for each request that joins an open batch.
+            wake = batch is None
             if batch is None:
                 batch = self._open[key] = _Batch(servable, signature, output_filter, time.monotonic() + self.timeout)
             batch.items.append(item)
             batch.rows += item.rows
             if batch.rows >= self.max_rows:
                 self._ready.append(self._open.pop(key))
+                wake = True
             self.requests += 1
-            self._cond.notify_all()
+            if wake:
+                self._cond.notify()
         item.done.wait()
         if item.error is not None:
             raise item.error
         return item.result
 
     def _next(self):
-        """The batch to run now (removed from the open ones), or None once stopped."""
+        """The batch to run now (removed from the open ones), or None once stopped. A thread that
+        takes a batch while others are open or ready wakes another to time or run them."""
         with self._cond:
             while True:
+                batch = None
                 if self._ready:
-                    return self._ready.pop(0)
-                now = time.monotonic()
-                due = [k for k, b in self._open.items() if b.deadline <= now]
-                if due:
-                    return self._open.pop(min(due, key=lambda k: self._open[k].deadline))
+                    batch = self._ready.pop(0)
+                else:
+                    now = time.monotonic()
+                    due = [k for k, b in self._open.items() if b.deadline <= now]
+                    if due:
+                        batch = self._open.pop(min(due, key=lambda k: self._open[k].deadline))
+                if batch is not None:
+                    if self._ready or self._open:
+                        self._cond.notify()
+                    return batch
                 if self._stopped:   # what is still open runs now: no request is left waiting
                     return self._open.pop(next(iter(self._open))) if self._open else None
                 waits = [b.deadline - now for b in self._open.values()]

@@ -63,12 +63,13 @@ class ModelServer:
     enable_batching with max_batch_size, batch_timeout_micros and num_batch_threads,
     poll_secs (file_system_poll_wait_seconds): how often versions and the followed model_dir are
     looked at, follow: a trainer's model_dir whose checkpoints and deltas the tables follow,
-    num_versions: the newest versions kept loaded, max_request_bytes: the largest request body.
+    num_versions: the newest versions kept loaded, max_request_bytes: the largest request body,
+    grpc_threads: the gRPC handler threads (None: 16, or with batching enough for the batches to fill).
     `follow` needs one model."""
 
     def __init__(self, model_base_path=None, model_name=None, port=8500, rest_api_port=8501, enable_batching=False,
                  max_batch_size=32, batch_timeout_micros=1000, num_batch_threads=2, poll_secs=1.0, follow=None,
-                 num_versions=1, max_request_bytes=64 << 20, grpc_threads=16, session_threads=0, host="0.0.0.0",
+                 num_versions=1, max_request_bytes=64 << 20, grpc_threads=None, session_threads=0, host="0.0.0.0",
                  printer=print, models=None):
         problems = [f"{flag} must be in [0, 65535], got {v}" for flag, v in (("--port", port),
                     ("--rest_api_port", rest_api_port)) if v is not None and not 0 <= v <= 65535]
@@ -97,6 +98,10 @@ class ModelServer:
         self.in_flight = InFlight()
         self.max_request_bytes = max_request_bytes
         self._poll_secs, self._stop, self._started = poll_secs, threading.Event(), False
+        # A request waiting for its batch holds a handler thread: with batching, enough threads
+        # for every batch thread's batch to fill while the next one gathers.
+        if grpc_threads is None:
+            grpc_threads = max(16, 2 * max_batch_size * num_batch_threads + 4) if enable_batching else 16
         # so_reuseport off: a second server on the same port fails instead of sharing its traffic
         self._grpc = grpc.server(concurrent.futures.ThreadPoolExecutor(grpc_threads, thread_name_prefix="tfps-grpc"),
                                  options=[("grpc.max_receive_message_length", max_request_bytes),
