@@ -108,7 +108,7 @@ def _transfer(src, dst, address, nbytes):
 @pytest.mark.slow
 @needs_netns
 def test_hosts_get_addresses_links_shaped_to_the_rate_and_go_with_the_keeper():
-    owner, gbit, payload = os.getpid(), 0.2, 8 << 20
+    owner, gbit, payload = os.getpid(), 0.05, 4 << 20
     links_before = _host_links()
     net = netns.Network.start(owner, ["a", "b", "c", "d"], bandwidth_gbit=gbit, shaped=["a", "b"])
     try:

@@ -83,9 +83,12 @@ class Meter:
 
     def sample(self, name, pid):
         """Samples the CPU of name's running process pid (nothing when it has just gone)."""
-        seconds = proc_cpu_seconds(pid)
-        if seconds is not None:
-            self.cpu.setdefault(name, Series()).add(self._clock(), self._done.get(name, 0.0) + seconds)
+        self.record(name, proc_cpu_seconds(pid))
+
+    def record(self, name, run_seconds):
+        """name's running process has used run_seconds of CPU so far (None: nothing known)."""
+        if run_seconds is not None:
+            self.cpu.setdefault(name, Series()).add(self._clock(), self._done.get(name, 0.0) + run_seconds)
 
     def exited(self, name, rusage):
         """A run of name ended: its whole CPU (os.wait4's rusage: it and its reaped children)."""

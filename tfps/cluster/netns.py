@@ -359,7 +359,7 @@ def main(argv=None):
     try:
         ns, address = join(args.owner, args.name)
     except NetnsError as e:
-        print(f"tfps netns: {e}", file=sys.stderr)
+        print(f"tfps: {e}", file=sys.stderr)
         return 2
     print(json.dumps({"netns": ns, "address": address}), file=sys.stderr, flush=True)
     fd = open_netns(ns)
