@@ -7,6 +7,7 @@ import tensorflow as tf
 import tfps
 from tfps.cluster.launch import cluster_spec
 from tfps.runner import rpc_stats
+from tfps.runner.hooks import messages_by_task
 
 N, DIM = 1000, 8
 
@@ -51,4 +52,11 @@ def test_traffic_of_a_traced_step_matches_the_tensors_that_cross_tasks():
     # trace never holds more RecvTensor entries than it.
     assert stats["messages"] >= 5
     assert all(t["recv_tensor_rpcs"] <= t["messages"] for t, _ in traces)
+    # Per task: every tensor one task sends, another receives. The chief sends at least the ids,
+    # the row gradients and w's gradient, and receives at least the rows and w.
+    by_task = messages_by_task(meta.partition_graphs)
+    assert set(by_task) == {"chief0", "ps0", "ps1"}
+    assert sum(c["sent"] for c in by_task.values()) == sum(c["received"] for c in by_task.values()) == stats["messages"]
+    assert by_task["chief0"]["sent"] >= 3 and by_task["chief0"]["received"] >= 2
+    assert all(by_task[ps]["sent"] and by_task[ps]["received"] for ps in ("ps0", "ps1"))
     del servers

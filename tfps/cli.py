@@ -118,13 +118,15 @@ def _convert(args):
 def _launch(args):
     from tfps.cluster.launch import launch
     from tfps.config import check_model_dir, load_config
-    overrides = list(args.set) + ([f"cluster.protocol={args.protocol}"] if args.protocol else [])
+    overrides = (list(args.set) + ([f"cluster.protocol={args.protocol}"] if args.protocol else [])
+                 + (["cluster.netns=true"] if args.netns else []))
     cfg = load_config(args.config, overrides)   # fail here, before starting any process
     check_model_dir(cfg.model_dir)
     from tfps.cluster.tf_config import check_protocol
     check_protocol(cfg.cluster.protocol)
     return launch(args.config, overrides, args.ps, args.workers, model_dir=cfg.model_dir, evaluator=args.evaluator,
                   max_restarts=args.max_restarts, host=cfg.cluster.host, latency_ms=cfg.cluster.emulated_latency_ms,
+                  netns=cfg.cluster.netns, bandwidth_gbit=cfg.cluster.emulated_bandwidth_gbit,
                   **(dict(task_main=main, preload=_preload_task) if cfg.cluster.fork_tasks else {}))
 
 
@@ -228,6 +230,10 @@ def main(argv=None):
     lau.add_argument("--workers", type=int, default=2, help="worker tasks, the chief included")
     lau.add_argument("--protocol", help="server protocol, default cluster.protocol of the config (grpc); "
                                          "grpc+verbs needs a TF build with verbs")
+    lau.add_argument("--netns", action="store_true",
+                     help="every task an emulated host: a network namespace of its own, with its own address on "
+                          "one bridge (cluster.netns; root and iproute2; cluster.emulated_bandwidth_gbit shapes "
+                          "the links)")
     lau.add_argument("--evaluator", action="store_true",
                      help="also run an evaluator task that evaluates each new checkpoint")
     lau.add_argument("--max-restarts", type=int, default=3,

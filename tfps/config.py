@@ -163,6 +163,10 @@ class ClusterSection:
     emulated_latency_ms: float = 0.0     # tfps launch: relays delaying trainer <-> PS traffic each way (benchmarks)
     fork_tasks: bool = True              # tfps launch: each task a fork of the launcher (TF imported once: starts
                                          # and restarts ~3 CPU-s cheaper; docs/cluster.md); false: a new interpreter
+    netns: bool = False                  # tfps launch: each task an emulated host, a network namespace of its own
+                                         # with its own address on one bridge (root and iproute2; docs/cluster.md)
+    emulated_bandwidth_gbit: Optional[float] = None   # with netns: each task's link shaped (tbf) to this many
+                                                      # Gbit/s each way (null: not shaped)
 
 
 @dataclasses.dataclass
@@ -366,6 +370,12 @@ def validate(cfg):
          "pipeline.defer_push needs pipeline.fuse_dense: true (the deferred push is part of the fused one)"),
         (cfg.cluster.protocol in ("grpc", "grpc+verbs", "grpc+mpi", "grpc+gdr"),
          f"cluster.protocol must be grpc, grpc+verbs, grpc+mpi or grpc+gdr, got {cfg.cluster.protocol!r}"),
+        (cfg.cluster.emulated_bandwidth_gbit is None or cfg.cluster.netns,
+         "cluster.emulated_bandwidth_gbit needs cluster.netns: true (tbf shapes each task's own link, which only "
+         "emulated hosts have)"),
+        (not cfg.cluster.netns or cfg.cluster.host == ClusterSection.host,
+         f"cluster.host does not apply with cluster.netns (each task gets an address of its own inside its "
+         f"namespace), got {cfg.cluster.host!r}"),
     ]
     for ok, msg in checks:
         if not ok:

@@ -92,6 +92,7 @@ BOUNDS = {
     "eval.throttle_secs": Range(0, MAX_SECS),
     "cluster.peer_timeout_secs": Range(0, MAX_SECS, lo_open=True),
     "cluster.emulated_latency_ms": Range(0, 1000),
+    "cluster.emulated_bandwidth_gbit": Range(0.001, 1000),   # 1 Mbit/s .. 1 Tbit/s (tbf's rate)
     "pipeline.depth": Range(1, 8),
 }
 MAX_HIDDEN_LAYERS = 64

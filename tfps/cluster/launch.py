@@ -21,8 +21,16 @@ their own, then every task is stopped; the launcher exits with the chief's code 
 the chief's last line (its JSON metrics) with a per-task summary added. Ctrl-C or SIGTERM stops
 every task. Tasks die with the launcher whatever kills it (even SIGKILL): each asks the kernel
 for SIGKILL when its parent dies (prctl PR_SET_PDEATHSIG).
+
+With `netns`, every task is an emulated host (tfps.cluster.netns): a network namespace of its
+own with its own address on one bridge, its link optionally shaped with tbf; a forked task
+moves itself into its namespace, an exec'd one does before the exec. The namespaces go with the
+launcher, kill -9 included (their keeper process removes them when the launcher's pipe closes).
+
+The final JSON's `cost` gives, per task, CPU seconds per 1,000 examples over the chief's steady
+window (sampled from /proc every SAMPLE_SECS, each run's rusage when it is reaped), bytes and
+packets per step from its link (emulated hosts only) and messages per step (tfps.cluster.cost).
 """
-import ctypes
 import json
 import os
 import signal
@@ -31,8 +39,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
-import warnings
+
+from tfps.cluster import netns as netns_lib
+from tfps.cluster.cost import Meter, cost
+from tfps.cluster.process import Child, die_with_parent, fork_task
 
 GRACE_SECS = 120.0   # after the chief exits, how long the other workers and the evaluator may run on
 CONFIG_ERROR_EXIT = 2   # `tfps train`'s exit code for a bad config or a checkpoint that does not fit
@@ -55,23 +65,6 @@ def free_ports(n, host="127.0.0.1"):
         for s in socks:
             s.close()
     return ports
-
-
-_PR_SET_PDEATHSIG = 1
-_PR_SET_NAME = 15
-
-
-def _die_with_parent(parent):
-    """preexec_fn of a task: SIGKILL when the launcher dies (checked once more, in case it died
-    before the request was in place). Linux only (prctl); elsewhere, None."""
-    if not sys.platform.startswith("linux"):
-        return None
-
-    def set_up():
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:
-            os._exit(1)
-    return set_up
 
 
 def cluster_spec(num_ps, num_workers, host="127.0.0.1"):
@@ -97,89 +90,16 @@ def _last_line(path, json_only=False):
     return lines[-1] if lines else ""
 
 
-class _Forked:
-    """A forked task's process, as much of subprocess.Popen as the launcher uses."""
-
-    def __init__(self, pid):
-        self.pid, self.returncode = pid, None
-
-    def poll(self):
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)   # -N for a signal, as Popen
-        return self.returncode
-
-    def wait(self, timeout=None):
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
-            time.sleep(0.05)
-        return self.returncode
-
-    def send_signal(self, sig):
-        if self.returncode is None:
-            os.kill(self.pid, sig)
-
-    def kill(self):
-        self.send_signal(signal.SIGKILL)
-
-
-def fork_task(task_main, argv, env, log, parent, name, signals):
-    """Forks a child that runs task_main(argv) with env as its environment and log as its stdout
-    and stderr, and exits with its code (1 and the traceback for an exception). `signals`:
-    {signal: the disposition the child gets} (what the launcher itself was started with), set
-    while both are blocked, so no signal reaches the child's copy of the launcher's handlers.
-    The child's name (ps, top) is `name`."""
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()   # else the child would print the launcher's buffered lines again
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, list(signals))
-    with warnings.catch_warnings():   # 3.12+: numpy's idle BLAS thread makes fork() warn; the child uses none
-        warnings.filterwarnings("ignore", message=".*multi-threaded.*fork", category=DeprecationWarning)
-        pid = os.fork()
-    if pid:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        return _Forked(pid)
-    code = 1
-    try:
-        for sig, disposition in signals.items():
-            if disposition is not None:   # (None: not set from Python; left as it is)
-                signal.signal(sig, disposition)
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        die_with_parent = _die_with_parent(parent)
-        if die_with_parent is not None:
-            die_with_parent()
-            ctypes.CDLL(None).prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        os.environ.clear()
-        os.environ.update(env)
-        sys.argv = ["tfps"] + list(argv)
-        code = task_main(list(argv))
-    except SystemExit as e:
-        if e.code is not None and not isinstance(e.code, int):
-            print(e.code, file=sys.stderr)
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException:  # noqa: BLE001 -- what a process's top level does: the traceback, exit 1
-        traceback.print_exc()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001 -- exiting either way
-                pass
-        os._exit(code if isinstance(code, int) else 0)
-
-
 class _Task:
     """One process of the job, restartable with the same TF_CONFIG and log file."""
 
-    def __init__(self, task_type, index, argv, spec, log_dir, task_main=None, signals=None):
+    def __init__(self, task_type, index, argv, spec, log_dir, task_main=None, signals=None, meter=None,
+                 network=None):
         self.type, self.index, self.name = task_type, index, f"{task_type}{index}"
         self.log_path = os.path.join(log_dir, f"{self.name}.log")
         self._argv = argv   # `tfps` without its first word: ['train', ...]
         self._task_main, self._signals = task_main, signals
+        self._meter, self._network = meter, network
         self._env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": spec,
                                                            "task": {"type": task_type, "index": index}}))
         self._log = open(self.log_path, "w")
@@ -192,12 +112,17 @@ class _Task:
             self._log.write(f"\n==== tfps launch: restart {self.restarts} of {self.name} "
                             f"(the last run exited {self.proc.returncode}) ====\n")
             self._log.flush()
+        netns_fd = self._network.fd(self.name) if self._network else None
         if self._task_main is not None:
             self.proc = fork_task(self._task_main, self._argv, self._env, self._log, os.getpid(),
-                                   f"tfps-{self.name}", self._signals)
+                                  f"tfps-{self.name}", self._signals, netns_fd=netns_fd,
+                                  close_fds=self._network.private_fds if self._network else ())
         else:
-            self.proc = subprocess.Popen([sys.executable, "-m", "tfps.cli", *self._argv], env=self._env, stdout=self._log, stderr=subprocess.STDOUT,
-                                         preexec_fn=_die_with_parent(os.getpid()))
+            popen = subprocess.Popen([sys.executable, "-m", "tfps.cli", *self._argv], env=self._env, stdout=self._log,
+                                     stderr=subprocess.STDOUT, preexec_fn=die_with_parent(os.getpid(), netns_fd))
+            self.proc = Child(popen.pid, popen)
+        if self._meter is not None:
+            self.proc.on_exit = lambda rusage, name=self.name: self._meter.exited(name, rusage)
         with open(self.log_path[:-len(".log")] + ".pid", "w") as f:   # for operators' tools
             f.write(f"{self.proc.pid}\n")
 
@@ -219,53 +144,110 @@ class _Task:
         self._log.close()
 
 
-def _latency_relays(spec, latency_ms, host, log_dir):
+def _latency_relays(spec, latency_ms, host, log_dir, network=None):
     """(the trainers' cluster spec, the relay process): with latency_ms > 0, every PS address the
     trainers see is a tfps.cluster.latency relay in front of the real one (the PS tasks bind their
-    own); else (spec, None)."""
+    own); else (spec, None). With emulated hosts the relay is a host of its own ("relay")."""
     if not latency_ms:
         return spec, None
-    ports = free_ports(len(spec["ps"]), host)
+    if network is not None:
+        host = network.addresses["relay"]
+        ports = [netns_lib.PORT + k for k in range(len(spec["ps"]))]
+    else:
+        ports = free_ports(len(spec["ps"]), host)
     routes = [f"{port}={address}" for port, address in zip(ports, spec["ps"])]
     log = open(os.path.join(log_dir, "latency_relay.log"), "w")
     relay = subprocess.Popen([sys.executable, "-m", "tfps.cluster.latency", "--delay-ms", str(latency_ms),
                               "--host", host] + routes, stdout=log, stderr=subprocess.STDOUT,
-                             preexec_fn=_die_with_parent(os.getpid()))
-    return dict(spec, ps=[f"{host}:{port}" for port in ports]), relay
+                             preexec_fn=die_with_parent(os.getpid(), network.fd("relay") if network else None))
+    return dict(spec, ps=[f"{host}:{port}" for port in ports]), Child(relay.pid, relay)
+
+
+def _task_names(num_ps, num_workers, evaluator):
+    return ([("ps", i) for i in range(num_ps)] + [("chief", 0)] + [("worker", i) for i in range(num_workers - 1)]
+            + ([("evaluator", 0)] if evaluator else []))
+
+
+def _emulated_hosts(names, latency_ms, bandwidth_gbit, log_dir, printer):
+    """The network of `--netns`: a namespace per task (and the latency relay's), made after
+    those of dead launchers are swept away. Returns (Network, cluster spec)."""
+    for name in netns_lib.sweep():
+        printer(f"removed network namespace {name}: its launcher is gone", flush=True)
+    tasks = [f"{t}{i}" for t, i in names]
+    network = netns_lib.Network.start(os.getpid(), tasks + (["relay"] if latency_ms else []), bandwidth_gbit,
+                                      shaped=tasks, log=open(os.path.join(log_dir, "netns.log"), "w"))
+    spec = {}
+    for t, i in names:
+        if t != "evaluator":
+            spec.setdefault(t, []).append(f"{network.addresses[f'{t}{i}']}:{netns_lib.PORT}")
+    with open(os.path.join(log_dir, "netns.json"), "w") as f:   # for operators' tools
+        json.dump({"owner": network.owner, "keeper": network.keeper_pid, "hosts": {
+            h: {"netns": network.netns_of(h), "address": a} for h, a in network.addresses.items()}}, f)
+    return network, spec
 
 
 def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=False, max_restarts=3,
-           host="127.0.0.1", status_every=5.0, printer=print, latency_ms=0.0, task_main=None, preload=None):
+           host="127.0.0.1", status_every=5.0, printer=print, latency_ms=0.0, task_main=None, preload=None,
+           netns=False, bandwidth_gbit=None):
     """Runs the job; returns the chief's exit code (1 when restarts ran out). latency_ms > 0 puts a
     relay delaying each direction by that much between the trainers and every PS. With task_main
     (argv -> exit code, `tfps` without its first word), every task is a fork of this process
-    running it, after preload() (imports only) has run here once."""
+    running it, after preload() (imports only) has run here once. netns: every task is an
+    emulated host (tfps.cluster.netns), its link shaped to bandwidth_gbit each way when given."""
     if num_ps < 1:
         raise ValueError(f"launch: --ps must be >= 1 (embedding tables live on PS tasks), got {num_ps}")
     if num_workers < 1:
         raise ValueError(f"launch: --workers must be >= 1, got {num_workers}")
     if max_restarts < 0:
         raise ValueError(f"launch: --max-restarts must be >= 0, got {max_restarts}")
+    if bandwidth_gbit is not None and not netns:
+        raise ValueError("launch: cluster.emulated_bandwidth_gbit needs cluster.netns (tbf shapes each task's "
+                         "own link, which only emulated hosts have)")
+    if netns:
+        netns_lib.check_available(shaping=bandwidth_gbit is not None)
     model_dir = model_dir or tempfile.mkdtemp(prefix="tfps_cluster_")
     log_dir = os.path.join(model_dir, "logs")
     os.makedirs(log_dir, exist_ok=True)
-    spec = cluster_spec(num_ps, num_workers, host)
+    names = _task_names(num_ps, num_workers, evaluator)
+    network = None
+    if netns:
+        network, spec = _emulated_hosts(names, latency_ms, bandwidth_gbit, log_dir, printer)
+    else:
+        spec = cluster_spec(num_ps, num_workers, host)
+    try:
+        return _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host, status_every, printer,
+                    latency_ms, task_main, preload, network)
+    finally:
+        if network is not None:
+            left = network.close()
+            if left:
+                printer(f"tfps launch: could not remove the network namespaces {', '.join(left)}; "
+                        f"`ip netns del NAME` removes one (see {log_dir}/netns.log)", flush=True)
+
+
+def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host, status_every, printer, latency_ms,
+         task_main, preload, network):
     argv = ["train"] + (["--config", config] if config else [])
     for item in list(overrides) + [f"model_dir={model_dir}"]:
         argv += ["--set", item]
-    names = [(t, i) for t in ("ps", "chief", "worker") for i in range(len(spec.get(t, [])))]
-    names += [("evaluator", 0)] if evaluator else []
-    trainer_spec, relay = _latency_relays(spec, latency_ms, host, log_dir)
+    meter = Meter()
+    trainer_spec, relay = _latency_relays(spec, latency_ms, host, log_dir, network)
+    if relay is not None:
+        relay.on_exit = lambda rusage: meter.exited("latency_relay", rusage)
     if task_main is not None and preload is not None:
         preload()
     # A forked task gets the signal dispositions the launcher was started with (SIGINT ignored
     # in a background job stays ignored, as for an exec'd task), not the launcher's own handlers.
     signals = {signal.SIGINT: signal.getsignal(signal.SIGINT), signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
-    tasks = [_Task(t, i, argv, spec if t == "ps" else trainer_spec, log_dir, task_main, signals) for t, i in names]
+    tasks = [_Task(t, i, argv, spec if t == "ps" else trainer_spec, log_dir, task_main, signals, meter, network)
+             for t, i in names]
     chief = next(t for t in tasks if t.type == "chief")
+    num_ps, num_workers = len(spec["ps"]), 1 + len(spec.get("worker", []))
+    where = (f"each in a network namespace of its own ({network.netns_of('*')}, addresses "
+             f"{min(network.addresses.values())} up; see {log_dir}/netns.json)" if network else f"on {host}")
     printer(f"launching {num_ps} ps + {num_workers} worker(s) (chief included)"
-            f"{' + an evaluator' if evaluator else ''} on {host}; model_dir {model_dir}; logs in {log_dir}; "
-            f"at most {max_restarts} restart(s)"
+            f"{' + an evaluator' if any(t == 'evaluator' for t, _ in names) else ''} {where}; model_dir {model_dir}; "
+            f"logs in {log_dir}; at most {max_restarts} restart(s)"
             f"{f'; trainers reach the PS through relays adding {latency_ms:g} ms each way' if relay else ''}. "
             f"TF's gRPC servers listen on all interfaces (TF offers no "
             f"bind address) and have no authentication: keep these ports behind a firewall", flush=True)
@@ -276,7 +258,8 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
             t.start()
         last_status = time.time()
         while True:
-            time.sleep(0.5)
+            time.sleep(SAMPLE_SECS)
+            _sample(meter, tasks, relay, network)
             if chief.proc.poll() == 0:
                 break
             for t in tasks:
@@ -301,11 +284,12 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
                     printer(f"[{t.name}] {t.state}: {_last_line(t.log_path)[:110]}", flush=True)
         if failure is None:
             code = 0
-            _wait_for_others(tasks, printer)
+            _wait_for_others(tasks, printer, lambda: _sample(meter, tasks, relay, network))
     except KeyboardInterrupt:
         printer("interrupted: stopping every task", flush=True)
         code = 130
     finally:
+        _sample(meter, tasks, relay, network)
         for t in tasks:
             t.stop()
         for t in tasks:
@@ -322,8 +306,12 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
         metrics = json.loads(final)
         metrics["tasks"] = {t.name: _summary(t) for t in tasks if t.type != "ps"}
         metrics["restarts"] = {t.name: t.restarts for t in tasks if t.restarts}
+        trainers = {t.name: _json_line(t) for t in tasks if t.type in ("chief", "worker")}
+        metrics["cost"] = cost(meter, metrics.get("steady_window") or {}, [t.name for t in tasks], trainers,
+                               emulation=["latency_relay"] if relay is not None else [])
         for name, s in metrics["tasks"].items():
             printer(f"[{name}] " + ", ".join(f"{k} {v}" for k, v in s.items() if k != "task"), flush=True)
+        _print_cost(metrics["cost"], printer)
         if "auc" in metrics:
             quality = ", ".join(f"{k} {metrics[k]}" for k in ("auc", "gauc", "logloss", "oracle_auc", "bad_rows")
                                 if metrics.get(k) is not None)
@@ -334,16 +322,45 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
     return code
 
 
+SAMPLE_SECS = 0.25   # the launcher's loop: restarts, and the tasks' CPU and links sampled for the cost
+
+
+def _sample(meter, tasks, relay, network):
+    for t in tasks:
+        if t.proc is not None and t.proc.returncode is None:
+            meter.sample(t.name, t.proc.pid)
+    if relay is not None and relay.returncode is None:
+        meter.sample("latency_relay", relay.pid)
+    if network is not None:
+        meter.sample_links(network.counters())
+
+
+def _print_cost(c, printer):
+    if c["total"]["cpu_s_per_1k_examples"] is None:
+        return
+    for name, row in c["tasks"].items():
+        parts = [f"{row['cpu_s_per_1k_examples']} CPU-s per 1k examples"]
+        if row.get("bytes_sent_per_step") is not None:
+            parts.append(f"{row['bytes_sent_per_step'] / 1024:.1f} KiB sent and "
+                         f"{row['bytes_received_per_step'] / 1024:.1f} KiB received per step")
+        if row.get("messages_per_step") is not None:
+            parts.append(f"{row['messages_per_step']:g} messages per step")
+        printer(f"[{name}] cost: {', '.join(parts)}", flush=True)
+    printer(f"cluster: {c['total']['cpu_s_per_1k_examples']} CPU-s per 1k examples over {c['window']['examples']} "
+            f"examples of the steady window", flush=True)
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _wait_for_others(tasks, printer):
+def _wait_for_others(tasks, printer, sample):
     """After the chief's success: lets the other workers and the evaluator finish (bounded)."""
     others = [t for t in tasks if t.type in ("worker", "evaluator")]
     deadline = time.time() + GRACE_SECS
     while time.time() < deadline and any(t.proc.poll() is None for t in others):
-        time.sleep(0.5)
+        time.sleep(SAMPLE_SECS)
+        sample()
     for t in others:
         if t.proc.poll() is None:
             printer(f"[{t.name}] still running {GRACE_SECS:.0f} s after the chief finished: stopping it", flush=True)
@@ -351,11 +368,16 @@ def _wait_for_others(tasks, printer):
             printer(f"[{t.name}] exited {t.proc.returncode}; see {t.log_path}", flush=True)
 
 
-def _summary(task):
+def _json_line(task):
+    """The task's last JSON line (its final metrics), or {}."""
     line = _last_line(task.log_path, json_only=True)
     try:
-        metrics = json.loads(line) if line else {}
+        return json.loads(line) if line else {}
     except json.JSONDecodeError:
-        metrics = {}
+        return {}
+
+
+def _summary(task):
+    metrics = _json_line(task)
     keep = ("local_steps", "task_examples_per_sec", "global_step", "auc", "loss")
     return {k: metrics[k] for k in keep if k in metrics} or {"state": task.state}

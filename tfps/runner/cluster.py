@@ -142,7 +142,8 @@ def _train(cfg, cluster_config, source, lease, printer):
     stop_watch.set()
     task = {"task": f"{job}:{index}", "local_steps": progress.local_steps, "sessions": recovery.sessions,
             "task_examples_per_sec": _round(progress.task_examples_per_sec),
-            "examples_per_sec": _round(progress.examples_per_sec), "traffic_per_step": traffic.stats}
+            "examples_per_sec": _round(progress.examples_per_sec), "traffic_per_step": traffic.stats,
+            "steady_window": progress.steady_window}
     if not cluster_config.is_chief:
         return task
     check_reached(cfg)

@@ -58,6 +58,10 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         self.local_steps = 0
         self.local_examples = 0
         self.last_loss = None
+        # The window examples_per_sec is measured over: wall-clock start and end (time.time()), the
+        # global steps and examples (every worker's) in it, and the CPU seconds this process used
+        # in it (time.process_time). None until the session ends.
+        self.steady_window = None
 
     def begin(self):
         self._gs = tf.compat.v1.train.get_global_step()
@@ -74,9 +78,10 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord):
         step = int(session.run(self._gs))
-        # (global step, local steps, time, local examples) at the session start, the last log line
-        # and the last step
-        self._start = self._window = self._last = (step, self.local_steps, time.time(), self.local_examples)
+        # (global step, local steps, time, local examples, this process's CPU seconds) at the session
+        # start, the last log line and the last step
+        self._start = self._window = self._last = (step, self.local_steps, time.time(), self.local_examples,
+                                                   time.process_time())
         self._steady = None
         self._logged = step // self._every
 
@@ -89,7 +94,7 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
         self.local_steps += 1
         self.local_examples += int(count)
         self.last_loss = float(loss)
-        self._last = (step, self.local_steps, time.time(), self.local_examples)
+        self._last = (step, self.local_steps, time.time(), self.local_examples, time.process_time())
         if step // self._every > self._logged:
             self._logged = step // self._every
             global_rate, task_rate = self._rates(self._window, self._last)
@@ -119,6 +124,12 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
     def end(self, session):
         first = self._steady if self._steady is not None and self._last[1] > self._steady[1] else self._start
         self.examples_per_sec, self.task_examples_per_sec = self._rates(first, self._last)
+        per_step = ((self._last[3] - first[3]) / (self._last[1] - first[1]) if self._last[1] > first[1]
+                    else self.examples_per_step)
+        self.steady_window = {"start": round(first[2], 3), "end": round(self._last[2], 3),
+                              "global_steps": self._last[0] - first[0],
+                              "examples": int(round((self._last[0] - first[0]) * per_step)),
+                              "process_cpu_seconds": round(self._last[4] - first[4], 3)}
 
 
 class EvalProgressHook(tf.compat.v1.train.SessionRunHook):
@@ -179,11 +190,28 @@ def rpc_stats(run_metadata):
 def cross_task_messages(partition_graphs):
     """How many tensors one run of these partition graphs sends from one task to another: the
     `_Recv` ops whose sender is on another task (each is one RecvTensor RPC when it runs)."""
+    return sum(c["sent"] for c in messages_by_task(partition_graphs).values())
+
+
+def messages_by_task(partition_graphs):
+    """Per task ('ps0', 'chief0', 'worker1': job and index), the tensors one run of these
+    partition graphs has it send to and receive from other tasks: {task: {"sent", "received"}}."""
     def task(device):
         return device.split("/device:")[0]
-    return sum(1 for graph in partition_graphs for node in graph.node
-               if node.op in ("_Recv", "_HostRecv")
-               and task(node.attr["send_device"].s.decode()) != task(node.attr["recv_device"].s.decode()))
+
+    def name(task):   # /job:ps/replica:0/task:1 -> ps1
+        parts = dict(p.split(":", 1) for p in task.strip("/").split("/") if ":" in p)
+        return f"{parts.get('job', '?')}{parts.get('task', '0')}"
+    counts = {}
+    for graph in partition_graphs:
+        for node in graph.node:
+            if node.op not in ("_Recv", "_HostRecv"):
+                continue
+            src, dst = task(node.attr["send_device"].s.decode()), task(node.attr["recv_device"].s.decode())
+            if src != dst:
+                counts.setdefault(name(src), {"sent": 0, "received": 0})["sent"] += 1
+                counts.setdefault(name(dst), {"sent": 0, "received": 0})["received"] += 1
+    return counts
 
 
 def _traced_traffic(run_metadata):
@@ -253,6 +281,7 @@ class StepStatsHook(tf.compat.v1.train.SessionRunHook):
         self._after, self._n, self._print = after_local_steps, num_steps, printer
         self._local = 0
         self._traces = []
+        self._by_task = None
         self.stats = None
 
     def before_run(self, run_context):
@@ -268,6 +297,8 @@ class StepStatsHook(tf.compat.v1.train.SessionRunHook):
             return
         try:
             self._traces.append({**rpc_stats(run_values.run_metadata), **(step_phases(run_values.run_metadata) or {})})
+            if run_values.run_metadata.partition_graphs:   # the same graphs every step
+                self._by_task = messages_by_task(run_values.run_metadata.partition_graphs)
         except Exception as e:   # a monitoring hook never stops training
             self.stats = {}
             self._print(f"StepStatsHook: could not read the step stats ({e!r}); not tracing further", flush=True)
@@ -276,6 +307,8 @@ class StepStatsHook(tf.compat.v1.train.SessionRunHook):
             keys = [k for k in self._traces[0] if all(k in t for t in self._traces)]
             self.stats = {k: round(sum(t[k] for t in self._traces) / self._n, 2 if k.endswith("_ms") else 1)
                           for k in keys}
+            if self._by_task is not None:
+                self.stats["messages_by_task"] = self._by_task
             sent = f" ({self.stats['messages']:.0f} in the graph)" if "messages" in self.stats else ""
             self._print(f"traffic per step (mean of {self._n} traced steps): {self.stats['recv_tensor_rpcs']:.0f} "
                         f"RecvTensor RPCs{sent}, {self.stats['bytes'] / 2**20:.2f} MiB "

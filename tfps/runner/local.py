@@ -55,5 +55,6 @@ def _run(cfg, printer):
         "steps": cfg.train.steps,
         **batch_fields(cfg),
         "train_seconds": round(train_seconds, 1),
+        "steady_window": hook.steady_window,
         "model_dir": cfg.model_dir,
     }

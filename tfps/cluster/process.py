@@ -1,0 +1,120 @@
+"""A task's process for `tfps launch`: started exec'd (subprocess.Popen) or forked (fork_task),
+dying with the launcher (prctl PR_SET_PDEATHSIG) and, with emulated hosts, in its own network
+namespace; reaped with os.wait4, so that the launcher gets each run's rusage (Child.on_exit)."""
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+
+from tfps.cluster.netns import enter as enter_netns
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+
+
+def die_with_parent(parent, netns_fd=None):
+    """preexec_fn of a task: SIGKILL when the launcher dies (checked once more, in case it died
+    before the request was in place), and with netns_fd, into that network namespace. Linux only
+    (prctl); elsewhere, None."""
+    if not sys.platform.startswith("linux"):
+        return None
+
+    def set_up():
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
+        if netns_fd is not None:
+            enter_netns(netns_fd)
+    return set_up
+
+
+class Child:
+    """A task's process, forked or exec'd (a subprocess.Popen's pid), as much of Popen as the
+    launcher uses. Reaped with os.wait4: on_exit gets the run's rusage (its CPU and its reaped
+    children's)."""
+
+    def __init__(self, pid, popen=None, on_exit=None):
+        self.pid, self.returncode = pid, None
+        self._popen, self.on_exit = popen, on_exit
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status, rusage = os.wait4(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)   # -N for a signal, as Popen
+                if self._popen is not None:
+                    self._popen.returncode = self.returncode           # reaped here: Popen must not wait
+                if self.on_exit is not None:
+                    self.on_exit(rusage)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, sig):
+        if self.returncode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+
+def fork_task(task_main, argv, env, log, parent, name, signals, netns_fd=None, close_fds=()):
+    """Forks a child that runs task_main(argv) with env as its environment and log as its stdout
+    and stderr, and exits with its code (1 and the traceback for an exception). `signals`:
+    {signal: the disposition the child gets} (what the launcher itself was started with), set
+    while both are blocked, so no signal reaches the child's copy of the launcher's handlers.
+    The child's name (ps, top) is `name`. With netns_fd, the child moves into that network
+    namespace first (it has one thread then: every thread it starts is there too); close_fds are
+    the launcher's that it must not keep (the netns keeper's pipe)."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()   # else the child would print the launcher's buffered lines again
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, list(signals))
+    with warnings.catch_warnings():   # 3.12+: numpy's idle BLAS thread makes fork() warn; the child uses none
+        warnings.filterwarnings("ignore", message=".*multi-threaded.*fork", category=DeprecationWarning)
+        pid = os.fork()
+    if pid:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        return Child(pid)
+    code = 1
+    try:
+        if netns_fd is not None:
+            enter_netns(netns_fd)
+        for fd in close_fds:
+            os.close(fd)
+        for sig, disposition in signals.items():
+            if disposition is not None:   # (None: not set from Python; left as it is)
+                signal.signal(sig, disposition)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        set_up = die_with_parent(parent)
+        if set_up is not None:
+            set_up()
+            ctypes.CDLL(None).prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = ["tfps"] + list(argv)
+        code = task_main(list(argv))
+    except SystemExit as e:
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 -- what a process's top level does: the traceback, exit 1
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 -- exiting either way
+                pass
+        os._exit(code if isinstance(code, int) else 0)
