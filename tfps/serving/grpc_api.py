@@ -1,6 +1,7 @@
 """TF Serving's gRPC API (tensorflow.serving.PredictionService and ModelService) over grpcio, with
 the messages of the tensorflow-serving-api package: a stock PredictionServiceStub works unchanged."""
 import functools
+import math
 
 import numpy as np
 import tensorflow as tf
@@ -31,24 +32,25 @@ def to_arrays(protos, signature, max_bytes):
     one value for a whole shape)."""
     out = {}
     for alias, proto in protos.items():
-        if alias in signature.inputs:
-            want = signature.inputs[alias][1]
-            if proto.dtype != want.as_datatype_enum:
-                got = tf.dtypes.as_dtype(proto.dtype).name if proto.dtype else "an invalid dtype"
-                raise ServingError("INVALID_ARGUMENT", f"input {alias!r} is {got}; the signature expects {want.name}")
+        want = signature.enums.get(alias)
+        if want is not None and proto.dtype != want:
+            got = tf.dtypes.as_dtype(proto.dtype).name if proto.dtype else "an invalid dtype"
+            raise ServingError("INVALID_ARGUMENT", f"input {alias!r} is {got}; the signature expects "
+                               f"{signature.inputs[alias][1].name}")
         shape = proto.tensor_shape
-        if shape.unknown_rank or any(d.size < 0 for d in shape.dim):
+        dims = [d.size for d in shape.dim]
+        if shape.unknown_rank or any(n < 0 for n in dims):
             raise ServingError("INVALID_ARGUMENT", f"input {alias!r}: a tensor's shape must be fully known, got "
-                               f"{[d.size for d in shape.dim] if not shape.unknown_rank else 'unknown rank'}")
-        elements = int(np.prod([d.size for d in shape.dim], dtype=np.float64))
-        # a string element costs a Python object (about 16 bytes of references) however short
-        itemsize = 16 if proto.dtype in (0, tf.string.as_datatype_enum) else tf.dtypes.as_dtype(proto.dtype).size
-        if elements * itemsize > max_bytes:
-            raise ServingError("RESOURCE_EXHAUSTED", f"input {alias!r} of shape {[d.size for d in shape.dim]} is "
-                               f"{elements * itemsize} bytes; the server takes at most {max_bytes} "
-                               f"(--max_request_bytes)")
+                               f"{dims if not shape.unknown_rank else 'unknown rank'}")
         try:
-            out[alias] = tensors.to_array(proto, [d.size for d in shape.dim])
+            size = math.prod(dims) * tensors.itemsize(proto.dtype)
+        except TypeError as e:   # an enum that names no dtype
+            raise ServingError("INVALID_ARGUMENT", f"input {alias!r} is not a valid tensor: {e}") from None
+        if size > max_bytes:
+            raise ServingError("RESOURCE_EXHAUSTED", f"input {alias!r} of shape {dims} is {size} bytes; the server "
+                               f"takes at most {max_bytes} (--max_request_bytes)")
+        try:
+            out[alias] = tensors.to_array(proto, dims)
         except (TypeError, ValueError, IndexError) as e:
             raise ServingError("INVALID_ARGUMENT", f"input {alias!r} is not a valid tensor: {e}") from None
     return out

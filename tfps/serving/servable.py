@@ -21,6 +21,7 @@ class Signature:
         self.name, self.proto = name, signature_def
         self.inputs = {k: _tensor_info(v) for k, v in signature_def.inputs.items()}
         self.outputs = {k: _tensor_info(v) for k, v in signature_def.outputs.items()}
+        self.enums = {k: dtype.as_datatype_enum for k, (_, dtype, _) in self.inputs.items()}   # the wire's dtypes
 
     def check(self, inputs):
         """inputs {alias: array-like} -> {alias: np.ndarray of the signature's dtype}, or

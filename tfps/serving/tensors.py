@@ -5,6 +5,8 @@ one np.frombuffer, encoded with one tobytes(). A proto that gives its values in 
 (float_val, int64_val, ...: what a client that builds protos by hand sends), or a dtype without a
 numpy twin here (half, bfloat16, complex, resource), goes through tf.make_ndarray, which knows
 them all. Strings use string_val both ways."""
+import math
+
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2, types_pb2
@@ -17,15 +19,25 @@ _NUMPY = {types_pb2.DT_FLOAT: np.float32, types_pb2.DT_DOUBLE: np.float64, types
 _ENUM = {np.dtype(v): k for k, v in _NUMPY.items()}
 
 
+_ITEMSIZE = {**{k: np.dtype(v).itemsize for k, v in _NUMPY.items()},
+             types_pb2.DT_INVALID: 16, types_pb2.DT_STRING: 16}   # a string: a Python object (~16 bytes of
+                                                                  # references) however short
+
+
+def itemsize(enum):
+    """Bytes an element of dtype `enum` takes once decoded; TypeError for an enum that names no dtype."""
+    size = _ITEMSIZE.get(enum)
+    return size if size is not None else tf.dtypes.as_dtype(enum).size
+
+
 def to_array(proto, shape):
     """The array of `proto` (a TensorProto whose dtype and `shape`, a list of ints, the caller
     has checked). Raises ValueError for content that does not fill the shape."""
     dtype = _NUMPY.get(proto.dtype)
     if dtype is not None and proto.tensor_content:
         flat = np.frombuffer(proto.tensor_content, dtype=dtype)
-        if flat.size != int(np.prod(shape, dtype=np.int64)):
-            raise ValueError(f"tensor_content holds {flat.size} values, the shape {shape} needs "
-                             f"{int(np.prod(shape, dtype=np.int64))}")
+        if flat.size != math.prod(shape):
+            raise ValueError(f"tensor_content holds {flat.size} values, the shape {shape} needs {math.prod(shape)}")
         return flat.reshape(shape)
     return tf.make_ndarray(proto)
 
