@@ -205,7 +205,7 @@ def main():
         results["in-process SavedModel"][c] = summary(*in_process(first, rows, c, args.seconds), args.seconds)
     echo = [sys.executable, os.path.join(ROOT, "benchmarks", "serving_echo.py")]
     for mode, flags, command in (("gRPC echo (floor)", [], echo), ("gRPC", [], None),
-                                 ("gRPC + batching", ["--max_batch_size", "32", "--batch_timeout_micros", "500"],
+                                 ("gRPC + batching", ["--max_batch_size", "32", "--batch_timeout_micros", "2000"],
                                   None)):
         server = Server(base, *flags, command=command)
         try:

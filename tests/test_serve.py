@@ -363,3 +363,11 @@ def test_tfps_serve_cli_prints_its_ports_and_stops_on_sigterm(trained):
 def test_tfps_serve_refuses_a_base_path_that_is_not_there(tmp_path, cli):
     code, _, err = cli("serve", "--model_base_path", str(tmp_path / "none"), "--model_name", "demo")
     assert code == 1 and "--model_base_path" in err
+
+
+@pytest.mark.parametrize("flag, kwargs", [("--grpc_threads", {"grpc_threads": 0}),
+                                          ("--tensorflow_session_parallelism", {"session_threads": -1})])
+def test_thread_counts_out_of_range_are_refused_by_flag(tmp_path, flag, kwargs):
+    from tfps.serving.server import ModelServer
+    with pytest.raises(ValueError, match=flag):
+        ModelServer(str(tmp_path), "demo", port=0, rest_api_port=None, **kwargs)

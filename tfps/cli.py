@@ -172,7 +172,8 @@ def _serve(args):
                              1000 if args.batch_timeout_micros is None else args.batch_timeout_micros),
                          num_batch_threads=args.num_batch_threads, poll_secs=args.file_system_poll_wait_seconds,
                          follow=args.follow, num_versions=args.num_versions, host=args.host, models=models,
-                         max_request_bytes=args.max_request_bytes, printer=lambda *a, **k: print(*a, file=sys.stderr,
+                         max_request_bytes=args.max_request_bytes, session_threads=args.tensorflow_session_parallelism,
+                         grpc_threads=args.grpc_threads, printer=lambda *a, **k: print(*a, file=sys.stderr,
                                                                                                   **k))
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -186,7 +187,11 @@ def _serve(args):
                       "rest_api_port": server.rest_api_port, "versions": loaded[server.store.name],
                       "models": loaded}), flush=True)
     done.wait()
-    if not server.stop(args.grace_secs):
+    drained = server.stop(args.grace_secs)
+    if server.batcher is not None and server.batcher.runs:
+        print(f"tfps serve: batching ran {server.batcher.requests} requests in {server.batcher.runs} session runs "
+              f"({server.batcher.requests / server.batcher.runs:.1f} a run)", file=sys.stderr, flush=True)
+    if not drained:
         print(f"tfps serve: requests still running after --grace_secs {args.grace_secs} were cut", file=sys.stderr,
               flush=True)
         sys.stdout.flush()
@@ -278,6 +283,12 @@ def main(argv=None):
                      "table deltas to the served tables in place")
     srv.add_argument("--num_versions", type=int, default=1, help="newest versions kept loaded")
     srv.add_argument("--max_request_bytes", type=int, default=64 << 20, help="largest request accepted")
+    srv.add_argument("--tensorflow_session_parallelism", type=int, default=0,
+                     help="threads of each model's TensorFlow session, inter- and intra-op (0: TensorFlow's "
+                          "choice, one per core)")
+    srv.add_argument("--grpc_threads", type=int, default=None,
+                     help="gRPC handler threads (default 16; with batching max_batch_size + 8, so that a batch can "
+                          "fill while the next gathers)")
     srv.add_argument("--grace_secs", type=float, default=10.0, help="on SIGTERM or SIGINT: new requests are "
                      "refused (UNAVAILABLE / 503), those begun are answered, and the server exits within this many "
                      "seconds (exit code 1 when some were still running and were cut)")

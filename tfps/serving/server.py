@@ -64,7 +64,7 @@ class ModelServer:
     poll_secs (file_system_poll_wait_seconds): how often versions and the followed model_dir are
     looked at, follow: a trainer's model_dir whose checkpoints and deltas the tables follow,
     num_versions: the newest versions kept loaded, max_request_bytes: the largest request body,
-    grpc_threads: the gRPC handler threads (None: 16, or with batching enough for the batches to fill).
+    grpc_threads: the gRPC handler threads (None: 16, or with batching max_batch_size + 8).
     `follow` needs one model."""
 
     def __init__(self, model_base_path=None, model_name=None, port=8500, rest_api_port=8501, enable_batching=False,
@@ -76,6 +76,10 @@ class ModelServer:
         problems += [f"{flag} must be > 0, got {v}" for flag, v in (
             ("--max_batch_size", max_batch_size), ("--max_request_bytes", max_request_bytes),
             ("--num_batch_threads", num_batch_threads)) if v < 1]
+        problems += [f"{flag} must be >= 0, got {v}" for flag, v in (
+            ("--tensorflow_session_parallelism", session_threads),) if v < 0]
+        problems += [f"--grpc_threads must be >= 1, got {grpc_threads}"] if grpc_threads is not None and \
+            grpc_threads < 1 else []
         problems += [f"--file_system_poll_wait_seconds must be >= 0 (0: load once), got {poll_secs}"] \
             if poll_secs < 0 else []
         if (models is None) == (model_base_path is None and model_name is None):
@@ -98,10 +102,11 @@ class ModelServer:
         self.in_flight = InFlight()
         self.max_request_bytes = max_request_bytes
         self._poll_secs, self._stop, self._started = poll_secs, threading.Event(), False
-        # A request waiting for its batch holds a handler thread: with batching, enough threads
-        # for every batch thread's batch to fill while the next one gathers.
+        # A request waiting for its batch holds a handler thread: with batching, enough threads for
+        # a batch to fill and the next to start gathering; not many more, each thread is another
+        # for Python's interpreter lock (132 threads: 1.5x the CPU per request of 40, measured).
         if grpc_threads is None:
-            grpc_threads = max(16, 2 * max_batch_size * num_batch_threads + 4) if enable_batching else 16
+            grpc_threads = max(16, max_batch_size + 8) if enable_batching else 16
         # so_reuseport off: a second server on the same port fails instead of sharing its traffic
         self._grpc = grpc.server(concurrent.futures.ThreadPoolExecutor(grpc_threads, thread_name_prefix="tfps-grpc"),
                                  options=[("grpc.max_receive_message_length", max_request_bytes),
