@@ -17,6 +17,13 @@ class _Clock:
         return self.now
 
 
+def _samples(meter, clock, task, times, started=0):
+    """The launcher's samples of `task` at `times`, one CPU-s a second since its run `started`."""
+    for t in times:
+        clock.now = t
+        meter.record(task, float(t - started))
+
+
 def _rusage(cpu):
     return type("R", (), {"ru_utime": cpu * 0.75, "ru_stime": cpu * 0.25})()
 
@@ -26,14 +33,10 @@ def test_cpu_over_runs_and_restarts_interpolated_at_the_window():
     meter = Meter(clock)
     # ps0 uses 1 CPU-s a second; its first run dies at t=4 (4 CPU-s, reaped at 4.5), the next
     # starts at t=5 and goes on.
-    for t in range(0, 5):
-        clock.now = t
-        meter.record("ps0", float(t))
+    _samples(meter, clock, "ps0", range(0, 5))
     clock.now = 4.5
     meter.exited("ps0", _rusage(4.0))
-    for t in range(5, 11):
-        clock.now = t
-        meter.record("ps0", float(t - 5))
+    _samples(meter, clock, "ps0", range(5, 11), started=5)
     out = cost(meter, {"start": 2.5, "end": 9.5, "global_steps": 70, "examples": 7000}, ["ps0"], {})
     row = out["tasks"]["ps0"]
     # 2.5 -> 4: 1.5 s; 4 -> 5: none (dead); 5 -> 9.5: 4.5 s
@@ -47,9 +50,7 @@ def test_cpu_over_runs_and_restarts_interpolated_at_the_window():
 def test_a_task_that_ended_before_the_window_ends_counts_what_it_used():
     clock = _Clock()
     meter = Meter(clock)
-    for t in range(0, 3):
-        clock.now = t
-        meter.record("worker0", float(t))
+    _samples(meter, clock, "worker0", range(0, 3))
     clock.now = 2.2
     meter.exited("worker0", _rusage(2.1))   # its last run's whole CPU
     out = cost(meter, {"start": 0.5, "end": 5.0, "global_steps": 10, "examples": 1000}, ["worker0"], {})
