@@ -117,15 +117,23 @@ def _precompiled_header(obj_dir, flags):
     sources' own: g++ takes a precompiled header only with the flags it was built with); returns
     the flags that include it (-Winvalid-pch: a header g++ cannot use is said, then parsed)."""
     header = os.path.join(obj_dir, "pch", "tfps_tf.h")
-    text = "".join(f'#include "{h}"\n' for h in PCH_HEADERS)
+    # The header names what its precompiled form depends on (compiler, flags, the headers'
+    # files): when one changes, the header's text does, and the .gch is rebuilt.
+    compiler = subprocess.run(["g++", "-dumpfullversion"], capture_output=True, text=True, check=True).stdout.strip()
+    found = [os.path.join(f[len("-isystem"):], h) for f in flags if f.startswith("-isystem") for h in PCH_HEADERS]
+    stamp = json.dumps({"g++": compiler, "flags": flags,
+                        "headers": {p: os.path.getmtime(p) for p in found if os.path.exists(p)}})
+    text = f"// {stamp}\n" + "".join(f'#include "{h}"\n' for h in PCH_HEADERS)
     os.makedirs(os.path.dirname(header), exist_ok=True)
     if not os.path.exists(header) or open(header).read() != text:
-        with open(header, "w") as f:
+        with open(f"{header}.tmp-{os.getpid()}", "w") as f:
             f.write(text)
+        os.replace(f"{header}.tmp-{os.getpid()}", header)
     gch = header + ".gch"
     if not os.path.exists(gch) or os.path.getmtime(gch) < os.path.getmtime(header):
-        subprocess.run(["g++", "-x", "c++-header", header, "-o", gch + ".tmp"] + flags, check=True)
-        os.replace(gch + ".tmp", gch)
+        tmp = f"{gch}.tmp-{os.getpid()}"   # (two builds at once each write their own)
+        subprocess.run(["g++", "-x", "c++-header", header, "-o", tmp] + flags, check=True)
+        os.replace(tmp, gch)
     return ["-include", header, "-Winvalid-pch"]
 
 

@@ -49,3 +49,17 @@ def test_content_that_does_not_fill_the_shape_is_an_error():
     proto.tensor_content = proto.tensor_content[:-2]   # not a whole number of float32s
     with pytest.raises(ValueError):
         tensors.to_array(proto, [6])
+
+
+def test_a_request_input_of_an_unknown_dtype_is_invalid_argument():
+    """An enum TensorFlow does not know (proto3 keeps it) is the client's error, named, never a crash."""
+    from types import SimpleNamespace
+    from tfps.serving.errors import ServingError
+    from tfps.serving.grpc_api import to_arrays
+    signature = SimpleNamespace(enums={"x": tf.float32.as_datatype_enum}, inputs={"x": ("x:0", tf.float32, [None])})
+    proto = tensors.to_proto(np.zeros([2], np.float32))
+    proto.dtype = 999
+    for name in ("x", "y"):   # an input the signature has, and one it lacks
+        with pytest.raises(ServingError) as e:
+            to_arrays({name: proto}, signature, 1 << 20)
+        assert e.value.code == "INVALID_ARGUMENT" and "999" in e.value.message

@@ -287,8 +287,8 @@ def main(argv=None):
                      help="threads of each model's TensorFlow session, inter- and intra-op (0: TensorFlow's "
                           "choice, one per core)")
     srv.add_argument("--grpc_threads", type=int, default=None,
-                     help="gRPC handler threads (default 16; with batching max_batch_size + 8, so that a batch can "
-                          "fill while the next gathers)")
+                     help="gRPC handler threads (default 16; with batching max_batch_size + 8 within [16, 256], so "
+                          "that a batch can fill while the next gathers)")
     srv.add_argument("--grace_secs", type=float, default=10.0, help="on SIGTERM or SIGINT: new requests are "
                      "refused (UNAVAILABLE / 503), those begun are answered, and the server exits within this many "
                      "seconds (exit code 1 when some were still running and were cut)")

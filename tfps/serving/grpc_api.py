@@ -34,7 +34,10 @@ def to_arrays(protos, signature, max_bytes):
     for alias, proto in protos.items():
         want = signature.enums.get(alias)
         if want is not None and proto.dtype != want:
-            got = tf.dtypes.as_dtype(proto.dtype).name if proto.dtype else "an invalid dtype"
+            try:
+                got = tf.dtypes.as_dtype(proto.dtype).name if proto.dtype else "an invalid dtype"
+            except TypeError:
+                got = f"dtype {proto.dtype}, which names no TensorFlow dtype"
             raise ServingError("INVALID_ARGUMENT", f"input {alias!r} is {got}; the signature expects "
                                f"{signature.inputs[alias][1].name}")
         shape = proto.tensor_shape

@@ -64,7 +64,7 @@ class ModelServer:
     poll_secs (file_system_poll_wait_seconds): how often versions and the followed model_dir are
     looked at, follow: a trainer's model_dir whose checkpoints and deltas the tables follow,
     num_versions: the newest versions kept loaded, max_request_bytes: the largest request body,
-    grpc_threads: the gRPC handler threads (None: 16, or with batching max_batch_size + 8).
+    grpc_threads: the gRPC handler threads (None: 16, or with batching max_batch_size + 8 within [16, 256]).
     `follow` needs one model."""
 
     def __init__(self, model_base_path=None, model_name=None, port=8500, rest_api_port=8501, enable_batching=False,
@@ -106,7 +106,7 @@ class ModelServer:
         # a batch to fill and the next to start gathering; not many more, each thread is another
         # for Python's interpreter lock (132 threads: 1.5x the CPU per request of 40, measured).
         if grpc_threads is None:
-            grpc_threads = max(16, max_batch_size + 8) if enable_batching else 16
+            grpc_threads = max(16, min(max_batch_size + 8, 256)) if enable_batching else 16
         # so_reuseport off: a second server on the same port fails instead of sharing its traffic
         self._grpc = grpc.server(concurrent.futures.ThreadPoolExecutor(grpc_threads, thread_name_prefix="tfps-grpc"),
                                  options=[("grpc.max_receive_message_length", max_request_bytes),

@@ -33,9 +33,9 @@ def itemsize(enum):
 def to_array(proto, shape):
     """The array of `proto` (a TensorProto whose dtype and `shape`, a list of ints, the caller
     has checked). Raises ValueError for content that does not fill the shape."""
-    dtype = _NUMPY.get(proto.dtype)
-    if dtype is not None and proto.tensor_content:
-        flat = np.frombuffer(proto.tensor_content, dtype=dtype)
+    dtype, content = _NUMPY.get(proto.dtype), proto.tensor_content   # (each read of a field copies it)
+    if dtype is not None and content:
+        flat = np.frombuffer(content, dtype=dtype)
         if flat.size != math.prod(shape):
             raise ValueError(f"tensor_content holds {flat.size} values, the shape {shape} needs {math.prod(shape)}")
         return flat.reshape(shape)
