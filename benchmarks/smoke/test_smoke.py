@@ -36,6 +36,10 @@ def test_the_benchmarks_load_run_has_no_failed_request_across_a_swap_and_deltas(
     assert load["versions_answered"] == 2   # from the answers' model_spec
     for mode in result["latency"].values():
         assert all(cell["failed"] == 0 and cell["qps"] > 0 for cell in mode.values())
+    # The servers' CPU per request (the echo floor's and tfps's) and the ratios are reported.
+    served = [result["latency"][m][c] for m in ("gRPC echo (floor)", "gRPC", "gRPC + batching") for c in ("1", "8", "32")]
+    assert all(cell["server_cpu_us_per_request"] > 0 for cell in served)
+    assert all(r["grpc_vs_echo"] > 0 and r["grpc_vs_in_process"] > 0 for r in result["ratios"].values())
 
 
 def _train(tmp_path, name, *sets):
