@@ -3,8 +3,10 @@
 The demo model (configs/demo.yaml, trained briefly) exported and served by `tfps serve` (a
 separate process), batch-1 requests from a stock PredictionServiceStub kept `concurrency`
 deep (closed loop): p50 / p99 latency and requests/s at concurrency 1, 8 and 32, for gRPC with
-and without server-side batching, and for the loaded SavedModel called from as many threads in
-this process. Then a load run: requests at concurrency 8 while a trainer writes table deltas
+and without server-side batching, for the same server's REST API (JSON :predict bodies, one
+keep-alive connection per thread), for an echo server in the same grpcio (the floor:
+benchmarks/serving_echo.py), and for the loaded SavedModel called from as many threads in this
+process; each server's CPU per request from /proc. Then a load run: requests at concurrency 8 while a trainer writes table deltas
 that the server follows (--follow) and a new version is dropped in (swap): failed requests
 (required 0), versions answered, deltas applied.
 
@@ -46,19 +48,28 @@ def tfps(*args, timeout=1800):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def free_port():
+    """A port free now on loopback (`tfps serve --rest_api_port 0` means no REST, as in TF Serving)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Server:
     """A `tfps serve` process (or `command`, e.g. the echo floor); its stderr lines are kept (what
     it applied)."""
 
     def __init__(self, base, *flags, command=None):
         command = command or [sys.executable, "-m", "tfps.cli", "serve", "--model_base_path", base,
-                              "--model_name", "demo", "--port", "0", "--rest_api_port", "0", *flags]
+                              "--model_name", "demo", "--port", "0", "--rest_api_port", str(free_port()), *flags]
         self.proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env=dict(os.environ, PYTHONPATH=ROOT))
         line = self.proc.stdout.readline()
         if not line:
             raise SystemExit(f"{command[2]} did not start:\n{self.proc.stderr.read()[-3000:]}")
-        self.port = json.loads(line)["grpc_port"]
+        ready = json.loads(line)
+        self.port, self.rest_port = ready["grpc_port"], ready.get("rest_api_port")
         self.lines = []
         threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stderr.readline, "")), daemon=True).start()
         self.stub = prediction_service_pb2_grpc.PredictionServiceStub(
@@ -118,6 +129,41 @@ def drive(stub, requests, concurrency, seconds, on_answer=None):
     return latencies, failures
 
 
+def drive_rest(port, bodies, concurrency, seconds):
+    """Closed loop over REST: `concurrency` threads, each posting :predict bodies (JSON, batch-1)
+    on its own connection for `seconds`. Returns (latencies s, failures)."""
+    import http.client
+    lock, latencies, failures = threading.Lock(), [], []
+    stop = threading.Event()
+
+    def loop(offset):
+        conn, i, mine, bad = http.client.HTTPConnection("127.0.0.1", port, timeout=30), offset, [], []
+        while not stop.is_set():
+            start = time.perf_counter()
+            try:
+                conn.request("POST", "/v1/models/demo:predict", bodies[i % len(bodies)],
+                             {"Content-Type": "application/json"})
+                response = conn.getresponse()
+                response.read()
+                (mine if response.status == 200 else bad).append(time.perf_counter() - start)
+            except (OSError, http.client.HTTPException) as e:
+                bad.append(e)
+                conn.close()
+            i += concurrency
+        conn.close()
+        with lock:
+            latencies.extend(mine)
+            failures.extend(bad)
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    return latencies, failures
+
+
 def in_process(export_dir, rows, concurrency, seconds):
     from tfps.serving.servable import Servable
     servable = Servable(export_dir, 1)
@@ -156,7 +202,7 @@ def plot(results, path):
     if plt is None:
         return
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=110)
-    for (mode, by_c), color in zip(results.items(), ("#1b9e77", "#999999", "#d95f02", "#7570b3")):
+    for (mode, by_c), color in zip(results.items(), ("#1b9e77", "#999999", "#d95f02", "#7570b3", "#e7298a")):
         cs = sorted(by_c)
         left.plot(cs, [by_c[c]["qps"] for c in cs], "o-", color=color, label=mode)
         right.plot(cs, [by_c[c]["p50_ms"] for c in cs], "o-", color=color, label=f"{mode} p50")
@@ -200,7 +246,8 @@ def main():
     rows, _, _ = eval_set(SyntheticCriteo(load_config("configs/demo.yaml").data), 512, 512)
     requests = requests_of(rows)
 
-    results = {"in-process SavedModel": {}, "gRPC echo (floor)": {}, "gRPC": {}, "gRPC + batching": {}}
+    bodies = [json.dumps({"inputs": {k: v[i:i + 1].tolist() for k, v in rows.items()}}) for i in range(len(rows["ids"]))]
+    results = {"in-process SavedModel": {}, "gRPC echo (floor)": {}, "gRPC": {}, "gRPC + batching": {}, "REST": {}}
     for c in CONCURRENCY:
         results["in-process SavedModel"][c] = summary(*in_process(first, rows, c, args.seconds), args.seconds)
     echo = [sys.executable, os.path.join(ROOT, "benchmarks", "serving_echo.py")]
@@ -210,12 +257,16 @@ def main():
         server = Server(base, *flags, command=command)
         try:
             drive(server.stub, requests, 4, 0.5)   # warm the channel
-            for c in CONCURRENCY:
-                cpu = server.cpu_seconds()
-                latencies, failures = drive(server.stub, requests, c, args.seconds)
-                results[mode][c] = {**summary(latencies, failures, args.seconds),
-                                    "server_cpu_us_per_request": round((server.cpu_seconds() - cpu) * 1e6
-                                                                       / max(1, len(latencies) + len(failures)), 1)}
+            runs = [(mode, lambda c: drive(server.stub, requests, c, args.seconds))]
+            if mode == "gRPC":   # the same server's REST API, same rows as JSON
+                runs.append(("REST", lambda c: drive_rest(server.rest_port, bodies, c, args.seconds)))
+            for name, run in runs:
+                for c in CONCURRENCY:
+                    cpu = server.cpu_seconds()
+                    latencies, failures = run(c)
+                    results[name][c] = {**summary(latencies, failures, args.seconds),
+                                        "server_cpu_us_per_request": round((server.cpu_seconds() - cpu) * 1e6
+                                                                           / max(1, len(latencies) + len(failures)), 1)}
         finally:
             server.stop()
     for mode, by_c in results.items():
@@ -231,12 +282,14 @@ def main():
                           "batching_vs_in_process": round(results["gRPC + batching"][c]["qps"] / base_qps, 3),
                           "echo_vs_in_process": round(floor / base_qps, 3),
                           "grpc_vs_echo": round(results["gRPC"][c]["qps"] / floor, 3),
+                          "rest_vs_grpc": round(results["REST"][c]["qps"] / results["gRPC"][c]["qps"], 3),
                           "p99_grpc_vs_in_process": round(results["gRPC"][c]["p99_ms"]
                                                           / results["in-process SavedModel"][c]["p99_ms"], 2)}
         r = ratios[str(c)]
         print(f"concurrency {c:2d}: gRPC {r['grpc_vs_in_process']:.2f}x in-process req/s, with batching "
               f"{r['batching_vs_in_process']:.2f}x; the echo floor {r['echo_vs_in_process']:.2f}x, gRPC "
-              f"{r['grpc_vs_echo']:.2f}x of the floor; p99 {r['p99_grpc_vs_in_process']:.2f}x in-process")
+              f"{r['grpc_vs_echo']:.2f}x of the floor; p99 {r['p99_grpc_vs_in_process']:.2f}x in-process; "
+              f"REST {r['rest_vs_grpc']:.2f}x gRPC")
 
     # The load run: a trainer writes deltas that the server follows; a new version mid-way.
     server = Server(base, "--follow", model, "--max_batch_size", "32", "--batch_timeout_micros", "500")
