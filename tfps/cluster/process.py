@@ -87,6 +87,8 @@ def fork_task(task_main, argv, env, log, parent, name, signals, netns_fd=None, c
         return Child(pid)
     code = 1
     try:
+        os.dup2(log.fileno(), 1)   # first: whatever fails below is in the task's log, not the launcher's terminal
+        os.dup2(log.fileno(), 2)
         if netns_fd is not None:
             enter_netns(netns_fd)
         for fd in close_fds:
@@ -99,8 +101,6 @@ def fork_task(task_main, argv, env, log, parent, name, signals, netns_fd=None, c
         if set_up is not None:
             set_up()
             ctypes.CDLL(None).prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
         os.environ.clear()
         os.environ.update(env)
         sys.argv = ["tfps"] + list(argv)
