@@ -129,6 +129,17 @@ def drive(stub, requests, concurrency, seconds, on_answer=None):
     return latencies, failures
 
 
+def _closed_loop(loop, concurrency, seconds, stop):
+    """Runs loop(offset) on `concurrency` threads for `seconds`, then sets `stop` and joins them."""
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+
+
 def drive_rest(port, bodies, concurrency, seconds):
     """Closed loop over REST: `concurrency` threads, each posting :predict bodies (JSON, batch-1)
     on its own connection for `seconds`. Returns (latencies s, failures)."""
@@ -154,13 +165,7 @@ def drive_rest(port, bodies, concurrency, seconds):
         with lock:
             latencies.extend(mine)
             failures.extend(bad)
-    threads = [threading.Thread(target=loop, args=(i,)) for i in range(concurrency)]
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join()
+    _closed_loop(loop, concurrency, seconds, stop)
     return latencies, failures
 
 
@@ -180,13 +185,7 @@ def in_process(export_dir, rows, concurrency, seconds):
             mine.append(time.perf_counter() - start)
             i += concurrency
         latencies.extend(mine)
-    threads = [threading.Thread(target=loop, args=(i,)) for i in range(concurrency)]
-    for t in threads:
-        t.start()
-    time.sleep(seconds)
-    stop.set()
-    for t in threads:
-        t.join()
+    _closed_loop(loop, concurrency, seconds, stop)
     servable.retire()
     return latencies, []
 
