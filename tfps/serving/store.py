@@ -348,10 +348,11 @@ class TableFollower:
                 self._report(f"{prefix} not applied: {error_line(e)}")
                 return done
             state["applied"] = servable.state_step = step
-            self.applied.append((servable.version, "delta", step))
             lag = time.time() - os.path.getmtime(prefix + ".index")   # the index appears last
             if live:
                 self.lags.append(lag)
+            # after its lag: a reader that sees the step applied sees its lag as well
+            self.applied.append((servable.version, "delta", step))
             self._print(f"tfps serve --follow: applied {os.path.basename(prefix)} to version {servable.version}"
                         + (f", {lag:.3f} s after it was written" if live else " (loading it)"), flush=True)
             done.append(step)
