@@ -226,6 +226,11 @@ class Servable:
             self.run(signature, feed)
 
     # -- lifetime --------------------------------------------------------------------------------
+    @property
+    def closed(self):
+        """Retired and its session closed (no request in flight)."""
+        return self._closed
+
     def acquire(self):
         with self._lock:
             if self._closed:

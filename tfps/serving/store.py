@@ -1,6 +1,7 @@
 """The versions of one served model: found under the base path, loaded and warmed off to the side,
 swapped in; and, with a followed model_dir, the trainer's table deltas applied in place."""
 import contextlib
+import gc
 import os
 import threading
 import time
@@ -61,6 +62,7 @@ class ModelStore:
         self._lock = threading.Lock()
         self._versions = {}          # version -> Servable
         self._failed = {}            # version -> the error that kept it from loading
+        self._unloading = []         # retired versions whose memory is not yet given back
         self.follower = TableFollower(follow, printer) if follow else None
         self.swaps = 0
         self._version_polls = self._table_polls = 0
@@ -173,15 +175,31 @@ class ModelStore:
             # load retires nothing); none on disk: keep serving what is loaded
             keep = set([v for v in sorted(self._versions) if v in found][-self.keep:])
             retired = [self._versions.pop(v) for v in sorted(self._versions) if v not in keep] if keep else []
+        self._retire(retired, found)
+        del retired   # (the frame's references too: what is retired may be freed now)
+        self._free_unloaded()
+        self._version_polls += 1
+        return added
+
+    def _retire(self, retired, found):
         for old in retired:
             old.retire()
+            self._unloading.append(old)
             if self.follower:
                 self.follower.forget(old)
             gone = "its directory is gone" if old.version not in found else "a newer version is served"
             self._print(f"tfps serve: {self.name!r} version {old.version} unloaded ({gone}); serving "
                         f"{sorted(self.loaded())}", flush=True)
-        self._version_polls += 1
-        return added
+
+    def _free_unloaded(self):
+        """Gives back the memory of retired versions whose last request is done. A graph and its
+        session are freed by Python's cycle collector, which on its own runs at allocation counts,
+        not at unloads: a server swapping versions would hold several dead models at a time."""
+        closed = [s for s in self._unloading if s.closed]
+        if closed:
+            self._unloading = [s for s in self._unloading if not s.closed]
+            del closed
+            gc.collect()
 
     def poll_tables(self):
         """Brings the loaded versions' tables up to date with the followed model_dir."""

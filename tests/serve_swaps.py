@@ -1,0 +1,80 @@
+"""Run by test_serve in a process of its own (its RSS is the server's): `swaps` new versions of
+one export dropped into the base path one after the other while client threads send Predict
+requests, each new version loaded, warmed and swapped in, the one before it retired and its
+directory removed. Prints one JSON line: RSS after each swap, requests, failures and answers that
+differ from the expected scores.
+
+    python tests/serve_swaps.py EXPORT ROWS.npz WANT.npy BASE SWAPS [FOLLOW_MODEL_DIR]"""
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+
+import grpc
+import numpy as np
+import tensorflow as tf
+from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+from serve_client import _request
+from tfps.serving.server import ModelServer
+
+
+def rss_kib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def main(export, rows_path, want_path, base, swaps, follow=None):
+    rows, want = dict(np.load(rows_path)), np.load(want_path)
+    first = int(os.path.basename(export))
+    shutil.copytree(export, os.path.join(base, str(first)))
+    server = ModelServer(base, "demo", port=0, rest_api_port=None, host="127.0.0.1", poll_secs=0.05,
+                         follow=follow, printer=lambda *a, **k: None).start()
+    stop, lock = threading.Event(), threading.Lock()
+    seen = {"requests": 0, "failures": [], "wrong": 0, "versions": set()}
+
+    def load():
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{server.port}"))
+        while not stop.is_set():
+            try:
+                got = stub.Predict(_request(rows), timeout=60)
+                ok = np.allclose(tf.make_ndarray(got.outputs["probabilities"]), want, rtol=1e-5, atol=1e-6)
+                with lock:
+                    seen["requests"] += 1
+                    seen["wrong"] += not ok
+                    seen["versions"].add(got.model_spec.version.value)
+            except grpc.RpcError as e:
+                with lock:
+                    seen["failures"].append(f"{e.code()}: {e.details()}")
+    threads = [threading.Thread(target=load, daemon=True) for _ in range(2)]
+    for t in threads:
+        t.start()
+    rss, started = [], time.time()
+    try:
+        for i in range(1, swaps + 1):
+            version = first + i
+            incoming = os.path.join(base, ".incoming")
+            shutil.copytree(export, incoming)
+            os.rename(incoming, os.path.join(base, str(version)))
+            deadline = time.time() + 120
+            while list(server.store.loaded()) != [version]:
+                if time.time() > deadline:
+                    raise TimeoutError(f"version {version} not swapped in after 120 s: serving "
+                                       f"{list(server.store.loaded())}")
+                time.sleep(0.01)
+            shutil.rmtree(os.path.join(base, str(version - 1)))
+            rss.append(rss_kib())
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        server.stop()
+    print(json.dumps({"rss_kib": rss, "seconds": time.time() - started, "requests": seen["requests"],
+                      "failed": len(seen["failures"]), "failures": seen["failures"][:5], "wrong": seen["wrong"],
+                      "versions": len(seen["versions"]), "swaps": server.store.swaps}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), *sys.argv[6:7])
