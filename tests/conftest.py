@@ -56,3 +56,15 @@ def cli(capfd, monkeypatch):
         out, err = capfd.readouterr()
         return code, out, err
     return run
+
+
+@pytest.fixture(scope="session")
+def forker():
+    """A process of this worker's that has TensorFlow and tfps imported: `tfps` runs as its forks
+    (tests/forker.py), each a process of its own without a TensorFlow import (4 CPU-s saved per
+    run). For runs whose own start does not matter: the launcher's lifecycle tests start real
+    processes."""
+    from forker import Forker
+    f = Forker(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    yield f
+    f.close()

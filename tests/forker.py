@@ -22,19 +22,22 @@ for line in requests:
     if req["op"] == "poll":
         print(json.dumps({"code": runs[req["pid"]].poll()}), flush=True)
         continue
-    with open(req["out"], "a") as log:   # the run's own stdout and stderr
+    err = open(req["err"], "a") if req.get("err") else None   # stderr apart from stdout, if asked
+    with open(req["out"], "a") as log:   # the run's own stdout (and stderr)
         run = fork_task(tfps.cli.main, req["argv"], dict(os.environ), log, os.getpid(), "tfps-test-run",
-                        {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL})
+                        {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}, err=err)
+    if err is not None:
+        err.close()
     runs[run.pid] = run
     print(json.dumps({"pid": run.pid}), flush=True)
 """
 
 
 class Run:
-    """One forked `tfps` run: its pid, its output file, and Popen's poll/wait/kill."""
+    """One forked `tfps` run: its pid, its output file(s), and Popen's poll/wait/kill/communicate."""
 
-    def __init__(self, forker, pid, out):
-        self._forker, self.pid, self.out, self.returncode = forker, pid, out, None
+    def __init__(self, forker, pid, out, err=None):
+        self._forker, self.pid, self.out, self.err, self.returncode = forker, pid, out, err, None
 
     def poll(self):
         if self.returncode is None:
@@ -47,6 +50,17 @@ class Run:
         while self.poll() is None and time.time() < deadline:
             time.sleep(0.05)
         return self.returncode
+
+    def communicate(self, timeout):
+        """As Popen.communicate: waits for the end (TimeoutExpired after timeout seconds) and
+        returns (stdout, stderr) as text (stderr is "" when it went to the same file)."""
+        if self.wait(timeout) is None:
+            raise subprocess.TimeoutExpired(f"tfps run {self.pid}", timeout)
+        return self.output(), self.errors()
+
+    def send_signal(self, sig):
+        if self.poll() is None:
+            os.kill(self.pid, sig)
 
     def kill(self):
         if self.poll() is None:
@@ -69,6 +83,12 @@ class Run:
         with open(self.out) as f:
             return f.read()
 
+    def errors(self):
+        if self.err is None:
+            return ""
+        with open(self.err) as f:
+            return f.read()
+
 
 class Forker:
     """The forking process; its runs die with it (PR_SET_PDEATHSIG, as tfps launch's tasks)."""
@@ -87,13 +107,28 @@ class Forker:
             raise RuntimeError(f"the forking process exited {self._server.wait()}")
         return json.loads(line)
 
-    def start(self, argv, out):
-        """`tfps <argv>` in a fork, its stdout and stderr to the file out (made empty here, so it
-        exists before the fork writes to it)."""
-        open(out, "w").close()
-        run = Run(self, self._ask({"op": "run", "argv": list(argv), "out": str(out)})["pid"], out)
+    def start(self, argv, out, err=None):
+        """`tfps <argv>` in a fork, its stdout and stderr to the file out, or its stderr to the
+        file err if given (each made empty here, so it exists before the fork writes to it)."""
+        for path in (out, err):
+            if path is not None:
+                open(path, "w").close()
+        request = {"op": "run", "argv": list(argv), "out": str(out), "err": err and str(err)}
+        run = Run(self, self._ask(request)["pid"], out, err)
         self._runs.append(run)
         return run
+
+    def run(self, argv, log, timeout):
+        """As subprocess.run(capture_output=True, text=True): `tfps <argv>` to its end (killed, and
+        TimeoutExpired, after timeout seconds); its stdout and stderr are also kept in the files
+        <log>.out and <log>.err."""
+        run = self.start(argv, f"{log}.out", f"{log}.err")
+        try:
+            out, err = run.communicate(timeout)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            raise
+        return subprocess.CompletedProcess(["tfps", *argv], run.returncode, out, err)
 
     def close(self):
         for run in self._runs:   # a run a failed test left going

@@ -118,15 +118,12 @@ def test_launch_puts_a_relay_between_the_trainers_and_every_ps(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_launched_cluster_trains_through_the_relays(tmp_path):
+def test_a_launched_cluster_trains_through_the_relays(tmp_path, forker):
     import json
-    import subprocess
-    import sys
     sets = ["train.steps=60", "train.batch_size=256", "model.hidden_units=[16]", "eval.examples=4096",
             "cluster.emulated_latency_ms=1", f"model_dir={tmp_path}"]
-    out = subprocess.run([sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml", "--ps", "2",
-                          "--workers", "2"] + [a for s in sets for a in ("--set", s)],
-                         capture_output=True, text=True, timeout=600)
+    out = forker.run(["launch", "--config", "configs/demo.yaml", "--ps", "2", "--workers", "2"] +
+                     [a for s in sets for a in ("--set", s)], f"{tmp_path}.launch", timeout=600)
     assert out.returncode == 0, out.stdout[-3000:]
     metrics = json.loads(out.stdout.strip().splitlines()[-1])
     assert metrics["steps"] == 60 and 0.5 < metrics["auc"] <= metrics["oracle_auc"]

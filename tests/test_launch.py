@@ -21,7 +21,7 @@ SMALL = ["train.batch_size=256", "train.log_every_steps=100", "eval.examples=200
 
 
 @pytest.mark.compat   # cluster, resume on 3 PS, export, score: also on the other TensorFlow line in CI
-def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path, cli):
+def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path, cli, forker):
     """train_and_evaluate on 2 PS + chief + worker + evaluator against `tfps train` in one process,
     same data stream and step budget. Adam: its beta powers are one pair whatever the PS count
     (the resumes below check it)."""
@@ -31,9 +31,8 @@ def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path
     code, single, err = cli("train", "--config", "configs/demo.yaml", *args, "--set", f"model_dir={tmp_path / 'single'}")
     assert code == 0, err[-3000:]
     single = json.loads(single.strip().splitlines()[-1])
-    out = subprocess.run([sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml", "--ps", "2",
-                          "--workers", "2", "--evaluator", *args, "--set", f"model_dir={tmp_path / 'cluster'}"],
-                         capture_output=True, text=True, timeout=300)
+    out = forker.run(["launch", "--config", "configs/demo.yaml", "--ps", "2", "--workers", "2", "--evaluator", *args,
+                      "--set", f"model_dir={tmp_path / 'cluster'}"], tmp_path / "launch", timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     metrics = json.loads(out.stdout.strip().splitlines()[-1])
     assert metrics["task"] == "chief:0" and metrics["cluster"] == {"chief": 1, "ps": 2, "worker": 1}
@@ -54,10 +53,10 @@ def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path
     assert len(np.unique(np.mod(saved["keys"], 2))) == 2    # rows of both PS shards
     for task in ("ps0", "ps1", "chief0", "worker0", "evaluator0"):
         assert (tmp_path / "cluster" / "logs" / f"{task}.log").exists()
-    _export_serve_and_resume(tmp_path, cli, args, metrics["auc"], table, saved, ckpt)
+    _export_serve_and_resume(tmp_path, cli, forker, args, metrics["auc"], table, saved, ckpt)
 
 
-def _export_serve_and_resume(tmp_path, cli, args, cluster_auc, table, saved, ckpt):
+def _export_serve_and_resume(tmp_path, cli, forker, args, cluster_auc, table, saved, ckpt):
     """Trained on 2 PS: `tfps export` with the same config (one shard) serves the chief's model
     (loaded in a graph of its own), and training resumes on 3 PS (`tfps launch`) and in one
     process (`tfps train`) from the 2-PS checkpoint, with the same variable names and fingerprint.
@@ -86,10 +85,9 @@ def _export_serve_and_resume(tmp_path, cli, args, cluster_auc, table, saved, ckp
     # The resumed run also evicts (on the chief) and writes delta checkpoints: switches that work
     # on the cluster, and that do not change the table's name.
     policy = ["model.eviction.after_steps=40", "train.evict_every_steps=20", "train.delta_every_secs=0.5"]
-    out = subprocess.run([sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml", "--ps", "3",
-                          "--workers", "1", *args, "--set", f"train.steps={step + 100}",
-                          *[a for p in policy for a in ("--set", p)],
-                          "--set", f"model_dir={model_dir}"], capture_output=True, text=True, timeout=300)
+    out = forker.run(["launch", "--config", "configs/demo.yaml", "--ps", "3", "--workers", "1", *args,
+                      "--set", f"train.steps={step + 100}", *[a for p in policy for a in ("--set", p)],
+                      "--set", f"model_dir={model_dir}"], tmp_path / "resume", timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     resumed = tf.train.latest_checkpoint(str(model_dir))
     final_step = int(resumed.rsplit("-", 1)[1])
@@ -135,8 +133,15 @@ def test_cluster_spec_uses_distinct_free_ports():
     assert len(set(addresses)) == 5 and len(spec["worker"]) == 2 and len(spec["ps"]) == 2
 
 
-def _launch(tmp_path, sets, *extra):
+def _launch(tmp_path, sets, *extra, forker=None):
+    """`tfps launch` of the demo (2 PS, 2 trainers unless extra says otherwise) into model_dir
+    tmp_path, a Popen; a fork of `forker` if given (no TensorFlow import of its own; its output in
+    files beside tmp_path), else a new interpreter (what a lifecycle test checks)."""
     sets = SMALL + sets + [f"model_dir={tmp_path}"]
+    if forker is not None:
+        argv = ["launch", "--config", "configs/demo.yaml", "--ps", "2", "--workers", "2", *extra]
+        return forker.start(argv + [a for s in sets for a in ("--set", s)], f"{tmp_path}.launch.out",
+                            f"{tmp_path}.launch.err")
     # SIGINT as in a terminal: a suite started in the background by a non-interactive shell
     # (`cmd &`) would pass on SIGINT ignored, and Ctrl-C never reaches the launcher then.
     return subprocess.Popen([sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml", "--ps", "2",
@@ -183,11 +188,11 @@ def _table_rows(checkpoint):
 
 
 @pytest.mark.compat
-def test_killed_ps_and_worker_are_restarted_and_every_restored_key_survives(tmp_path):
+def test_killed_ps_and_worker_are_restarted_and_every_restored_key_survives(tmp_path, forker):
     # A large vocabulary, so that many restored rows are rare ids that training does not touch again.
     # Forked tasks (cluster.fork_tasks, the default): their restarts are forks too.
     job = _launch(tmp_path, ["train.steps=2000", "train.save_checkpoints_steps=200", "train.keep_checkpoint_max=100",
-                             "data.vocab_max=100000"], "--max-restarts", "2")
+                             "data.vocab_max=100000"], "--max-restarts", "2", forker=forker)
     try:
         # The newest complete checkpoint (the state file is written last, so wait on it, not on
         # the files: the step-0 checkpoint, with empty tables, is the latest until then). The
@@ -228,7 +233,7 @@ def _delta_steps(model_dir):
     return sorted(int(p.name[len("delta-"):-len(".index")]) for p in model_dir.glob("delta-*.index"))
 
 
-def test_kills_with_deltas_on_never_train_a_batch_twice(tmp_path):
+def test_kills_with_deltas_on_never_train_a_batch_twice(tmp_path, forker):
     """Deltas every second, no full checkpoint but the first and the last: kill -9 of a PS, then of
     the chief, then of a worker, each once the job has written newer deltas. Each restore takes
     the tables, the dense state and the global step from the same delta, so no row has more
@@ -236,7 +241,7 @@ def test_kills_with_deltas_on_never_train_a_batch_twice(tmp_path):
     many (none lost beyond one in-flight step per trainer and restore)."""
     # Enough steps past the third kill's mark (>= 900 + the restarts) for deltas at any machine load.
     job = _launch(tmp_path, ["train.steps=2400", "train.delta_every_secs=1", "train.save_checkpoints_steps=100000",
-                             "data.vocab_max=2000"], "--max-restarts", "3")
+                             "data.vocab_max=2000"], "--max-restarts", "3", forker=forker)
     try:
         mark = 0
         for task in ("ps0", "chief0", "worker0"):

@@ -131,22 +131,19 @@ def _constant_logloss(data):
 
 
 @pytest.mark.slow
-def test_mtgr_learns_on_the_local_cluster_from_tfrecords_then_serves(data, tmp_path, cli):
+def test_mtgr_learns_on_the_local_cluster_from_tfrecords_then_serves(data, tmp_path, cli, forker):
     """tfps convert --from movielens_sequences, tfps launch (2 PS, chief and worker) on the
     TFRecords, tfps export, tfps serve: the one MTGR flow of the suite (its model_fn in one
     process: test_mtgr_trains_and_its_loss_falls)."""
     import json
-    import subprocess
-    import sys
     import urllib.request
     path = str(tmp_path / "records")
     code, _, err = cli("convert", "--from", "movielens_sequences", data, "--to", path)
     assert code == 0, err[-3000:]
-    args = [sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/movielens_mtgr.yaml",
+    args = ["launch", "--config", "configs/movielens_mtgr.yaml",
             "--set", "train.steps=150", "--set", "model.blocks=1", "--set", "data.max_tokens=4096",
             "--set", f"model_dir={tmp_path / 'model'}", "--set", f"data.path={path}", "--ps", "2", "--workers", "2"]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=900,
-                         cwd=os.path.join(os.path.dirname(__file__), ".."))
+    out = forker.run(args, tmp_path / "launch", timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     metrics = json.loads(out.stdout.strip().splitlines()[-1])
     evaluation = movielens_user_samples(data, split="eval")

@@ -159,7 +159,7 @@ def _predict(address, features):
 
 @pytest.mark.slow
 @needs_netns
-def test_the_demo_across_namespaces_matches_loopback_recovers_a_ps_and_is_served_from_another(tmp_path, cli):
+def test_the_demo_across_namespaces_matches_loopback_recovers_a_ps_and_is_served_from_another(tmp_path, cli, forker):
     """One job on loopback, the same on emulated hosts (forked tasks): the same AUC (within
     0.005) and messages per step; per-task bytes only with emulated hosts, conserved over the
     bridge. Meanwhile `tfps serve --follow` runs as a host of its own, queried from the chief's
@@ -168,16 +168,14 @@ def test_the_demo_across_namespaces_matches_loopback_recovers_a_ps_and_is_served
     sets = SMALL + ["train.steps=2000", "train.delta_every_secs=1", "train.save_checkpoints_steps=100000",
                     "cluster.fork_tasks=true"]
     args = [a for s in sets for a in ("--set", s)]
-    launch = [sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml", "--ps", "2",
-              "--workers", "1", *args]
-    out = subprocess.run(launch + ["--set", f"model_dir={tmp_path / 'loop'}"], capture_output=True, text=True,
-                         timeout=300)
+    launch = ["launch", "--config", "configs/demo.yaml", "--ps", "2", "--workers", "1", *args]
+    # (Both launchers are forks of a process with TensorFlow imported: tests/forker.py.)
+    out = forker.run(launch + ["--set", f"model_dir={tmp_path / 'loop'}"], tmp_path / "loop", timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     loop = json.loads(out.stdout.strip().splitlines()[-1])
 
     model_dir = tmp_path / "ns"
-    job = subprocess.Popen(launch + ["--netns", "--set", f"model_dir={model_dir}"], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+    job = forker.start(launch + ["--netns", "--set", f"model_dir={model_dir}"], tmp_path / "ns.out", tmp_path / "ns.err")
     serve = None
     try:
         _wait_for(lambda: _latest_step(model_dir) >= 0, "the chief's first checkpoint")

@@ -1,8 +1,7 @@
 """The pipeline along the whole flow: `tfps launch` with pipeline.enabled, a PS killed mid-pipeline,
 export and serving (real processes; slow). Its AUC against the plain step: benchmarks/smoke."""
 import json
-import subprocess
-import sys
+import signal
 
 import numpy as np
 import pytest
@@ -12,13 +11,13 @@ from test_launch import SMALL, _checkpoint_steps, _kill, _launch, _wait_for
 pytestmark = pytest.mark.slow
 
 
-def test_a_pipelined_cluster_survives_a_killed_ps_and_serves_what_it_trained(tmp_path, cli):
+def test_a_pipelined_cluster_survives_a_killed_ps_and_serves_what_it_trained(tmp_path, cli, forker):
     from tfps.config import load_config
     from tfps.data import SyntheticCriteo
     from tfps.data.sources import eval_set
     from tfps.data.synthetic import auc
     sets = ["train.steps=1000", "train.save_checkpoints_steps=200", "pipeline.enabled=true", "pipeline.depth=2"]
-    job = _launch(tmp_path, sets, "--max-restarts", "2")
+    job = _launch(tmp_path, sets, "--max-restarts", "2", forker=forker)
     try:
         saved = _wait_for(lambda: [s for s in _checkpoint_steps(tmp_path) if s >= 200], "a checkpoint past step 200")
         _kill(tmp_path, "ps1")
@@ -42,16 +41,17 @@ def test_a_pipelined_cluster_survives_a_killed_ps_and_serves_what_it_trained(tmp
     import tensorflow as tf
     from tensorflow_serving.apis import prediction_service_pb2_grpc
     from serve_client import _request
-    server = subprocess.Popen([sys.executable, "-m", "tfps.cli", "serve", "--model_base_path", str(tmp_path / "export"),
-                               "--model_name", "demo", "--port", "0", "--rest_api_port", "0"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = forker.start(["serve", "--model_base_path", str(tmp_path / "export"), "--model_name", "demo", "--port", "0",
+                           "--rest_api_port", "0"], tmp_path / "serve.out", tmp_path / "serve.err")
     try:
-        port = json.loads(server.stdout.readline())["grpc_port"]
+        first = server.first_line()
+        assert first.startswith("{"), (first, server.errors()[-3000:])
+        port = json.loads(first)["grpc_port"]
         stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
         served = np.concatenate([tf.make_ndarray(stub.Predict(_request({k: v[i:i + 4096] for k, v in features.items()}),
                                                               timeout=120).outputs["probabilities"])
                                  for i in range(0, len(labels), 4096)])
     finally:
-        server.terminate()
-        server.wait(timeout=60)
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(60) is not None
     assert abs(auc(labels, served) - metrics["auc"]) < 1e-4, (auc(labels, served), metrics["auc"])

@@ -16,12 +16,6 @@ SMALL = ["train.steps=20", "train.batch_size=128", "model.hidden_units=[16]", "t
          "eval.batch_size=512"]
 
 
-def _tfps(*args, timeout=600):
-    out = subprocess.run([sys.executable, "-m", "tfps.cli"] + list(args), capture_output=True, text=True,
-                         timeout=timeout)
-    return out
-
-
 def _sets(items):
     return [a for s in items for a in ("--set", s)]
 
@@ -69,10 +63,11 @@ def test_malformed_rows_are_counted_in_the_json_or_stop_the_run_naming_the_line(
     assert len(err.strip().splitlines()) == 1, err[-2000:]
 
 
-def test_movielens_on_a_cluster_then_export_then_a_fresh_process_scores_as_the_chief(data, tmp_path, cli):
+def test_movielens_on_a_cluster_then_export_then_a_fresh_process_scores_as_the_chief(data, tmp_path, cli, forker):
     model_dir = tmp_path / "model"
     sets = SMALL[1:] + ["train.steps=80", f"data.path={data / 'ml'}", f"model_dir={model_dir}"]
-    out = _tfps("launch", "--config", "configs/movielens_deepfm.yaml", "--ps", "2", "--workers", "2", *_sets(sets))
+    out = forker.run(["launch", "--config", "configs/movielens_deepfm.yaml", "--ps", "2", "--workers", "2", *_sets(sets)],
+                     tmp_path / "launch", timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     chief = json.loads(out.stdout.strip().splitlines()[-1])
     assert chief["steps"] == 80 and chief["gauc"] is not None

@@ -101,14 +101,6 @@ CHAOS = ["--config", "configs/demo.yaml", "--set", f"train.steps={STEPS}", "--se
          "--set", "train.log_every_steps=1000", "--set", "eval.examples=20000"]
 
 
-@pytest.fixture(scope="session")
-def forker():
-    from forker import Forker
-    f = Forker(ROOT)
-    yield f
-    f.close()
-
-
 def _train(forker, model_dir, kill_after=None, kill_when=None):
     """`tfps train` of CHAOS into model_dir (a process of its own, forked by `forker`), killed with
     SIGKILL kill_after seconds after its first line, or once kill_when() is true (None: to the

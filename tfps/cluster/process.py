@@ -68,14 +68,15 @@ class Child:
         self.send_signal(signal.SIGKILL)
 
 
-def fork_task(task_main, argv, env, log, parent, name, signals, netns_fd=None, close_fds=()):
+def fork_task(task_main, argv, env, log, parent, name, signals, netns_fd=None, close_fds=(), err=None):
     """Forks a child that runs task_main(argv) with env as its environment and log as its stdout
     and stderr, and exits with its code (1 and the traceback for an exception). `signals`:
     {signal: the disposition the child gets} (what the launcher itself was started with), set
     while both are blocked, so no signal reaches the child's copy of the launcher's handlers.
     The child's name (ps, top) is `name`. With netns_fd, the child moves into that network
     namespace first (it has one thread then: every thread it starts is there too); close_fds are
-    the launcher's that it must not keep (the netns keeper's pipe)."""
+    the launcher's that it must not keep (the netns keeper's pipe). err: a file of its own for the
+    child's stderr (default: log)."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()   # else the child would print the launcher's buffered lines again
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, list(signals))
@@ -88,7 +89,7 @@ def fork_task(task_main, argv, env, log, parent, name, signals, netns_fd=None, c
     code = 1
     try:
         os.dup2(log.fileno(), 1)   # first: whatever fails below is in the task's log, not the launcher's terminal
-        os.dup2(log.fileno(), 2)
+        os.dup2((log if err is None else err).fileno(), 2)
         if netns_fd is not None:
             enter_netns(netns_fd)
         for fd in close_fds:
