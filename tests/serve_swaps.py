@@ -18,7 +18,7 @@ import tensorflow as tf
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from serve_client import _request
-from tfps.serving.server import ModelServer
+from tfps.serving.server import ModelServer, settle_memory
 
 
 def rss_kib():
@@ -30,6 +30,7 @@ def main(export, rows_path, want_path, base, swaps, follow=None):
     rows, want = dict(np.load(rows_path)), np.load(want_path)
     first = int(os.path.basename(export))
     shutil.copytree(export, os.path.join(base, str(first)))
+    settle_memory()   # as `tfps serve` does
     server = ModelServer(base, "demo", port=0, rest_api_port=None, host="127.0.0.1", poll_secs=0.05,
                          follow=follow, printer=lambda *a, **k: None).start()
     stop, lock = threading.Event(), threading.Lock()
@@ -48,6 +49,7 @@ def main(export, rows_path, want_path, base, swaps, follow=None):
             except grpc.RpcError as e:
                 with lock:
                     seen["failures"].append(f"{e.code()}: {e.details()}")
+            time.sleep(0.002)   # a steady stream, leaving the server's loads most of the CPU
     threads = [threading.Thread(target=load, daemon=True) for _ in range(2)]
     for t in threads:
         t.start()

@@ -146,7 +146,7 @@ def _serve(args):
     tf.get_logger().setLevel("ERROR")
     tf.compat.v1.disable_eager_execution()
     from tfps.serving.models import read_model_config
-    from tfps.serving.server import ModelServer
+    from tfps.serving.server import ModelServer, settle_memory
     if (args.model_config_file is None) == (args.model_base_path is None):
         raise ValueError("tfps serve: give --model_base_path (with --model_name) or --model_config_file, one of them")
     if args.model_config_file is not None:
@@ -178,6 +178,7 @@ def _serve(args):
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
+    settle_memory()
     server.start()
     if done.is_set():   # stopped while the first versions loaded: never announce a ready server
         server.stop(args.grace_secs)

@@ -5,6 +5,7 @@ stops taking RPCs), REST with 503 UNAVAILABLE until its socket closes, then the 
 refused --, the requests the server had begun (their handler entered before the drain) run to
 their answer, and whatever is still running at the grace deadline is cut."""
 import concurrent.futures
+import gc
 import threading
 import time
 
@@ -17,6 +18,15 @@ from tfps.serving.grpc_api import add_services
 from tfps.serving.models import ModelEntry, Models, check_name
 from tfps.serving.rest import RestApp
 from tfps.serving.store import ModelStore
+
+
+def settle_memory():
+    """For a process that is a server, called before its first version loads: what the imports
+    made is collected once and then frozen out of the cycle collector's sight (gc.freeze), so the
+    collection that frees each retired version looks at the objects made since (0.2 s -> 5 ms
+    with TensorFlow imported) and a version swap does not stall requests on it."""
+    gc.collect()
+    gc.freeze()
 
 
 class _Handler(WSGIRequestHandler):
