@@ -28,7 +28,7 @@ CC_BIN  := build/cc
 CC_FLAGS = -std=c++17 -I. -Wall -Wextra -Werror -g1 -O1 -pthread
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test test-compat build setup deps cc-build cc-test py-test bench bench-smoke clean
+.PHONY: demo test test-compat build setup deps cc-build cc-test py-test bench bench-smoke bench-lines bench-line clean
 
 # The demo model on a local cluster: 2 PS, a chief and a worker, one process each (gRPC on loopback).
 demo: build
@@ -137,6 +137,22 @@ bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_
 	$(REC) bench_scaling -- $(PY) benchmarks/bench_scaling.py --prefetch-modes
 	$(REC) bench_quality -- $(PY) benchmarks/bench_quality.py --repeats 5
 	$(PY) benchmarks/report.py
+
+# The figures of issue 25 on both TensorFlow lines, one after the other on the same machine:
+# bench_table, bench_step, bench_cluster and the demo (`make demo`'s job) under each line's venv,
+# kept in benchmarks/results/tf-<line>/; report.py sets them side by side in docs/benchmarks.md.
+# Each line's op library is linked in turn (build/.tf-<line>); the default line's is linked last.
+bench-lines:
+	$(MAKE) bench-line TF=2.15
+	$(MAKE) bench-line TF=2.21
+	$(MAKE) build TF=$(TF)
+	$(PY) benchmarks/report.py
+
+bench-line: build
+	$(REC) tf-$(TF)/bench_table -- $(PY) benchmarks/bench_table.py
+	$(REC) tf-$(TF)/bench_step -- $(PY) benchmarks/bench_step.py
+	$(REC) tf-$(TF)/bench_cluster -- $(PY) benchmarks/bench_cluster.py
+	$(REC) tf-$(TF)/demo -- $(PY) -m tfps.cli launch --config configs/demo.yaml --ps 2 --workers 2
 
 clean:
 	rm -rf build $(SO) tfps/_core*.so tfps/_build_info.json

@@ -44,11 +44,12 @@ def main(argv):
             lines = lines[:-1]
         except ValueError:
             pass
-    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, f"{name}.json")   # NAME may be DIR/NAME (e.g. a TF line's: tf-2.15/bench_step)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     result = {"benchmark": name, "command": " ".join(cmd), "date": started.strftime("%Y-%m-%d"),
               "seconds": round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds(), 1),
               "commit": _commit(), "cores": os.cpu_count(), "lines": lines, "json": final}
-    with open(os.path.join(RESULTS, f"{name}.json"), "w") as f:
+    with open(path, "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")
     return 0

@@ -3,6 +3,7 @@ each benchmark's run): `python benchmarks/report.py`. `make bench` runs it last.
 import glob
 import json
 import os
+import re
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(os.path.dirname(HERE), "docs", "benchmarks.md")
@@ -43,6 +44,67 @@ ABOUT = {
 }
 
 
+# The figures set side by side for the two TensorFlow lines (`make bench-lines`, results in
+# benchmarks/results/tf-<line>/): (benchmark, what it is, label, how to read it from the run,
+# unit, higher is better). A line's figure is the first number after `label` on the line that starts with it.
+LINE_FIGURES = [
+    ("bench_table", "lookup, tfps (train path)", "warm lookup tfps (train path)", None, "M ids/s", True),
+    ("bench_table", "insert, tfps", "insert new keys tfps (assign rows)", None, "M ids/s", True),
+    ("bench_table", "lookup, DenseHashTable", "warm lookup DenseHashTable", None, "M ids/s", True),
+    ("bench_step", "step, tfps tables", "tfps tables step", None, "ms", False),
+    ("bench_step", "step, tf.Variable hashing trick", "tf.Variable hashing-trick step", None, "ms", False),
+    ("bench_cluster", "one process", "1 process: examples/s (steady)", None, "examples/s", True),
+    ("bench_cluster", "2 PS + 1 worker", "2 PS + 1 worker: examples/s (steady)", None, "examples/s", True),
+    ("bench_cluster", "2 PS + 2 workers", "2 PS + 2 workers: examples/s (steady)", None, "examples/s", True),
+    ("bench_cluster", "one process", "1 process: examples/s (steady)", r"AUC ([0-9.]+)", "AUC", None),
+    ("demo", "2 PS + 2 workers (`make demo`)", "examples_per_sec", "json", "examples/s", True),
+    ("demo", "2 PS + 2 workers (`make demo`)", "auc", "json", "AUC", None),
+]
+
+
+def _figure(result, label, how):
+    if how == "json":
+        return (result.get("json") or {}).get(label)
+    for line in result["lines"]:
+        if line.startswith(label):
+            found = re.search(how or r"([0-9]+(?:\.[0-9]+)?)", line[len(label):])
+            return float(found.group(1)) if found else None
+    return None
+
+
+def tf_lines_section():
+    """Both TensorFlow lines' figures side by side, with 2.21's speed relative to 2.15's (a time:
+    2.15's over 2.21's), or "" when `make bench-lines` has not run."""
+    lines = sorted(os.path.basename(d)[len("tf-"):] for d in glob.glob(os.path.join(HERE, "results", "tf-*")))
+    if len(lines) < 2:
+        return ""
+    runs = {}
+    for line in lines:
+        for path in glob.glob(os.path.join(HERE, "results", f"tf-{line}", "*.json")):
+            with open(path) as f:
+                r = json.load(f)
+            runs[(line, os.path.basename(path)[:-len(".json")])] = r
+    old, new = lines[0], lines[-1]
+    out = [f"\n## TensorFlow {old} and {new}\n\n`make bench-lines`: each line's venv and op library in turn, on "
+           f"the same machine; {new}'s speed relative to {old}'s (for a time: {old}'s over {new}'s). Runs vary by "
+           f"about ±15% (the cluster figures more: every task shares the 2 cores).\n\n"
+           f"| benchmark | figure | TF {old} | TF {new} | {new} / {old} |\n|---|---|---|---|---|\n"]
+    for bench, what, label, how, unit, higher in LINE_FIGURES:
+        a, b = (runs.get((line, bench)) for line in (old, new))
+        if a is None or b is None:
+            continue
+        x, y = _figure(a, label, how), _figure(b, label, how)
+        if x is None or y is None:
+            continue
+        ratio = "" if higher is None or not x or not y else f"{(y / x if higher else x / y):.2f}x"
+        out.append(f"| {bench} | {what}: {unit} | {x:g} | {y:g} | {ratio} |\n")
+    dates = sorted({r["date"] for r in runs.values()})
+    commits = sorted({r["commit"] for r in runs.values()})
+    out.append(f"\nMeasured {', '.join(dates)}, commit {', '.join(commits)}; each run's full output is in "
+               f"benchmarks/results/tf-<line>/.\n")
+    return "".join(out)
+
+
 def main():
     results = []
     for path in sorted(glob.glob(os.path.join(HERE, "results", "*.json"))):
@@ -55,6 +117,7 @@ def main():
     for r in results:
         out.append(f"| [{r['benchmark']}](#{r['benchmark']}) | {r['date']} | {r['commit']} | "
                    f"{ABOUT.get(r['benchmark'], '')} |\n")
+    out.append(tf_lines_section())
     for r in results:
         out.append(f"\n## {r['benchmark']}\n\n`{r['command']}`, {r['date']}, commit {r['commit']}, "
                    f"{r['cores']} cores, {r['seconds']} s\n\n```\n")
