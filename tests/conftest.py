@@ -16,8 +16,13 @@ except (AttributeError, ImportError):   # no tf.estimator, or tensorflow-estimat
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `estimator` need tf.estimator (TensorFlow 2.15): on a TensorFlow without it they
+    """Tests marked `slow` (clusters, processes, long training) run first: pytest-xdist hands tests
+    out in this order, so the long ones start early and the short ones fill the workers at the end,
+    instead of one long test running alone at the end of the suite.
+
+    Tests marked `estimator` need tf.estimator (TensorFlow 2.15): on a TensorFlow without it they
     are reported skipped, with the reason (`make test TF=2.15` runs them)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)   # stable: file order within each
     if HAS_ESTIMATOR:
         return
     skip = pytest.mark.skip(reason=f"needs tf.estimator, which TensorFlow {tf.__version__} does not have: "

@@ -103,6 +103,10 @@ class ModelConfig:
     gln: bool = True                     # mtgr: Group-Layer Norm (false: one LayerNorm for every token group)
     dynamic_mask: bool = True            # mtgr: candidates see real-time tokens up to their own request time
     cross_features: bool = True          # mtgr: candidate tokens carry the DLRM cross features
+    stock_tf: bool = False               # the stock TensorFlow baseline (benchmarks): each feature a tf.Variable of
+                                         # stock_buckets rows in num_shards partitions, tf.nn.embedding_lookup of
+                                         # id mod stock_buckets, train.optimizer from tf.compat.v1.train; no table
+    stock_buckets: int = 2**18           # stock_tf: rows per feature (the hashing trick)
 
 
 @dataclasses.dataclass
@@ -370,6 +374,12 @@ def validate(cfg):
          "pipeline.defer_push needs pipeline.fuse_dense: true (the deferred push is part of the fused one)"),
         (cfg.cluster.protocol in ("grpc", "grpc+verbs", "grpc+mpi", "grpc+gdr"),
          f"cluster.protocol must be grpc, grpc+verbs, grpc+mpi or grpc+gdr, got {cfg.cluster.protocol!r}"),
+        (not cfg.model.stock_tf or cfg.model.name in ("deepfm", "wdl", "dcn_v2"),
+         f"model.stock_tf is a baseline of deepfm, wdl and dcn_v2, not {cfg.model.name}"),
+        (not cfg.model.stock_tf or not (cfg.pipeline.enabled or cfg.model.eviction.any or cfg.train.delta_every_secs
+                                       or cfg.model.admit_min_count > 1),
+         "model.stock_tf has no tfps table: pipeline.enabled, model.eviction, train.delta_every_secs and "
+         "model.admit_min_count do not apply to it"),
         (cfg.cluster.emulated_bandwidth_gbit is None or cfg.cluster.netns,
          "cluster.emulated_bandwidth_gbit needs cluster.netns: true (tbf shapes each task's own link, which only "
          "emulated hosts have)"),

@@ -57,6 +57,7 @@ BOUNDS = {
     "model.embedding_dim": Range(1, MAX_DIM - 1),
     "model.hidden_units": Range(1, 1 << 16),
     "model.num_shards": Range(1, MAX_SHARDS),
+    "model.stock_buckets": Range(1, 1 << 31),
     "model.initializer_stddev": Range(0, 100),
     "model.admit_min_count": Range(1, 65535),          # the admission sketch counts in 16 bits
     "model.admit_sketch_width": Range(MIN_SKETCH_WIDTH, MAX_SKETCH_WIDTH),

@@ -96,6 +96,40 @@ def make_optimizer(train):
     raise ValueError(f"unknown optimizer {name!r} (sgd, adagrad, adam or ftrl)")
 
 
+def make_stock_optimizer(train):
+    """The stock TensorFlow optimizer (tf.compat.v1.train) of a JobConfig's `train` section: the
+    baseline model.stock_tf trains with (Adam's sparse update decays every row's moments each step)."""
+    name, lr, tf1 = train["optimizer"], train["learning_rate"], tf.compat.v1.train
+    if name == "sgd":
+        return tf1.GradientDescentOptimizer(lr)
+    if name == "adagrad":
+        return tf1.AdagradOptimizer(lr, **train["adagrad"])
+    if name == "adam":
+        return tf1.AdamOptimizer(lr, **train["adam"])
+    if name == "ftrl":
+        return tf1.FtrlOptimizer(lr, **train["ftrl"])
+    raise ValueError(f"unknown optimizer {name!r} (sgd, adagrad, adam or ftrl)")
+
+
+def stock_embed_inputs(features, schema, width, buckets, partitions, initializer_stddev=0.02):
+    """embed_inputs of the stock TensorFlow baseline (model.stock_tf): rows float32 [B, F, width],
+    each single-valued feature a tf.Variable [buckets, width] in `partitions` parts
+    (fixed_size_partitioner; a replica_device_setter spreads them over the PS tasks) looked up with
+    tf.nn.embedding_lookup of id mod buckets (the hashing trick)."""
+    if schema.list_features:
+        raise ConfigError(f"model.stock_tf takes single-valued features only; the data has list features "
+                          f"{', '.join(schema.list_features)}")
+    check_dense_shape([buckets, width], "stock_embedding/<feature>")
+    init = tf.compat.v1.truncated_normal_initializer(stddev=initializer_stddev)
+    ids, rows = features["ids"], []
+    with tf.compat.v1.variable_scope("stock_embedding"):
+        for i, name in enumerate(schema.id_features):
+            table = tf.compat.v1.get_variable(name, [buckets, width], initializer=init,
+                                              partitioner=tf.compat.v1.fixed_size_partitioner(partitions))
+            rows.append(tf.nn.embedding_lookup(table, tf.math.floormod(ids[:, i], buckets)))
+    return tf.stack(rows, axis=1)
+
+
 def embedding_options(model):
     """tfps.EmbeddingOptions of a JobConfig's `model` section (as a dict)."""
     e = model["eviction"]
@@ -146,11 +180,12 @@ def _count_bad_rows(features):
     return counter.assign_add(tf.cast(features["bad_rows"], tf.int64))
 
 
-def model_spec(mode, logits, labels, features, schema, train):
+def model_spec(mode, logits, labels, features, schema, train, stock_tf=False):
     """The ModelSpec (tfps.models.spec) of a binary classifier with logits [B]:
     PREDICT: probabilities and logits (the serving signature);
     EVAL: loss and exact streaming auc, logloss, gauc (when the schema has users) and bad_rows;
-    TRAIN: the config's tfps optimizer; skipped rows are added to BAD_ROWS_VARIABLE."""
+    TRAIN: the config's tfps optimizer (stock_tf: TensorFlow's own); skipped rows are added to
+    BAD_ROWS_VARIABLE."""
     probs = tf.sigmoid(logits)
     if mode == ModeKeys.PREDICT:
         predictions = {"probabilities": probs, "logits": logits}
@@ -169,7 +204,10 @@ def model_spec(mode, logits, labels, features, schema, train):
     tf.compat.v1.add_to_collection(TRAIN_EXAMPLES_COLLECTION, tf.size(labels))
     gs = tf.compat.v1.train.get_or_create_global_step()
     # the step the model's lookups went into (the graph's: a model_fn is handed only features)
-    train_op = make_optimizer(train).minimize(loss, global_step=gs, step=TrainingStep.of())
+    if stock_tf:
+        train_op = make_stock_optimizer(train).minimize(loss, global_step=gs)
+    else:
+        train_op = make_optimizer(train).minimize(loss, global_step=gs, step=TrainingStep.of())
     counted = _count_bad_rows(features)
     if counted is not None:
         train_op = tf.group(train_op, counted)

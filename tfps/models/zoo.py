@@ -4,7 +4,7 @@
 deepfm and wdl keep each feature's first-order weight in its row (width dim + 1); dcn_v2 does not.
 """
 from tfps.data.schema import Schema
-from tfps.models.common import dense_input, embed_inputs, embedding_options, model_spec
+from tfps.models.common import dense_input, embed_inputs, embedding_options, model_spec, stock_embed_inputs
 from tfps.models.dcn import dcn_v2
 from tfps.models.deepfm import deepfm
 from tfps.models.mtgr import mtgr_model_fn
@@ -22,7 +22,11 @@ def model_fn(features, labels, mode, params):
         return mtgr_model_fn(features, labels, mode, params)
     logits_of, extra = MODELS[m["name"]]
     training = mode == ModeKeys.TRAIN
-    rows = embed_inputs(features, schema, m["embedding_dim"] + extra, embedding_options(m),
-                        m["initializer_stddev"], insert=training)
+    if m["stock_tf"]:
+        rows = stock_embed_inputs(features, schema, m["embedding_dim"] + extra, m["stock_buckets"], m["num_shards"],
+                                  m["initializer_stddev"])
+    else:
+        rows = embed_inputs(features, schema, m["embedding_dim"] + extra, embedding_options(m),
+                            m["initializer_stddev"], insert=training)
     logits = logits_of(rows, dense_input(features, schema), m)
-    return model_spec(mode, logits, labels, features, schema, params["train"])
+    return model_spec(mode, logits, labels, features, schema, params["train"], stock_tf=m["stock_tf"])
