@@ -10,20 +10,23 @@ Every run is `tfps launch` (or `tfps train` for one process), measured the same 
 launcher's per-task cost from /proc over the chief's steady window (CPU per global step of each
 trainer and each PS), messages per step, and with --netns each task's link bytes per step.
 
-The calibration (--measure, ~15 minutes on 2 cores; kept in benchmarks/results/scaling/runs.json):
-  one process of each system; loopback clusters at W = 1, 2, 3 workers and P = 1, 2 PS; emulated
-  hosts (netns) at W = 2, P = 2 unshaped, at 10 Gbit/s and at 1 Gbit/s; stock with 4x the buckets.
+The calibration (--measure, ~15 minutes on 2 cores; kept in benchmarks/results/scaling/runs.json,
+each run as it ends; --measure runs only those not kept yet): one process of each system; loopback
+clusters at W = 1, 2, 3 workers and P = 1, 2 PS; emulated hosts (netns) at W = 2, P = 2, unshaped
+and at 10, 1 and 0.1 Gbit/s; stock with 4x the buckets.
 
-The model (fit on the W = 1 runs, the unshaped netns run and the one process; the other runs are
-held out and predicted, within 15% is the bar):
-  per global step: trainer CPU c_w(P) and PS CPU c_p(P) (linear in P), link bytes of the busiest
-  PS and of a trainer (from the netns run, scaled by P);
-  on this machine (every task on the same 2 cores): examples/s = b * min(eta * cores / (c_w + c_p),
-  the busiest link's rate / its bytes per step) with eta the CPU share the runs reach;
-  each task on a host of its own (C cores, a link of `bw`): a trainer steps in
-  t_w = c_w / u + rounds * rtt + trainer bytes / bw (u: the cores one trainer keeps busy, from the
-  one process); the global step rate is min(W / t_w, P * C * eta / c_p(P), P * bw / PS bytes).
-  The saturation point is the W / P at which the PS term takes over: t_w * C * eta / c_p(P).
+The model, per system (fit on the loopback runs at W = 1, 2 and P = 1, 2, the one process and the
+unshaped netns run; W = 3 and the shaped netns runs are held out and predicted, 15% is the bar):
+  per global step: trainer CPU c_w(P) and PS CPU c_p(P), each linear in P (each PS adds its
+  messages); stock's c_p also grows with the table's rows (its Adam touches every row each step);
+  link bytes of the busiest PS and of a trainer (the netns run; a PS's spread over P).
+  On this machine (every task on the same 2 cores): global steps/s = min(W / a trainer's pace (a
+  W = 1 step's wall time, plus its link's bytes / bw when shaped), eta * cores / (c_w + c_p), bw /
+  the busiest PS's bytes per step), eta the share of the cores the busiest fit run got.
+  Each task a host of its own (C = 2 cores, 10 Gbit/s links, 100 us round trips): a trainer steps
+  in t_w = c_w / u + 2 round trips + its bytes / bw (u: the cores one trainer keeps busy, from the
+  one process); global steps/s = min(W / t_w, P * C * eta / c_p(P), bw / the busiest PS's bytes).
+  The saturation point is the W / P at which the PS term binds: a worker more adds nothing.
 
 Usage: python benchmarks/scaling_model.py [--measure] [--steps N]
 Prints the calibration, the held-out checks and the predictions; draws docs/scaling_model.png.
@@ -58,7 +61,7 @@ def calibration_runs():
     """(system, W, P, netns, gbit, extra sets): what --measure runs."""
     runs = [(s, 0, 0, False, None, []) for s in SYSTEMS]                      # one process
     runs += [(s, w, p, False, None, []) for s in SYSTEMS for p in (1, 2) for w in (1, 2, 3)]
-    runs += [(s, 2, 2, True, g, []) for s in SYSTEMS for g in (None, 10.0, 1.0)]
+    runs += [(s, 2, 2, True, g, []) for s in SYSTEMS for g in (None, 10.0, 1.0, 0.1)]
     runs += [("stock", 1, 1, False, None, [f"model.stock_buckets={BUCKETS * 4}"])]
     return runs
 
@@ -91,19 +94,22 @@ def _one_process_cpu(run_cmd_steps):
     return w["process_cpu_seconds"] / w["global_steps"], (w["end"] - w["start"]) / w["global_steps"]
 
 
-def measure(steps):
-    runs = []
+def measure(steps, again=False):
+    """Runs the calibration runs not yet in RUNS (all of them with again), keeping each as it ends."""
+    done = [] if again or not os.path.exists(RUNS) else json.load(open(RUNS))["runs"]
     for system, workers, ps, netns, gbit, extra in calibration_runs():
+        if _find(done, system, workers, ps, netns, gbit, extra) is not None:
+            continue
         n = steps if system == "tfps" else max(steps // 2, 200)   # stock steps are slower
         label = "one process" if workers == 0 else f"{workers} workers, {ps} PS" + (
             f", netns {gbit or 'unshaped'}" + (" Gbit/s" if gbit else "") if netns else "")
         print(f"scaling_model: {system} {label} {' '.join(extra)}", file=sys.stderr, flush=True)
-        runs.append(_launch(system, workers, ps, netns, gbit, extra, n))
-    os.makedirs(os.path.dirname(RUNS), exist_ok=True)
-    with open(RUNS, "w") as f:
-        json.dump({"date": time.strftime("%Y-%m-%d"), "runs": runs}, f, indent=1)
-        f.write("\n")
-    return runs
+        done.append(_launch(system, workers, ps, netns, gbit, extra, n))
+        os.makedirs(os.path.dirname(RUNS), exist_ok=True)
+        with open(RUNS, "w") as f:
+            json.dump({"date": time.strftime("%Y-%m-%d"), "runs": done}, f, indent=1)
+            f.write("\n")
+    return done
 
 
 # -- what a run measured ---------------------------------------------------------------------------
@@ -140,72 +146,108 @@ def _find(runs, system, workers, ps, netns=False, gbit=None, extra=()):
 
 
 # -- the model ------------------------------------------------------------------------------------
+FIT = {(1, 1), (2, 1), (1, 2), (2, 2)}   # (W, P) of the loopback runs the model is fit on; the rest are held out
+
+
+def machine_share(runs):
+    """The share of the 2 cores the busiest fit run's tasks got (a machine property: the rest goes
+    to the kernel, the launcher and what else runs)."""
+    shares = []
+    for r in runs:
+        if r["workers"] and not r["netns"] and not r["extra"] and (r["workers"], r["ps"]) in FIT:
+            cost = r["final"]["cost"]
+            shares.append(sum(t["cpu_seconds_in_window"] for t in cost["tasks"].values()) / cost["window"]["seconds"])
+    return max(shares) / CORES
+
+
 def fit(runs, system):
-    """The model's parameters for one system, from its W = 1 loopback runs (P = 1, 2), its one
-    process and its unshaped netns run."""
+    """The model's parameters for one system: per global step CPU of the trainers (c_w) and of the
+    PS tasks (c_p), the mean of the fit runs at each P, linear in P (the slope: what a PS more
+    adds, never below 0); a W = 1 step's wall time on this machine at P = 1, 2; link bytes per
+    step (the netns run, unshaped); the cores one trainer keeps busy (the one process); stock's PS
+    CPU per table row (its 4x-buckets run)."""
+    at = {p: [observed(_find(runs, system, w, p)) for w in (1, 2) if (w, p) in FIT] for p in (1, 2)}
+
+    def mean(key, p):
+        return sum(o[key] for o in at[p]) / len(at[p])
     one, two = (observed(_find(runs, system, 1, p)) for p in (1, 2))
-    single = observed(_find(runs, system, 0, 0))
     ns = observed(_find(runs, system, 2, 2, True))
     cpu_one, wall_one = _one_process_cpu(_find(runs, system, 0, 0))
-    # CPU share of the 2 cores the W = 1 runs reached (the rest: waits and the launcher)
-    eta = sum(o["rate"] / o["batch"] * (o["cpu_w"] + o["cpu_p"]) for o in (one, two)) / 2 / CORES
-    return {
-        "batch": one["batch"],
-        "cw": (one["cpu_w"], two["cpu_w"] - one["cpu_w"]),    # c_w(P) = cw0 + cw1 * (P - 1)
-        "cp": (one["cpu_p"], two["cpu_p"] - one["cpu_p"]),
-        "eta": eta,
-        "u": min(CORES, cpu_one / wall_one),                   # cores one trainer keeps busy
-        "ps_bytes_2": ns["ps_bytes"], "trainer_bytes": ns["trainer_bytes"],
-        "single_rate": single["rate"],
-    }
+    m = {"batch": one["batch"],
+         "cw": (mean("cpu_w", 1), max(mean("cpu_w", 2) - mean("cpu_w", 1), 0.0)),   # c_w(P) = cw0 + cw1 * (P - 1)
+         "cp": (mean("cpu_p", 1), max(mean("cpu_p", 2) - mean("cpu_p", 1), 0.0)),
+         "t1": (one["batch"] / one["rate"], one["batch"] / two["rate"] - one["batch"] / one["rate"]),
+         "eta": machine_share(runs),
+         "u": min(CORES, cpu_one / wall_one),
+         "ps_bytes_2": ns["ps_bytes"], "trainer_bytes": ns["trainer_bytes"],
+         "rows": 26 * BUCKETS if system == "stock" else None, "per_row": 0.0}
+    big = _find(runs, system, 1, 1, extra=(f"model.stock_buckets={BUCKETS * 4}",))
+    if big is not None:
+        m["per_row"] = (observed(big)["cpu_p"] - one["cpu_p"]) / (26 * BUCKETS * 3)
+    return m
 
 
 def c_w(m, p):
     return max(m["cw"][0] + m["cw"][1] * (p - 1), 1e-6)
 
 
-def c_p(m, p):
-    return max(m["cp"][0] + m["cp"][1] * (p - 1), 1e-6)
+def c_p(m, p, rows=None):
+    """PS CPU per global step over all P PS; stock's grows with the table's rows (its Adam)."""
+    extra = m["per_row"] * (rows - m["rows"]) if rows is not None and m["rows"] is not None else 0.0
+    return max(m["cp"][0] + m["cp"][1] * (p - 1) + extra, 1e-6)
 
 
 def ps_bytes(m, p):
-    """The busiest PS's link bytes per global step with P PS (the netns run had 2: its bytes
-    spread over P)."""
+    """The busiest PS's link bytes per global step with P PS (the netns run had 2: spread over P)."""
     return m["ps_bytes_2"] * 2 / p
 
 
 def predict_here(m, workers, ps, gbit=None):
-    """examples/s with every task on this machine's 2 cores (and each task's link at gbit)."""
+    """examples/s with every task on this machine's 2 cores (each task's link at gbit): the
+    trainers' own pace (a W = 1 step's wall time) or the CPU, whichever binds first, or a link."""
+    pace = m["t1"][0] + m["t1"][1] * (ps - 1)   # a trainer's step, its link's time added when shaped
     rate = m["eta"] * CORES / (c_w(m, ps) + c_p(m, ps))
     if gbit is not None:
         bw = gbit * 1e9 / 8
-        rate = min(rate, bw / ps_bytes(m, ps), workers * bw / m["trainer_bytes"])
+        pace += m["trainer_bytes"] / bw
+        rate = min(rate, bw / ps_bytes(m, ps))
+    rate = min(rate, workers / pace)
     return m["batch"] * rate
 
 
-def predict_hosts(m, workers, ps, gbit=10.0, cores=CORES):
+def step_time(m, ps, gbit=10.0):
+    """A trainer's step on a host of its own: its CPU over the cores it keeps busy, the round
+    trips, its link's bytes."""
+    return c_w(m, ps) / m["u"] + ROUNDS * RTT + m["trainer_bytes"] / (gbit * 1e9 / 8)
+
+
+def ps_bound(m, ps, gbit=10.0, cores=CORES, rows=None):
+    """Global steps/s the P PS tasks sustain (their CPU, or the busiest one's link)."""
+    return min(ps * cores * m["eta"] / c_p(m, ps, rows), gbit * 1e9 / 8 / ps_bytes(m, ps))
+
+
+def predict_hosts(m, workers, ps, gbit=10.0, cores=CORES, rows=None):
     """examples/s with each task on a host of its own (cores each, links of gbit)."""
-    bw = gbit * 1e9 / 8
-    t_w = c_w(m, ps) / m["u"] + ROUNDS * RTT + m["trainer_bytes"] / bw
-    rate = min(workers / t_w, ps * cores * m["eta"] / c_p(m, ps), ps * bw / ps_bytes(m, ps))
-    return m["batch"] * rate
+    return m["batch"] * min(workers / step_time(m, ps, gbit), ps_bound(m, ps, gbit, cores, rows))
 
 
-def saturation(m, ps, gbit=10.0, cores=CORES):
-    """Workers per PS at which the PS tasks (CPU or link) bound the step rate."""
-    bw = gbit * 1e9 / 8
-    t_w = c_w(m, ps) / m["u"] + ROUNDS * RTT + m["trainer_bytes"] / bw
-    return min(t_w * cores * m["eta"] / c_p(m, ps), t_w * bw / ps_bytes(m, ps))
+def saturation(m, ps, gbit=10.0, cores=CORES, rows=None):
+    """Workers per PS at which the PS tasks bind: beyond it a worker adds nothing."""
+    return step_time(m, ps, gbit) * ps_bound(m, ps, gbit, cores, rows) / ps
 
 
 # -- the report -----------------------------------------------------------------------------------
+TABLE_ROWS = (None, 10**7, 10**8)   # None: the measured tables (stock: 26 x 16,384 rows)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--measure", action="store_true", help="run the calibration clusters (~15 min)")
+    parser.add_argument("--measure", action="store_true", help="run the calibration runs not yet kept (~15 min)")
+    parser.add_argument("--again", action="store_true", help="with --measure: run every calibration run again")
     parser.add_argument("--steps", type=int, default=800, help="tfps steps per run (stock: half)")
     args = parser.parse_args()
     if args.measure:
-        runs = measure(args.steps)
+        runs = measure(args.steps, args.again)
     else:
         if not os.path.exists(RUNS):
             raise SystemExit(f"no calibration at {os.path.relpath(RUNS, ROOT)}: run with --measure first")
@@ -214,17 +256,17 @@ def main():
     models = {s: fit(runs, s) for s in SYSTEMS}
     rows = []
     for s, m in models.items():
-        rows.append((f"{s}: per global step", f"trainer CPU {c_w(m, 1) * 1e3:.1f} ms (+{m['cw'][1] * 1e3:.1f} a PS), "
-                                              f"PS CPU {c_p(m, 1) * 1e3:.1f} ms (+{m['cp'][1] * 1e3:.1f} a PS), "
+        rows.append((f"{s}: per global step", f"trainer CPU {c_w(m, 1) * 1e3:.1f} ms ({m['cw'][1] * 1e3:+.1f} a PS), "
+                                              f"PS CPU {c_p(m, 1) * 1e3:.1f} ms ({m['cp'][1] * 1e3:+.1f} a PS), "
                                               f"busiest PS link {ps_bytes(m, 2) / 2**20:.2f} MiB at 2 PS, "
-                                              f"trainer link {m['trainer_bytes'] / 2**20:.2f} MiB"))
-        rows.append((f"{s}: CPU share reached, cores per trainer", f"eta {m['eta']:.2f}, u {m['u']:.2f}"))
+                                              f"trainer link {m['trainer_bytes'] / 2**20:.2f} MiB a step"))
+        rows.append((f"{s}: CPU share when saturated, cores per trainer", f"eta {m['eta']:.3f}, u {m['u']:.2f}"))
     errors, checks = [], []
     for r in runs:
         if r["workers"] == 0 or r["extra"]:
             continue
         m, o = models[r["system"]], observed(r)
-        held_out = r["workers"] != 1 or r["netns"]
+        held_out = r["netns"] or (r["workers"], r["ps"]) not in FIT
         want = predict_here(m, r["workers"], r["ps"], r["gbit"])
         err = want / o["rate"] - 1
         name = f"{r['system']} W={r['workers']} P={r['ps']}" + (
@@ -237,39 +279,41 @@ def main():
                                       + ("" if held_out else " (fit)")))
     rows.append(("held-out runs within 15%", f"{sum(e <= 0.15 for e in errors)} of {len(errors)}, "
                                               f"largest error {max(errors):.1%}"))
-    big = _find(runs, "stock", 1, 1, extra=(f"model.stock_buckets={BUCKETS * 4}",))
-    if big is not None:
-        o_big, o = observed(big), observed(_find(runs, "stock", 1, 1))
-        per_row = (o_big["cpu_p"] - o["cpu_p"]) / (26 * BUCKETS * 3)
-        rows.append(("stock: PS CPU per step per table row", f"{per_row * 1e9:.1f} ns (Adam decays every row's "
-                                                             f"moments each step: from the 4x-buckets run)"))
-    curves = {}
+    rows.append(("stock: PS CPU per step per table row", f"{models['stock']['per_row'] * 1e9:.1f} ns (its Adam "
+                                                         f"decays every row's moments each step)"))
+    sat_out = {}
     for s, m in models.items():
-        for ps in (8, 32):
-            curves[(s, ps)] = [(w, predict_hosts(m, w, ps)) for w in range(1, 101)]
-        sat = {ps: saturation(m, ps) for ps in (1, 8, 32)}
-        rows.append((f"{s}: saturation, workers per PS (10 Gbit/s, {CORES} cores a host)",
-                     ", ".join(f"P={p}: {v:.1f}" for p, v in sat.items())))
-        rows.append((f"{s}: predicted examples/s at W=100", ", ".join(
-            f"P={ps}: {predict_hosts(m, 100, ps):.0f}" for ps in (8, 32))))
-    ratio = saturation(models["tfps"], 8) / saturation(models["stock"], 8)
-    rows.append(("saturation tfps / stock (P=8)", f"{ratio:.1f}x workers per PS"))
+        for table in TABLE_ROWS:
+            if table is not None and s == "tfps":
+                continue   # tfps's PS work is per row a batch touches, not per row of the table
+            what = "" if table is None else f", {table:.0e} rows"
+            sat = {ps: saturation(m, ps, rows=table) for ps in (1, 8, 32)}
+            top = {ps: m["batch"] * ps_bound(m, ps, rows=table) for ps in (8, 32)}
+            sat_out[f"{s}{what}"] = {"workers_per_ps": {str(p): round(v, 2) for p, v in sat.items()},
+                                     "max_examples_per_sec": {str(p): round(v) for p, v in top.items()}}
+            rows.append((f"{s}{what}: saturation, workers per PS", ", ".join(f"P={p}: {v:.2f}" for p, v in sat.items())))
+            rows.append((f"{s}{what}: most examples/s (PS-bound)", ", ".join(f"P={p}: {v:.0f}" for p, v in top.items())))
+    for table in TABLE_ROWS:
+        ratio = ps_bound(models["tfps"], 32) / ps_bound(models["stock"], 32, rows=table)
+        rows.append(("tfps / stock, most examples/s at P=32" + ("" if table is None else f", {table:.0e} rows"),
+                     f"{ratio:.1f}x"))
     report(rows)
-    _plot(curves, checks, models)
-    print(json.dumps({"checks": checks, "saturation_workers_per_ps": {
-        s: {str(ps): round(saturation(m, ps), 2) for ps in (1, 8, 32)} for s, m in models.items()},
-        "saturation_ratio_p8": round(ratio, 2)}))
+    curves = {(s, ps): [(w, predict_hosts(m, w, ps)) for w in range(1, 101)] for s, m in models.items()
+              for ps in (8, 32)}
+    curves.update({("stock, 1e+08 rows", 32): [(w, predict_hosts(models["stock"], w, 32, rows=10**8))
+                                               for w in range(1, 101)]})
+    _plot(curves, checks)
+    print(json.dumps({"checks": checks, "saturation": sat_out}))
 
 
-def _plot(curves, checks, models):
+def _plot(curves, checks):
     plt = pyplot(PLOT)
     if plt is None:
         return
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    styles = {"tfps": "-", "stock": "--"}
     for (s, ps), points in curves.items():
-        left.plot([w for w, _ in points], [x / 1e3 for _, x in points], styles[s],
-                  label=f"{s}, {ps} PS", color="C0" if ps == 8 else "C1")
+        left.plot([w for w, _ in points], [x / 1e3 for _, x in points], "-" if s == "tfps" else "--",
+                  label=f"{s}, {ps} PS", color="C3" if "rows" in s else "C0" if ps == 8 else "C1")
     left.set_xlabel("workers (each task a host of its own: 2 cores, 10 Gbit/s)")
     left.set_ylabel("predicted k examples/s")
     left.set_title("throughput against workers")
