@@ -52,3 +52,19 @@ def test_the_pipelined_demo_model_reaches_the_auc_of_the_plain_step(tmp_path):
     off = _train(tmp_path, "off")
     on = _train(tmp_path, "on", "pipeline.enabled=true")
     assert abs(on["auc"] - off["auc"]) <= 0.005, (on["auc"], off["auc"])
+
+
+def test_the_scaling_model_fits_the_kept_calibration_and_predicts():
+    """benchmarks/scaling_model.py on the kept runs (benchmarks/results/scaling/runs.json): the fit
+    reproduces the W = 1 runs it takes the step time from, every held-out run is predicted, and the
+    predicted throughput never falls as workers are added (it saturates)."""
+    result = _run("benchmarks/scaling_model.py", "--no-plot", timeout=300)
+    checks = {c["run"]: c for c in result["checks"]}
+    for name in ("tfps W=1 P=1", "tfps W=1 P=2", "stock W=1 P=1", "stock W=1 P=2"):
+        assert abs(checks[name]["error"]) < 1e-3 and not checks[name]["held_out"], checks[name]
+    held_out = [c for c in result["checks"] if c["held_out"]]
+    assert len(held_out) == 12 and all(c["measured"] > 0 and c["predicted"] > 0 for c in held_out)
+    for name, curve in result["curves"].items():
+        assert len(curve) == 100 and all(b >= a for a, b in zip(curve, curve[1:])), name
+    for system in ("tfps", "stock"):
+        assert all(v > 0 for v in result["saturation"][system]["workers_per_ps"].values())

@@ -1,0 +1,63 @@
+"""model.stock_tf, the stock TensorFlow baseline benchmarks/scaling_model.py measures tfps against:
+each feature a tf.Variable in model.num_shards partitions, tf.nn.embedding_lookup of id mod
+model.stock_buckets, TensorFlow's own optimizer. Oracles: the checkpoint's variables (the shapes
+the config names, TensorFlow's Adam slots, no tfps table); the export, served by tfps serve's
+Servable, against tfps.runner.predict on the same rows; the refusals name the key."""
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfps.config import ConfigError, load_config
+from tfps.data import SyntheticCriteo
+from tfps.data.sources import eval_set
+from tfps.runner.job import export, predict
+
+SETS = ["model.stock_tf=true", "model.stock_buckets=512", "model.num_shards=3", "train.optimizer=adam",
+        "train.learning_rate=0.01", "train.steps=30", "train.batch_size=64", "model.hidden_units=[8]",
+        "eval.examples=512", "data.vocab_max=3000"]
+
+
+def test_the_stock_baseline_trains_partitioned_variables_and_its_export_serves(tmp_path, cli):
+    sets = SETS + [f"model_dir={tmp_path / 'model'}"]
+    code, out, err = cli("train", "--config", "configs/demo.yaml", *[a for s in sets for a in ("--set", s)])
+    assert code == 0, err[-3000:]
+    assert 0.5 < json.loads(out.strip().splitlines()[-1])["auc"] <= 1
+    cfg = load_config("configs/demo.yaml", sets)
+    ckpt = tf.train.latest_checkpoint(str(tmp_path / "model"))
+    shapes = dict(tf.train.list_variables(ckpt))
+    width = cfg.model.embedding_dim + 1   # deepfm: each row carries its first-order weight
+    for f in range(1, cfg.data.num_categorical + 1):   # saved whole: the 3 partitions are slices of one
+        assert shapes[f"stock_embedding/C{f}"] == [512, width], f
+        assert shapes[f"stock_embedding/C{f}/Adam"] == shapes[f"stock_embedding/C{f}/Adam_1"] == [512, width]
+    assert not [n for n in shapes if n.endswith("-keys")]   # no tfps table
+    features, _, _ = eval_set(SyntheticCriteo(cfg.data), 96, 96)
+    want = np.concatenate([p["probabilities"] for p in predict(
+        cfg, lambda: tf.data.Dataset.from_tensor_slices(features).batch(96))])
+    from tfps.serving.servable import Servable
+    servable = Servable(export(cfg, str(tmp_path / "export")), 1)
+    try:
+        signature = servable.signature(None)
+        got = servable.run(signature, signature.check(features))["probabilities"]
+    finally:
+        servable.retire()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("change, match", [
+    (["pipeline.enabled=true"], "model.stock_tf has no tfps table"),
+    (["train.delta_every_secs=1"], "model.stock_tf has no tfps table"),
+    (["model.admit_min_count=2"], "model.stock_tf has no tfps table"),
+    (["model.stock_buckets=0"], r"model.stock_buckets must be in \[1, 2147483648\]"),
+])
+def test_what_the_stock_baseline_cannot_do_is_refused_naming_the_key(change, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config("configs/demo.yaml", ["model.stock_tf=true"] + change)
+    if "stock_buckets" not in change[0]:
+        load_config("configs/demo.yaml", change)   # the same setting without stock_tf is fine
+
+
+def test_the_stock_baseline_of_mtgr_is_refused():
+    with pytest.raises(ConfigError, match="model.stock_tf is a baseline of deepfm, wdl and dcn_v2, not mtgr"):
+        load_config("configs/movielens_mtgr.yaml", ["model.stock_tf=true", "data.path=/nonexistent"])
