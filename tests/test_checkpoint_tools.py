@@ -1,7 +1,5 @@
 """Re-sharding on restore, tfps inspect, and checkpoints taken while training."""
 import json
-import subprocess
-import sys
 import threading
 
 import numpy as np
@@ -49,7 +47,7 @@ def test_restore_table_under_another_name_reshards(tmp_path):
             restore_table(str(tmp_path), ev)
 
 
-def test_inspect_lists_tables_and_top_ids(tmp_path):
+def test_inspect_lists_tables_and_top_ids(tmp_path, cli):
     prefix = str(tmp_path / "model")
     with tf.Graph().as_default():
         ev = tfps.get_embedding_variable("clicks", 2)
@@ -62,13 +60,11 @@ def test_inspect_lists_tables_and_top_ids(tmp_path):
     (t,) = inspect(str(tmp_path), top=2)
     assert t["table"] == "clicks" and t["rows"] == 3 and t["dim"] == 2
     assert t["top_ids_by_freq"] == [[1, 3], [2, 2]]
-    out = subprocess.run([sys.executable, "-m", "tfps.cli", "inspect", str(tmp_path)], capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1])["tables"][0]["rows"] == 3
-    bad = subprocess.run([sys.executable, "-m", "tfps.cli", "inspect", str(tmp_path / "nope")],
-                         capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "cannot read checkpoint" in bad.stderr
+    code, out, err = cli("inspect", str(tmp_path))   # the command line, in this process
+    assert code == 0, err[-2000:]
+    assert json.loads(out.strip().splitlines()[-1])["tables"][0]["rows"] == 3
+    code, _, err = cli("inspect", str(tmp_path / "nope"))
+    assert code == 2 and "cannot read checkpoint" in err
 
 
 def test_checkpoints_taken_while_training_are_consistent(tmp_path):

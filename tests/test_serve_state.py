@@ -3,8 +3,6 @@ tables (and refuses another model's), an export that does not fit its config is 
 metadata reports the served fingerprint and step. Shares test_serve.py's trained model."""
 import os
 import shutil
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -103,18 +101,17 @@ def test_follow_of_another_model_changes_nothing(trained, tmp_path):
             server.stop()
 
 
-def test_export_of_a_config_that_does_not_fit_is_refused(trained, tmp_path):
+def test_export_of_a_config_that_does_not_fit_is_refused(trained, tmp_path, cli):
     """`tfps export` with model.hidden_units changed: refused naming the variable, no SavedModel."""
     cfg = load_config("configs/demo.yaml", SETS + [f"model_dir={trained['cfg'].model_dir}",
                                                     "model.hidden_units=[8]"])
     with pytest.raises(StateMismatch, match="variable 'mlp_0/bias'"):
         export(cfg, str(tmp_path / "export"))
     assert not os.path.exists(tmp_path / "export") or not os.listdir(tmp_path / "export")
-    r = subprocess.run([sys.executable, "-m", "tfps.cli", "export", "--config", "configs/demo.yaml",
-                        *[a for x in SETS for a in ("--set", x)], "--set", f"model_dir={trained['cfg'].model_dir}",
-                        "--set", "model.hidden_units=[8]", "--export-dir", str(tmp_path / "cli")],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2, r.stderr
+    code, _, err = cli("export", "--config", "configs/demo.yaml", *[a for x in SETS for a in ("--set", x)],
+                       "--set", f"model_dir={trained['cfg'].model_dir}", "--set", "model.hidden_units=[8]",
+                       "--export-dir", str(tmp_path / "cli"))
+    assert code == 2, err
     assert not os.path.exists(tmp_path / "cli") or not os.listdir(tmp_path / "cli")
 
 

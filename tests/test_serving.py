@@ -66,8 +66,7 @@ def test_saved_model_in_a_fresh_process_matches_predict(tmp_path):
     assert got[0][:64].std() > 0                     # unknown ids still give (default-row) scores
 
 
-def test_export_cli_needs_a_checkpoint(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "tfps.cli", "export", "--config", "configs/demo.yaml",
-                          "--set", f"model_dir={tmp_path}", "--export-dir", str(tmp_path / "x")],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and "no checkpoint in model_dir" in out.stderr
+def test_export_cli_needs_a_checkpoint(tmp_path, cli):
+    code, _, err = cli("export", "--config", "configs/demo.yaml", "--set", f"model_dir={tmp_path}", "--export-dir",
+                       str(tmp_path / "x"))
+    assert code == 2 and "no checkpoint in model_dir" in err
