@@ -4,7 +4,7 @@ requests, each new version loaded, warmed and swapped in, the one before it reti
 directory removed. Prints one JSON line: RSS after each swap, requests, failures and answers that
 differ from the expected scores.
 
-    python tests/serve_swaps.py EXPORT ROWS.npz WANT.npy BASE SWAPS [FOLLOW_MODEL_DIR]"""
+    python tests/serve_swaps.py [--batching] EXPORT ROWS.npz WANT.npy BASE SWAPS [FOLLOW_MODEL_DIR]"""
 import json
 import os
 import shutil
@@ -26,13 +26,14 @@ def rss_kib():
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
-def main(export, rows_path, want_path, base, swaps, follow=None):
+def main(export, rows_path, want_path, base, swaps, follow=None, batching=False):
     rows, want = dict(np.load(rows_path)), np.load(want_path)
     first = int(os.path.basename(export))
     shutil.copytree(export, os.path.join(base, str(first)))
     settle_memory()   # as `tfps serve` does
     server = ModelServer(base, "demo", port=0, rest_api_port=None, host="127.0.0.1", poll_secs=0.05,
-                         follow=follow, printer=lambda *a, **k: None).start()
+                         follow=follow, enable_batching=batching, max_batch_size=8, batch_timeout_micros=1000,
+                         printer=lambda *a, **k: None).start()
     stop, lock = threading.Event(), threading.Lock()
     seen = {"requests": 0, "failures": [], "wrong": 0, "versions": set()}
 
@@ -79,4 +80,5 @@ def main(export, rows_path, want_path, base, swaps, follow=None):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), *sys.argv[6:7])
+    args = [a for a in sys.argv[1:] if a != "--batching"]
+    main(args[0], args[1], args[2], args[3], int(args[4]), *args[5:6], batching="--batching" in sys.argv[1:])

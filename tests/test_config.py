@@ -120,7 +120,8 @@ def test_every_optimizer_is_built_with_its_hyper_parameters(name, sets, tf_class
 FUZZ = {"0": 0, "-1": -1, str(2**31): 2**31, str(2**63): 2**63, ".nan": float("nan"), "1.0e+308": 1e308}
 # what a field needs beside it for an in-range value to be a valid config
 CONTEXT = {"train.evict_every_steps": ["model.eviction.after_steps=10"],
-           "eval.examples": ["data.format=criteo", "data.path=x", "data.eval_path=y"]}
+           "eval.examples": ["data.format=criteo", "data.path=x", "data.eval_path=y"],
+           "model.stock_buckets": ["model.stock_tf=true", "model.embedding_dim=1"]}
 
 
 def _override(field, text):

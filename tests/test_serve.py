@@ -374,14 +374,15 @@ def test_a_retired_version_is_freed_when_its_last_request_ends(trained, tmp_path
 
 def test_100_version_swaps_under_load_leave_the_servers_memory_flat(trained, tmp_path):
     """In a process of its own (tests/serve_swaps.py): 100 versions swapped in one after the other
-    under 2 client threads, each retired and its directory removed. RSS after
+    under 2 client threads through the batcher (its threads must not keep a retired version), each
+    retired and its directory removed. RSS after
     the 100th swap is within 10% of its level after the 10th; no request failed and every answer
     is the trained model's scores (each version is a copy of one export)."""
     np.savez(tmp_path / "rows.npz", **{k: v[:8] for k, v in trained["rows"].items()})
     np.save(tmp_path / "want.npy", trained["want"][:8])
     base = tmp_path / "versions"
     base.mkdir()
-    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "serve_swaps.py"),
+    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "serve_swaps.py"), "--batching",
                           trained["export"], str(tmp_path / "rows.npz"), str(tmp_path / "want.npy"), str(base), "100"],
                          capture_output=True, text=True, timeout=900,
                          env={**os.environ, "PYTHONPATH": os.path.dirname(__file__)})

@@ -43,19 +43,30 @@ def test_the_stock_baseline_trains_partitioned_variables_and_its_export_serves(t
     finally:
         servable.retire()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # TensorFlow's optimizer is part of the model's fingerprint: another learning rate is refused.
+    code, _, err = cli("train", "--config", "configs/demo.yaml", *[a for s in sets for a in ("--set", s)],
+                       "--set", "train.steps=40", "--set", "train.learning_rate=0.02")
+    assert code == 2, err[-3000:]
+    assert tf.train.latest_checkpoint(str(tmp_path / "model")) == ckpt   # nothing trained
 
 
 @pytest.mark.parametrize("change, match", [
     (["pipeline.enabled=true"], "model.stock_tf has no tfps table"),
     (["train.delta_every_secs=1"], "model.stock_tf has no tfps table"),
     (["model.admit_min_count=2"], "model.stock_tf has no tfps table"),
-    (["model.stock_buckets=0"], r"model.stock_buckets must be in \[1, 2147483648\]"),
+    (["model.stock_buckets=0"], r"model.stock_buckets must be in \[1, 536870912\]"),
+    (["model.stock_buckets=536870912"], r"model.stock_buckets \(536870912\) x \(model.embedding_dim \+ 1\)"),
 ])
 def test_what_the_stock_baseline_cannot_do_is_refused_naming_the_key(change, match):
     with pytest.raises(ConfigError, match=match):
         load_config("configs/demo.yaml", ["model.stock_tf=true"] + change)
-    if "stock_buckets" not in change[0]:
+    if "stock_buckets" not in change[0]:   # (stock_buckets alone is refused: the next test)
         load_config("configs/demo.yaml", change)   # the same setting without stock_tf is fine
+
+
+def test_stock_buckets_without_the_stock_baseline_is_refused():
+    with pytest.raises(ConfigError, match="model.stock_buckets applies with model.stock_tf: true"):
+        load_config("configs/demo.yaml", ["model.stock_buckets=1024"])
 
 
 def test_the_stock_baseline_of_mtgr_is_refused():

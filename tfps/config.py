@@ -23,6 +23,7 @@ from tfps.config_bounds import (  # noqa: F401 -- tfps.config's names too
     MAX_SEED,
     MAX_SHARDS,
     MAX_SKETCH_WIDTH,
+    MAX_STOCK_VALUES,
     MAX_STEPS,
     MAX_SYNTHETIC_EVAL,
     MIN_FLOAT32,
@@ -374,6 +375,11 @@ def validate(cfg):
          "pipeline.defer_push needs pipeline.fuse_dense: true (the deferred push is part of the fused one)"),
         (cfg.cluster.protocol in ("grpc", "grpc+verbs", "grpc+mpi", "grpc+gdr"),
          f"cluster.protocol must be grpc, grpc+verbs, grpc+mpi or grpc+gdr, got {cfg.cluster.protocol!r}"),
+        (cfg.model.stock_tf or cfg.model.stock_buckets == ModelConfig.stock_buckets,
+         "model.stock_buckets applies with model.stock_tf: true (the stock TensorFlow baseline) only"),
+        (not cfg.model.stock_tf or cfg.model.stock_buckets * (cfg.model.embedding_dim + 1) <= MAX_STOCK_VALUES,
+         f"model.stock_buckets ({cfg.model.stock_buckets}) x (model.embedding_dim + 1) must be at most "
+         f"{MAX_STOCK_VALUES} values per feature's variable: lower model.stock_buckets"),
         (not cfg.model.stock_tf or cfg.model.name in ("deepfm", "wdl", "dcn_v2"),
          f"model.stock_tf is a baseline of deepfm, wdl and dcn_v2, not {cfg.model.name}"),
         (not cfg.model.stock_tf or not (cfg.pipeline.enabled or cfg.model.eviction.any or cfg.train.delta_every_secs

@@ -15,6 +15,7 @@ from tfps.embedding.options import EmbeddingOptions
 from tfps.embedding.step import TrainingStep
 from tfps.metrics import streaming_metrics, streaming_sum
 from tfps.models.spec import ModeKeys, ModelSpec, PredictOutput, SERVING_SIGNATURE
+from tfps.state import manifest as manifests
 
 # The training loss (a float32 scalar) a model_fn adds here, for the runners' progress hooks.
 LOSS_COLLECTION = "tfps_training_loss"
@@ -205,7 +206,9 @@ def model_spec(mode, logits, labels, features, schema, train, stock_tf=False):
     gs = tf.compat.v1.train.get_or_create_global_step()
     # the step the model's lookups went into (the graph's: a model_fn is handed only features)
     if stock_tf:
-        train_op = make_stock_optimizer(train).minimize(loss, global_step=gs)
+        optimizer = make_stock_optimizer(train)
+        manifests.record_optimizer(optimizer)   # part of the fingerprint, as tfps's optimizers record theirs
+        train_op = optimizer.minimize(loss, global_step=gs)
     else:
         train_op = make_optimizer(train).minimize(loss, global_step=gs, step=TrainingStep.of())
     counted = _count_bad_rows(features)

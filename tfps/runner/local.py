@@ -20,11 +20,17 @@ def run(cfg, printer=print):
         return _run(cfg, printer)
 
 
+def _embedding_words(cfg):
+    if cfg.model.stock_tf:
+        return f"stock TensorFlow variables of {cfg.model.stock_buckets} rows"
+    return "one merged table" if cfg.model.merge_tables else "a table each"
+
+
 def _run(cfg, printer):
     source = make_source(cfg)
     printer(f"model_dir {cfg.model_dir}; training {cfg.model.name} for {cfg.train.steps} steps of "
             f"{batch_words(cfg)} on {source.describe()} (dim {cfg.model.embedding_dim}, "
-            f"{'one merged table' if cfg.model.merge_tables else 'a table each'})", flush=True)
+            f"{_embedding_words(cfg)})", flush=True)
     cost = cost_line(cfg, source)   # MTGR profiles its graph: once
     if cost:
         printer(cost, flush=True)

@@ -115,6 +115,7 @@ class Batcher:
             if batch is None:
                 return
             self._execute(batch)
+            batch = None   # while this thread waits, it holds no version (a retired one is freed)
 
     def _execute(self, batch):
         items = batch.items

@@ -228,8 +228,12 @@ class Servable:
     # -- lifetime --------------------------------------------------------------------------------
     @property
     def closed(self):
-        """Retired and its session closed (no request in flight)."""
+        """Retired and its session closing or closed (no request in flight)."""
         return self._closed
+
+    @property
+    def retired(self):
+        return self._retired
 
     def acquire(self):
         with self._lock:

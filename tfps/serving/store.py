@@ -5,6 +5,7 @@ import gc
 import os
 import threading
 import time
+import weakref
 
 import tensorflow as tf
 
@@ -46,6 +47,11 @@ def _fingerprint(path):
     return tuple(sorted(out))
 
 
+def _gone_or_closed(ref):
+    servable = ref()
+    return servable is None or servable.closed
+
+
 class ModelStore:
     """The loaded versions of model `name` (the newest `keep` of base_path).
 
@@ -62,7 +68,7 @@ class ModelStore:
         self._lock = threading.Lock()
         self._versions = {}          # version -> Servable
         self._failed = {}            # version -> the error that kept it from loading
-        self._unloading = []         # retired versions whose memory is not yet given back
+        self._unloading = []         # weak references to retired versions not yet freed
         self.follower = TableFollower(follow, printer) if follow else None
         self.swaps = 0
         self._version_polls = self._table_polls = 0
@@ -184,7 +190,7 @@ class ModelStore:
     def _retire(self, retired, found):
         for old in retired:
             old.retire()
-            self._unloading.append(old)
+            self._unloading.append(weakref.ref(old))
             if self.follower:
                 self.follower.forget(old)
             gone = "its directory is gone" if old.version not in found else "a newer version is served"
@@ -195,11 +201,11 @@ class ModelStore:
         """Gives back the memory of retired versions whose last request is done. A graph and its
         session are freed by Python's cycle collector, which on its own runs at allocation counts,
         not at unloads: a server swapping versions would hold several dead models at a time."""
-        closed = [s for s in self._unloading if s.closed]
-        if closed:
-            self._unloading = [s for s in self._unloading if not s.closed]
-            del closed
+        # a retired version goes by its reference count, but its graph only by a collection; one
+        # still held after it closed (by a request thread ending) is collected for again next poll
+        if any(_gone_or_closed(ref) for ref in self._unloading):
             gc.collect()
+        self._unloading = [ref for ref in self._unloading if ref() is not None]
 
     def poll_tables(self):
         """Brings the loaded versions' tables up to date with the followed model_dir."""
@@ -210,6 +216,8 @@ class ModelStore:
                         self.follower.catch_up(servable)
                     finally:
                         servable.release()
+                        if servable.retired:   # retired meanwhile: its ops must not outlive it
+                            self.follower.forget(servable)
         self._table_polls += 1
 
     def close(self):
@@ -307,6 +315,8 @@ class TableFollower:
         applied."""
         state = self._ops(servable)
         if not state["tables"]:
+            self._report(f"version {servable.version} has no tfps table (a model.stock_tf export, say): --follow "
+                         f"applies tables' checkpoints and deltas, so nothing of {self.model_dir} is applied to it")
             return []
         done = []
         latest = tf.train.latest_checkpoint(self.model_dir)
