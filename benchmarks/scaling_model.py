@@ -15,8 +15,9 @@ each run as it ends; --measure runs only those not kept yet): one process of eac
 clusters at W = 1, 2, 3 workers and P = 1, 2 PS; emulated hosts (netns) at W = 2, P = 2, unshaped
 and at 10, 1 and 0.1 Gbit/s; stock with 4x the buckets.
 
-The model, per system (fit on the loopback runs at W = 1, 2 and P = 1, 2, the one process and the
-unshaped netns run; W = 3 and the shaped netns runs are held out and predicted, 15% is the bar):
+The model, per system (fit on the loopback runs at W = 1, 2 and P = 1, 2 and the one process; the
+unshaped netns run gives only the link bytes; W = 3 and every netns run are held out and their
+throughput predicted, 15% is the bar):
   per global step: trainer CPU c_w(P) and PS CPU c_p(P), each linear in P (each PS adds its
   messages); stock's c_p also grows with the table's rows (its Adam touches every row each step);
   link bytes of the busiest PS and of a trainer (the netns run; a PS's spread over P).
