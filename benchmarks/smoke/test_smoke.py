@@ -55,16 +55,19 @@ def test_the_pipelined_demo_model_reaches_the_auc_of_the_plain_step(tmp_path):
 
 
 def test_the_scaling_model_fits_the_kept_calibration_and_predicts():
-    """benchmarks/scaling_model.py on the kept runs (benchmarks/results/scaling/runs.json): the fit
-    reproduces the W = 1 runs it takes the step time from, every held-out run is predicted, and the
-    predicted throughput never falls as workers are added (it saturates)."""
+    """benchmarks/scaling_model.py on the kept runs (benchmarks/results/scaling/runs.json): every
+    calibration run is read (the measured rates are the launcher's, recomputed here from the kept
+    final JSON lines), every held-out run gets a prediction, and a curve per system and PS count."""
     result = _run("benchmarks/scaling_model.py", "--no-plot", timeout=300)
-    checks = {c["run"]: c for c in result["checks"]}
-    for name in ("tfps W=1 P=1", "tfps W=1 P=2", "stock W=1 P=1", "stock W=1 P=2"):
-        assert abs(checks[name]["error"]) < 1e-3 and not checks[name]["held_out"], checks[name]
-    held_out = [c for c in result["checks"] if c["held_out"]]
-    assert len(held_out) == 12 and all(c["measured"] > 0 and c["predicted"] > 0 for c in held_out)
-    for name, curve in result["curves"].items():
-        assert len(curve) == 100 and all(b >= a for a, b in zip(curve, curve[1:])), name
+    with open(os.path.join(ROOT, "benchmarks", "results", "scaling", "runs.json")) as f:
+        runs = json.load(f)["runs"]
+    clusters = [r for r in runs if r["workers"] and not r["extra"]]
+    assert len(result["checks"]) == len(clusters) == 20
+    for check, run in zip(result["checks"], clusters):
+        window = run["final"]["cost"]["window"]
+        assert check["measured"] == round(window["examples"] / window["seconds"]), (check, window)
+        assert check["predicted"] > 0
+    assert sum(c["held_out"] for c in result["checks"]) == 12
+    assert set(result["curves"]) == {"tfps P=8", "tfps P=32", "stock P=8", "stock P=32", "stock, 1e+08 rows P=32"}
     for system in ("tfps", "stock"):
         assert all(v > 0 for v in result["saturation"][system]["workers_per_ps"].values())
