@@ -97,6 +97,8 @@ def tf_lines_section():
         if x is None or y is None:
             continue
         ratio = "" if higher is None or not x or not y else f"{(y / x if higher else x / y):.2f}x"
+        if a["commit"] != b["commit"]:   # the two runs measured different code: say so on the row
+            ratio += f" ({old} at {a['commit']}, {new} at {b['commit']})"
         out.append(f"| {bench} | {what}: {unit} | {x:g} | {y:g} | {ratio} |\n")
     dates = sorted({r["date"] for r in runs.values()})
     commits = sorted({r["commit"] for r in runs.values()})
