@@ -82,33 +82,20 @@ def hidden(x, hidden_units, prefix="mlp"):
     return x
 
 
-def make_optimizer(train):
-    """The tfps optimizer of a JobConfig's `train` section (as a dict): sgd, adagrad, adam or ftrl
-    with their hyper-parameters."""
+def make_optimizer(train, library=train_lib):
+    """The optimizer of a JobConfig's `train` section (as a dict): sgd, adagrad, adam or ftrl with
+    their hyper-parameters, from `library`: tfps.train, or tf.compat.v1.train for the stock
+    baseline model.stock_tf (whose Adam decays every row's moments each step). The two have the
+    same class names and arguments."""
     name, lr = train["optimizer"], train["learning_rate"]
     if name == "sgd":
-        return train_lib.GradientDescentOptimizer(lr)
+        return library.GradientDescentOptimizer(lr)
     if name == "adagrad":
-        return train_lib.AdagradOptimizer(lr, **train["adagrad"])
+        return library.AdagradOptimizer(lr, **train["adagrad"])
     if name == "adam":
-        return train_lib.AdamOptimizer(lr, **train["adam"])
+        return library.AdamOptimizer(lr, **train["adam"])
     if name == "ftrl":
-        return train_lib.FtrlOptimizer(lr, **train["ftrl"])
-    raise ValueError(f"unknown optimizer {name!r} (sgd, adagrad, adam or ftrl)")
-
-
-def make_stock_optimizer(train):
-    """The stock TensorFlow optimizer (tf.compat.v1.train) of a JobConfig's `train` section: the
-    baseline model.stock_tf trains with (Adam's sparse update decays every row's moments each step)."""
-    name, lr, tf1 = train["optimizer"], train["learning_rate"], tf.compat.v1.train
-    if name == "sgd":
-        return tf1.GradientDescentOptimizer(lr)
-    if name == "adagrad":
-        return tf1.AdagradOptimizer(lr, **train["adagrad"])
-    if name == "adam":
-        return tf1.AdamOptimizer(lr, **train["adam"])
-    if name == "ftrl":
-        return tf1.FtrlOptimizer(lr, **train["ftrl"])
+        return library.FtrlOptimizer(lr, **train["ftrl"])
     raise ValueError(f"unknown optimizer {name!r} (sgd, adagrad, adam or ftrl)")
 
 
@@ -206,7 +193,7 @@ def model_spec(mode, logits, labels, features, schema, train, stock_tf=False):
     gs = tf.compat.v1.train.get_or_create_global_step()
     # the step the model's lookups went into (the graph's: a model_fn is handed only features)
     if stock_tf:
-        optimizer = make_stock_optimizer(train)
+        optimizer = make_optimizer(train, tf.compat.v1.train)
         manifests.record_optimizer(optimizer)   # part of the fingerprint, as tfps's optimizers record theirs
         train_op = optimizer.minimize(loss, global_step=gs)
     else:
