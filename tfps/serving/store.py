@@ -47,11 +47,6 @@ def _fingerprint(path):
     return tuple(sorted(out))
 
 
-def _gone_or_closed(ref):
-    servable = ref()
-    return servable is None or servable.closed
-
-
 class ModelStore:
     """The loaded versions of model `name` (the newest `keep` of base_path).
 
@@ -68,7 +63,7 @@ class ModelStore:
         self._lock = threading.Lock()
         self._versions = {}          # version -> Servable
         self._failed = {}            # version -> the error that kept it from loading
-        self._unloading = []         # weak references to retired versions not yet freed
+        self._unloading = []         # [weak reference, collected since it closed] of retired versions not yet freed
         self.follower = TableFollower(follow, printer) if follow else None
         self.swaps = 0
         self._version_polls = self._table_polls = 0
@@ -190,7 +185,7 @@ class ModelStore:
     def _retire(self, retired, found):
         for old in retired:
             old.retire()
-            self._unloading.append(weakref.ref(old))
+            self._unloading.append([weakref.ref(old), False])
             if self.follower:
                 self.follower.forget(old)
             gone = "its directory is gone" if old.version not in found else "a newer version is served"
@@ -201,11 +196,22 @@ class ModelStore:
         """Gives back the memory of retired versions whose last request is done. A graph and its
         session are freed by Python's cycle collector, which on its own runs at allocation counts,
         not at unloads: a server swapping versions would hold several dead models at a time."""
-        # a retired version goes by its reference count, but its graph only by a collection; one
-        # still held after it closed (by a request thread ending) is collected for again next poll
-        if any(_gone_or_closed(ref) for ref in self._unloading):
+        # A retired version goes by its reference count, its graph only by a collection: one
+        # collection once it has closed, and one more if it was still held then (a request thread
+        # ending) once it is gone. At most two per version, whatever holds it.
+        collect, kept = False, []
+        for entry in self._unloading:
+            servable = entry[0]()
+            if servable is None:
+                collect = True
+                continue
+            if servable.closed and not entry[1]:
+                collect = entry[1] = True
+            kept.append(entry)
+        servable = None
+        self._unloading = kept
+        if collect:
             gc.collect()
-        self._unloading = [ref for ref in self._unloading if ref() is not None]
 
     def poll_tables(self):
         """Brings the loaded versions' tables up to date with the followed model_dir."""
