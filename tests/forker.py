@@ -24,7 +24,7 @@ for line in requests:
         continue
     err = open(req["err"], "a") if req.get("err") else None   # stderr apart from stdout, if asked
     with open(req["out"], "a") as log:   # the run's own stdout (and stderr)
-        run = fork_task(tfps.cli.main, req["argv"], dict(os.environ), log, os.getpid(), "tfps-test-run",
+        run = fork_task(tfps.cli.main, req["argv"], dict(os.environ, **req["env"]), log, os.getpid(), "tfps-test-run",
                         {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}, err=err)
     if err is not None:
         err.close()
@@ -107,22 +107,23 @@ class Forker:
             raise RuntimeError(f"the forking process exited {self._server.wait()}")
         return json.loads(line)
 
-    def start(self, argv, out, err=None):
+    def start(self, argv, out, err=None, env=None):
         """`tfps <argv>` in a fork, its stdout and stderr to the file out, or its stderr to the
-        file err if given (each made empty here, so it exists before the fork writes to it)."""
+        file err if given (each made empty here, so it exists before the fork writes to it); env:
+        variables set for the run on top of the suite's environment."""
         for path in (out, err):
             if path is not None:
                 open(path, "w").close()
-        request = {"op": "run", "argv": list(argv), "out": str(out), "err": err and str(err)}
+        request = {"op": "run", "argv": list(argv), "out": str(out), "err": err and str(err), "env": env or {}}
         run = Run(self, self._ask(request)["pid"], out, err)
         self._runs.append(run)
         return run
 
-    def run(self, argv, log, timeout):
+    def run(self, argv, log, timeout, env=None):
         """As subprocess.run(capture_output=True, text=True): `tfps <argv>` to its end (killed, and
         TimeoutExpired, after timeout seconds); its stdout and stderr are also kept in the files
         <log>.out and <log>.err."""
-        run = self.start(argv, f"{log}.out", f"{log}.err")
+        run = self.start(argv, f"{log}.out", f"{log}.err", env)
         try:
             out, err = run.communicate(timeout)
         except subprocess.TimeoutExpired:

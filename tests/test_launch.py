@@ -366,14 +366,13 @@ def test_a_frozen_ps_fails_the_job_after_the_peer_timeout(tmp_path):
     assert 8 <= waited < 60, waited
 
 
-def test_unreachable_ps_under_an_outside_tf_config_fails_after_the_peer_timeout(tmp_path):
+def test_unreachable_ps_under_an_outside_tf_config_fails_after_the_peer_timeout(tmp_path, forker):
     spec = cluster_spec(1, 1)                       # nobody serves the PS address
     tf_config = {"cluster": spec, "task": {"type": "chief", "index": 0}}
     started = time.time()
-    out = subprocess.run([sys.executable, "-m", "tfps.cli", "train", "--config", "configs/demo.yaml",
-                          *[a for s in SMALL + ["cluster.peer_timeout_secs=6", f"model_dir={tmp_path}"]
-                            for a in ("--set", s)]],
-                         env=dict(os.environ, TF_CONFIG=json.dumps(tf_config)), capture_output=True, text=True,
-                         timeout=180)
+    out = forker.run(["train", "--config", "configs/demo.yaml",
+                      *[a for s in SMALL + ["cluster.peer_timeout_secs=6", f"model_dir={tmp_path}"]
+                        for a in ("--set", s)]],
+                     f"{tmp_path}.chief", timeout=180, env={"TF_CONFIG": json.dumps(tf_config)})
     assert out.returncode == 75, out.stderr[-2000:]
     assert time.time() - started < 90

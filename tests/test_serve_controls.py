@@ -7,8 +7,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -192,14 +190,15 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _serve(*args):
-    proc = subprocess.Popen([sys.executable, "-m", "tfps.cli", "serve", "--port", "0", "--rest_api_port",
-                             str(_free_port()), *args],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
+def _serve(forker, tmp_path, *args):
+    """`tfps serve` on port 0 and a free REST port, a fork with TensorFlow imported
+    (tests/forker.py): the run and its ready line."""
+    proc = forker.start(["serve", "--port", "0", "--rest_api_port", str(_free_port()), *args],
+                        tmp_path / "serve.out", tmp_path / "serve.err")
+    line = proc.first_line(timeout=120)
     if not line:
-        proc.wait(timeout=60)
-        pytest.fail(f"tfps serve exited {proc.returncode}: {proc.stderr.read()[-3000:]}")
+        proc.wait(60)
+        pytest.fail(f"tfps serve exited {proc.returncode}: {proc.errors()[-3000:]}")
     return proc, json.loads(line)
 
 
@@ -211,8 +210,9 @@ def _refused(host, port):
         return True
 
 
-def test_host_loopback_listens_on_loopback_only_for_grpc_and_rest(runner, tmp_path):
-    proc, ready = _serve("--model_config_file", _config(tmp_path, runner["exports"]), "--host", "127.0.0.1")
+def test_host_loopback_listens_on_loopback_only_for_grpc_and_rest(runner, tmp_path, forker):
+    proc, ready = _serve(forker, tmp_path, "--model_config_file", _config(tmp_path, runner["exports"]),
+                         "--host", "127.0.0.1")
     try:
         assert ready["models"] == {name: [int(os.path.basename(runner["exports"][s]))]
                                    for name, s in (("early", 20), ("late", 40))}
@@ -225,11 +225,11 @@ def test_host_loopback_listens_on_loopback_only_for_grpc_and_rest(runner, tmp_pa
         _check_two_models(ready["grpc_port"], ready["rest_api_port"], runner)
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
-    assert proc.returncode == 0, proc.stderr.read()[-3000:]
+        proc.wait(120)
+    assert proc.returncode == 0, proc.errors()[-3000:]
 
 
-def test_sigterm_drains_under_load(runner):
+def test_sigterm_drains_under_load(runner, tmp_path, forker):
     """Two gRPC and two REST clients send without pause; requests are merged by a batcher that
     waits 4 s for a batch to fill, so at SIGTERM each client has a request the server has begun.
     What counts: a request sent at least 1 s before SIGTERM has been begun by the server and must
@@ -240,7 +240,8 @@ def test_sigterm_drains_under_load(runner):
     rows = {k: v[:1] for k, v in runner["rows"].items()}
     want = score_saved_model(runner["exports"][20], rows)
     grace = 60.0
-    proc, ready = _serve("--model_base_path", os.path.dirname(runner["exports"][20]), "--model_name", "demo",
+    proc, ready = _serve(forker, tmp_path, "--model_base_path", os.path.dirname(runner["exports"][20]),
+                         "--model_name", "demo",
                          "--enable_batching", "--max_batch_size", "64", "--batch_timeout_micros", "4000000",
                          "--grace_secs", str(grace))
     results = []    # (client, sent, answered, outcome, value)
@@ -301,7 +302,7 @@ def test_sigterm_drains_under_load(runner):
         time.sleep(max(0.0, batch_done + 2.0 - time.monotonic()))
         term = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=grace + 60)
+        proc.wait(grace + 60)
         exited = time.monotonic()
     finally:
         if proc.poll() is None:
@@ -310,7 +311,7 @@ def test_sigterm_drains_under_load(runner):
         for t in clients:
             if t.ident is not None:
                 t.join(timeout=180)
-    err = proc.stderr.read()
+    err = proc.errors()
     assert proc.returncode == 0, err[-3000:]
     assert exited - term < grace
     failed = [r for r in results if r[3] == "failed"]
@@ -325,11 +326,12 @@ def test_sigterm_drains_under_load(runner):
             np.testing.assert_allclose(r[4], want, rtol=1e-5, atol=1e-6)
 
 
-def test_sigterm_cuts_what_runs_past_the_grace_and_exits_1(runner):
+def test_sigterm_cuts_what_runs_past_the_grace_and_exits_1(runner, tmp_path, forker):
     """A request that would run 60 s (its batch waits that long to fill) is cut at --grace_secs 1:
     the server exits 1, long before the request would have ended, and the client gets an error."""
     rows = {k: v[:1] for k, v in runner["rows"].items()}
-    proc, ready = _serve("--model_base_path", os.path.dirname(runner["exports"][20]), "--model_name", "demo",
+    proc, ready = _serve(forker, tmp_path, "--model_base_path", os.path.dirname(runner["exports"][20]),
+                         "--model_name", "demo",
                          "--enable_batching", "--max_batch_size", "64", "--batch_timeout_micros", "60000000",
                          "--grace_secs", "1")
     outcome = []
@@ -346,13 +348,13 @@ def test_sigterm_cuts_what_runs_past_the_grace_and_exits_1(runner):
         time.sleep(2.0)   # the request waits in its batch
         term = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=120)
+        proc.wait(120)
         exited = time.monotonic()
     finally:
         if proc.poll() is None:
             proc.kill()
         t.join(timeout=120)
-    assert proc.returncode == 1, proc.stderr.read()[-3000:]
+    assert proc.returncode == 1, proc.errors()[-3000:]
     assert exited - term < 30   # the grace (1 s) and the exit, not the batch's 60 s
     assert outcome and outcome[0] != "ok", outcome
 

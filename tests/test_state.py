@@ -82,12 +82,11 @@ def test_one_writer_per_model_dir_and_a_dead_holder_frees_it(tmp_path):
     leases.Lease(str(tmp_path)).release()       # and release() does
 
 
-def test_a_second_trainer_on_a_model_dir_is_refused(tmp_path):
+def test_a_second_trainer_on_a_model_dir_is_refused(tmp_path, forker):
     holder = _hold_lease(str(tmp_path))
     try:
-        r = subprocess.run([sys.executable, "-m", "tfps.cli", "train", "--config", "configs/demo.yaml",
-                            "--set", f"model_dir={tmp_path}", "--set", "train.steps=10"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+        r = forker.run(["train", "--config", "configs/demo.yaml", "--set", f"model_dir={tmp_path}",
+                        "--set", "train.steps=10"], f"{tmp_path}.second", timeout=300)
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
