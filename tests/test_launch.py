@@ -267,8 +267,8 @@ def test_kills_with_deltas_on_never_train_a_batch_twice(tmp_path, forker):
 LIFECYCLE = ("--workers", "1")
 
 
-def test_restarts_are_bounded(tmp_path):
-    job = _launch(tmp_path, ["train.steps=100000"], "--max-restarts", "0", *LIFECYCLE)
+def test_restarts_are_bounded(tmp_path, forker):
+    job = _launch(tmp_path, ["train.steps=100000"], "--max-restarts", "0", *LIFECYCLE, forker=forker)
     try:
         _wait_for(lambda: _checkpoint_steps(tmp_path), "the chief's first checkpoint")
         killed = _kill(tmp_path, "ps0")
@@ -279,13 +279,14 @@ def test_restarts_are_bounded(tmp_path):
     assert int((tmp_path / "logs" / "ps0.pid").read_text()) == killed     # not restarted
 
 
-def test_a_config_error_is_not_restarted(tmp_path, cli):
+def test_a_config_error_is_not_restarted(tmp_path, cli, forker):
     """Resuming a dim-8 model with dim 16: the chief refuses the checkpoint (exit 2), and the
     launcher stops the job at once with that code instead of spending its restarts."""
     code, _, err = cli("train", "--config", "configs/demo.yaml",   # the first job: in this process
                        *[a for s in SMALL + ["train.steps=100", f"model_dir={tmp_path}"] for a in ("--set", s)])
     assert code == 0, err[-3000:]
-    job = _launch(tmp_path, ["train.steps=200", "model.embedding_dim=16"], "--max-restarts", "3", *LIFECYCLE)
+    job = _launch(tmp_path, ["train.steps=200", "model.embedding_dim=16"], "--max-restarts", "3", *LIFECYCLE,
+                  forker=forker)
     chief_pids = set()
     while job.poll() is None:       # every start of the chief writes its pid
         try:
@@ -342,13 +343,11 @@ def test_kill_9_of_the_launcher_leaves_no_task_alive(tmp_path, fork):
     _wait_for(all_gone, "every task to die with the launcher", timeout=30)
 
 
-def test_a_frozen_ps_fails_the_job_after_the_peer_timeout(tmp_path):
+def test_a_frozen_ps_fails_the_job_after_the_peer_timeout(tmp_path, forker):
     """ps1 stops answering (SIGSTOP): instead of waiting forever, the chief gives up after
     cluster.peer_timeout_secs with exit code 75, and with no restarts left the job ends with it."""
-    sets = SMALL + ["train.steps=100000", "cluster.peer_timeout_secs=8", f"model_dir={tmp_path}"]
-    job = subprocess.Popen([sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml", "--ps", "2",
-                            "--workers", "1", "--max-restarts", "0"] + [a for s in sets for a in ("--set", s)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = _launch(tmp_path, ["train.steps=100000", "cluster.peer_timeout_secs=8"], "--max-restarts", "0", *LIFECYCLE,
+                  forker=forker)
     try:
         _wait_for(lambda: _checkpoint_steps(tmp_path), "the chief's first checkpoint")
         frozen = int((tmp_path / "logs" / "ps1.pid").read_text())
