@@ -136,7 +136,7 @@ def test_cluster_spec_uses_distinct_free_ports():
 def _launch(tmp_path, sets, *extra, forker=None):
     """`tfps launch` of the demo (2 PS, 2 trainers unless extra says otherwise) into model_dir
     tmp_path, a Popen; a fork of `forker` if given (no TensorFlow import of its own; its output in
-    files beside tmp_path), else a new interpreter (what a lifecycle test checks)."""
+    files beside tmp_path), else a new interpreter (what the Ctrl-C, SIGTERM and kill -9 tests check)."""
     sets = SMALL + sets + [f"model_dir={tmp_path}"]
     if forker is not None:
         argv = ["launch", "--config", "configs/demo.yaml", "--ps", "2", "--workers", "2", *extra]
@@ -263,7 +263,7 @@ def test_kills_with_deltas_on_never_train_a_batch_twice(tmp_path, forker):
 
 
 # The lifecycle tests below run a chief and 2 PS (--workers 1): what they check needs no second
-# trainer, and each task is a TensorFlow process start on the suite's 2 cores.
+# trainer, and each task costs the suite's 2 cores a graph, a session and a server.
 LIFECYCLE = ("--workers", "1")
 
 

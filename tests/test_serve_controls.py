@@ -28,7 +28,6 @@ from test_serve_inference import _input, _scores, runner  # noqa: F401  (the fix
 from test_serving import score_saved_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve_runner")]
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _config(tmp_path, exports):
@@ -195,7 +194,11 @@ def _serve(forker, tmp_path, *args):
     (tests/forker.py): the run and its ready line."""
     proc = forker.start(["serve", "--port", "0", "--rest_api_port", str(_free_port()), *args],
                         tmp_path / "serve.out", tmp_path / "serve.err")
-    line = proc.first_line(timeout=120)
+    try:
+        line = proc.first_line(timeout=120)
+    except AssertionError:
+        proc.kill()
+        raise
     if not line:
         proc.wait(60)
         pytest.fail(f"tfps serve exited {proc.returncode}: {proc.errors()[-3000:]}")
@@ -225,7 +228,8 @@ def test_host_loopback_listens_on_loopback_only_for_grpc_and_rest(runner, tmp_pa
         _check_two_models(ready["grpc_port"], ready["rest_api_port"], runner)
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(120)
+        if proc.wait(120) is None:
+            proc.kill()
     assert proc.returncode == 0, proc.errors()[-3000:]
 
 
