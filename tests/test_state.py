@@ -205,7 +205,7 @@ def test_kill_9_at_random_moments_trains_every_batch_once(tmp_path, straight, fo
         if result is not None:
             break   # it finished before this kill
         kills += 1
-        deltas_seen += len([f for f in os.listdir(chaos) if f.startswith("delta-") and f.endswith(".index")])
+        deltas_seen += len(deltas.delta_files(chaos))
     assert kills >= 5 and deltas_seen >= 3   # the kills hit training with deltas, not only start-ups
     if result is None:
         result = _train(forker, chaos)
@@ -215,13 +215,10 @@ def test_kill_9_at_random_moments_trains_every_batch_once(tmp_path, straight, fo
 
 def _after_a_new_delta(model_dir, delay):
     """A kill_when for _train: true `delay` seconds after a delta not in model_dir now appears."""
-    def deltas():
-        return {f for f in (os.listdir(model_dir) if os.path.isdir(model_dir) else [])
-                if f.startswith("delta-") and f.endswith(".index")}
-    known, seen = deltas(), []
+    known, seen = set(deltas.delta_files(model_dir)), []
 
     def when():
-        if not seen and deltas() - known:
+        if not seen and set(deltas.delta_files(model_dir)) - known:
             seen.append(time.time())
         return bool(seen) and time.time() >= seen[0] + delay
     return when
