@@ -194,7 +194,7 @@ def test_accepted_extremes_train_a_step_without_a_signal(tmp_path, forker):
     runs = [
         ["configs/demo.yaml", f"model.embedding_dim={MAX_DIM - 1}", "model.name=wdl", "model.hidden_units=[1]",
          "data.num_categorical=1", "data.num_interacting=1", "data.num_dense=0", "train.batch_size=1",
-         "eval.examples=16", "eval.batch_size=2"],
+         "eval.examples=4", "eval.batch_size=4"],
         ["configs/demo.yaml", "model.name=dcn_v2", "model.cross_layers=0", "model.hidden_units=[4]",
          "data.factor_dim=0", "data.num_interacting=0", "train.keep_checkpoint_max=0", "train.batch_size=16",
          "eval.examples=256", "eval.throttle_secs=0", "model.eviction.after_steps=0", "train.evict_every_steps=1"],
