@@ -69,6 +69,7 @@ def cli(capfd, monkeypatch):
         for key, value in (env or {}).items():
             monkeypatch.setenv(key, value)
         capfd.readouterr()
+        before = dict(os.environ)   # what main() sets for its own tasks stays out of later tests
         try:
             code = main(list(argv))
         except SystemExit as e:   # argparse's usage errors
@@ -76,6 +77,8 @@ def cli(capfd, monkeypatch):
         finally:
             for key in env or {}:
                 monkeypatch.delenv(key, raising=False)
+            for key in set(os.environ) - set(before):
+                del os.environ[key]
         out, err = capfd.readouterr()
         return code, out, err
     return run

@@ -218,9 +218,10 @@ def keep_freed_tensor_memory():
     """TensorFlow's CPU tensors from its BFC allocator, which keeps freed memory for the next
     step, instead of malloc. On TF 2.21 malloc handed a step's freed buffers back to the kernel:
     the chief of `make demo` took ~1,700-2,000 page faults a step (2.15: 1) and 22 ms of CPU a
-    step against 14 with BFC (docs/cluster.md). Read when TensorFlow makes its CPU allocator
-    (its first session), so set before that; launched tasks inherit it. An explicit
-    TF_CPU_ALLOCATOR_USE_BFC=false in the environment wins."""
+    step against 14 with BFC (docs/cluster.md). TensorFlow reads it when it makes its first CPU
+    device (a session, or a PS's tf.distribute.Server), so it is set before that, in the
+    environment that launched tasks inherit. An explicit TF_CPU_ALLOCATOR_USE_BFC=false wins.
+    `serve` keeps malloc: its memory over version swaps was measured on it."""
     os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 
