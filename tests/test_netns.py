@@ -22,8 +22,9 @@ from tfps.cluster import netns
 from tfps.config import ConfigError, load_config
 from test_launch import SMALL, _kill, _latest_step, _wait_for
 
-CAN = os.geteuid() == 0 and shutil.which("ip") and shutil.which("tc") and os.path.exists("/proc/self/ns/net")
-needs_netns = pytest.mark.skipif(not CAN, reason="emulated hosts need root and iproute2 (ip, tc)")
+CAN = (os.geteuid() == 0 and shutil.which("ip") and shutil.which("tc") and shutil.which("nsenter")
+       and os.path.exists("/proc/self/ns/net"))
+needs_netns = pytest.mark.skipif(not CAN, reason="emulated hosts need root, iproute2 (ip, tc) and nsenter")
 
 
 def _in_netns(path, fn):
@@ -186,13 +187,12 @@ def test_the_demo_across_namespaces_matches_loopback_recovers_a_ps_and_is_served
         from tfps.serving.servable import read_export_manifest
         exported_step = read_export_manifest(exported)["step"]
         ns, address = netns.join(job.pid, "serve")
-        fd = netns.open_netns(ns)
-        serve = subprocess.Popen([sys.executable, "-m", "tfps.cli", "serve", "--model_base_path",
-                                  os.path.dirname(exported), "--model_name", "demo", "--follow",
-                                  str(model_dir), "--file_system_poll_wait_seconds", "0.2"],
-                                 stdout=open(tmp_path / "serve.log", "w"), stderr=subprocess.STDOUT,
-                                 preexec_fn=lambda: netns.enter(fd))
-        os.close(fd)
+        # nsenter, not a preexec_fn: a fork of this process (gRPC's threads running, its fork
+        # handlers armed) hung before its exec once, and the server never started.
+        serve = subprocess.Popen(["nsenter", f"--net={netns.NETNS_DIR}/{ns}", sys.executable, "-m", "tfps.cli",
+                                  "serve", "--model_base_path", os.path.dirname(exported), "--model_name", "demo",
+                                  "--follow", str(model_dir), "--file_system_poll_wait_seconds", "0.2"],
+                                 stdout=open(tmp_path / "serve.log", "w"), stderr=subprocess.STDOUT)
         chief = f"{netns.NETNS_DIR}/{netns.netns_name(job.pid, 'chief0')}"
         # From another host (the chief's), the server answers with a state it took from a delta.
         deltas = _wait_for(lambda: [s for s in [_served_step(chief, address)]
