@@ -134,14 +134,18 @@ def _constant_logloss(data):
 def test_mtgr_learns_on_the_local_cluster_from_tfrecords_then_serves(data, tmp_path, cli, forker):
     """tfps convert --from movielens_sequences, tfps launch (2 PS, chief and worker) on the
     TFRecords, tfps export, tfps serve: the one MTGR flow of the suite (its model_fn in one
-    process: test_mtgr_trains_and_its_loss_falls)."""
+    process: test_mtgr_trains_and_its_loss_falls).
+
+    40 steps of about 890 ratings are 7 passes over the planted set's 4,800 training ratings
+    (eval logloss 0.35 here, the 10% of flipped labels' floor 0.33): 150 steps were 28 passes
+    and overfit to an eval logloss from 0.43 to 1.19 (a CI run), above the constant's 0.66."""
     import json
     import urllib.request
     path = str(tmp_path / "records")
     code, _, err = cli("convert", "--from", "movielens_sequences", data, "--to", path)
     assert code == 0, err[-3000:]
     args = ["launch", "--config", "configs/movielens_mtgr.yaml",
-            "--set", "train.steps=150", "--set", "model.blocks=1", "--set", "data.max_tokens=4096",
+            "--set", "train.steps=40", "--set", "model.blocks=1", "--set", "data.max_tokens=4096",
             "--set", f"model_dir={tmp_path / 'model'}", "--set", f"data.path={path}", "--ps", "2", "--workers", "2"]
     out = forker.run(args, tmp_path / "launch", timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
