@@ -165,18 +165,23 @@ def test_the_demo_across_namespaces_matches_loopback_recovers_a_ps_and_is_served
     0.005) and messages per step; per-task bytes only with emulated hosts, conserved over the
     bridge. Meanwhile `tfps serve --follow` runs as a host of its own, queried from the chief's
     namespace, follows the chief's deltas; ps1 is killed and comes back in its namespace; the
-    served scores in the end are the chief's final evaluation's."""
-    sets = SMALL + ["train.steps=2000", "train.delta_every_secs=1", "train.save_checkpoints_steps=100000",
+    served scores in the end are the chief's final evaluation's.
+
+    800 steps each. The emulated hosts' links are shaped to 40 Mbit/s (about 25 steps a second:
+    each step moves ~280 kB), so the namespaced job lasts long enough for the export, the
+    server's first delta and ps1's restart at any machine load, without the CPU of more steps."""
+    sets = SMALL + ["train.steps=800", "train.delta_every_secs=1", "train.save_checkpoints_steps=100000",
                     "cluster.fork_tasks=true"]
     args = [a for s in sets for a in ("--set", s)]
     launch = ["launch", "--config", "configs/demo.yaml", "--ps", "2", "--workers", "1", *args]
+    shaped = ["--set", "cluster.emulated_bandwidth_gbit=0.04"]
     # (Both launchers are forks of a process with TensorFlow imported: tests/forker.py.)
     out = forker.run(launch + ["--set", f"model_dir={tmp_path / 'loop'}"], tmp_path / "loop", timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     loop = json.loads(out.stdout.strip().splitlines()[-1])
 
     model_dir = tmp_path / "ns"
-    job = forker.start(launch + ["--netns", "--set", f"model_dir={model_dir}"], tmp_path / "ns.out", tmp_path / "ns.err")
+    job = forker.start(launch + ["--netns", *shaped, "--set", f"model_dir={model_dir}"], tmp_path / "ns.out", tmp_path / "ns.err")
     serve = None
     try:
         _wait_for(lambda: _latest_step(model_dir) >= 0, "the chief's first checkpoint")
