@@ -34,11 +34,12 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 demo: build
 	$(PY) -m tfps.cli launch --config configs/demo.yaml --ps 2 --workers 2
 
-# The venv and the op library are built beside the two sanitizer builds (pip leaves a core idle),
-# and the sanitizer runs go beside pytest (they use a core and a half, pytest starts its workers).
+# The venv and the op library are built beside the two sanitizer builds and their runs (pip
+# leaves a core idle); pytest then has both cores (its workers saturate them: the sanitizer runs,
+# a core and a half for a minute, beside it made pytest that much longer, and the total no shorter).
 test: deps
-	$(MAKE) -j2 build cc-build
-	$(MAKE) -j2 cc-test py-test
+	$(MAKE) -j2 build cc-test
+	$(MAKE) py-test
 
 # System packages: oneTBB headers and library.
 deps:
