@@ -190,8 +190,9 @@ def _table_rows(checkpoint):
 @pytest.mark.compat
 def test_killed_ps_and_worker_are_restarted_and_every_restored_key_survives(tmp_path, forker):
     # A large vocabulary, so that many restored rows are rare ids that training does not touch again.
-    # Forked tasks (cluster.fork_tasks, the default): their restarts are forks too.
-    job = _launch(tmp_path, ["train.steps=2000", "train.save_checkpoints_steps=200", "train.keep_checkpoint_max=100",
+    # Forked tasks (cluster.fork_tasks, the default): their restarts are forks too. The worker is
+    # killed past step 600 (measured: 603), 800 steps before the end.
+    job = _launch(tmp_path, ["train.steps=1400", "train.save_checkpoints_steps=200", "train.keep_checkpoint_max=100",
                              "data.vocab_max=100000"], "--max-restarts", "2", forker=forker)
     try:
         # The newest complete checkpoint (the state file is written last, so wait on it, not on
@@ -213,7 +214,7 @@ def test_killed_ps_and_worker_are_restarted_and_every_restored_key_survives(tmp_
     assert metrics["sessions"] >= 2                          # the chief re-created its session
     assert metrics["tasks"]["worker0"]["local_steps"] > 0   # the restarted worker trained
     final = tf.train.latest_checkpoint(str(tmp_path))
-    assert int(final.rsplit("-", 1)[1]) >= 2000
+    assert int(final.rsplit("-", 1)[1]) >= 1400
     before, after = _table_rows(saved), _table_rows(final)
     assert len(before) > 1000 and not set(before) - set(after)   # every saved key is still there
     unchanged = 0
@@ -239,8 +240,9 @@ def test_kills_with_deltas_on_never_train_a_batch_twice(tmp_path, forker):
     the tables, the dense state and the global step from the same delta, so no row has more
     updates than the global step; the most frequent ids (in nearly every batch) have about as
     many (none lost beyond one in-flight step per trainer and restore)."""
-    # Enough steps past the third kill's mark (>= 900 + the restarts) for deltas at any machine load.
-    job = _launch(tmp_path, ["train.steps=2400", "train.delta_every_secs=1", "train.save_checkpoints_steps=100000",
+    # Enough steps past the third kill's mark (>= 900 + what one trainer trains while the other
+    # restarts: measured 1112) for the killed worker's restart at any machine load.
+    job = _launch(tmp_path, ["train.steps=1800", "train.delta_every_secs=1", "train.save_checkpoints_steps=100000",
                              "data.vocab_max=2000"], "--max-restarts", "3", forker=forker)
     try:
         mark = 0
@@ -255,7 +257,7 @@ def test_kills_with_deltas_on_never_train_a_batch_twice(tmp_path, forker):
     assert metrics["restarts"] == {"ps0": 1, "chief0": 1, "worker0": 1}
     final = tf.train.latest_checkpoint(str(tmp_path))
     step = int(tf.train.load_variable(final, "global_step"))
-    assert step >= 2400
+    assert step >= 1800
     freq = np.array([f for f, _, _ in _table_rows(final).values()])
     top = np.sort(freq)[-5:]
     assert top.max() <= step, (top, step)          # nothing trained twice
