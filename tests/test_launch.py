@@ -131,6 +131,10 @@ def test_cluster_spec_uses_distinct_free_ports():
     spec = cluster_spec(2, 3)
     addresses = spec["chief"] + spec["ps"] + spec["worker"]
     assert len(set(addresses)) == 5 and len(spec["worker"]) == 2 and len(spec["ps"]) == 2
+    # Below the kernel's ephemeral range: no outgoing connection can take one before its task binds it.
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        start = int(f.read().split()[0])
+    assert all(int(a.rsplit(":", 1)[1]) < start for a in addresses), (addresses, start)
 
 
 def _launch(tmp_path, sets, *extra, forker=None):

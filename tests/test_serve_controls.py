@@ -183,10 +183,11 @@ def _outside_address():
 
 
 def _free_port():
-    """A TCP port free now (the CLI's --rest_api_port 0 means no REST API, as in TF Serving)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port free now, below the ephemeral range (the CLI's --rest_api_port 0 means no REST
+    API, as in TF Serving; a port 0 had chosen was once taken by another test's connection
+    before the server bound it)."""
+    from tfps.cluster.launch import free_ports
+    return free_ports(1)[0]
 
 
 def _serve(forker, tmp_path, *args):

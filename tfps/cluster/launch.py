@@ -31,8 +31,10 @@ The final JSON's `cost` gives, per task, CPU seconds per 1,000 examples over the
 window (sampled from /proc every SAMPLE_SECS, each run's rusage when it is reaped), bytes and
 packets per step from its link (emulated hosts only) and messages per step (tfps.cluster.cost).
 """
+import errno
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -48,23 +50,45 @@ GRACE_SECS = 120.0   # after the chief exits, how long the other workers and the
 CONFIG_ERROR_EXIT = 2   # `tfps train`'s exit code for a bad config or a checkpoint that does not fit
 
 
-def free_ports(n, host="127.0.0.1"):
-    """n distinct ports free on host right now (bound then released). ValueError naming the host
-    when it cannot be bound here."""
-    socks, ports = [], []
+_LOWEST_PORT = 10000   # the ports picked lie in [10000, the ephemeral range's start)
+
+
+def _ephemeral_start():
+    """The first port of the kernel's ephemeral range (what port 0 and outgoing connections get)."""
     try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(s)
-            s.bind((host, 0))
-            ports.append(s.getsockname()[1])
-    except OSError as e:
-        raise ValueError(f"launch: cluster.host {host!r} cannot be used for the cluster's addresses: "
-                         f"{e.strerror or e}") from None
-    finally:
-        for s in socks:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def free_ports(n, host="127.0.0.1", rng=None):
+    """n distinct ports free on host right now (bound then released). They come from below the
+    kernel's ephemeral range when it leaves room: a port from that range can be taken by any
+    process's outgoing connection between this pick and the task's own bind (seen in the suite:
+    'Address already in use'). ValueError naming the host when it cannot be bound here."""
+    start = _ephemeral_start()
+    if start is None or start - _LOWEST_PORT < 64 * n:
+        candidates = iter(lambda: 0, None)   # no room: the kernel's choice
+    else:
+        candidates = iter((rng or random.Random()).sample(range(_LOWEST_PORT, start), start - _LOWEST_PORT))
+    ports = []
+    for port in candidates:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind((host, port))
+            if s.getsockname()[1] not in ports:
+                ports.append(s.getsockname()[1])
+        except OSError as e:
+            if port and e.errno == errno.EADDRINUSE:
+                continue
+            raise ValueError(f"launch: cluster.host {host!r} cannot be used for the cluster's addresses: "
+                             f"{e.strerror or e}") from None
+        finally:
             s.close()
-    return ports
+        if len(ports) == n:
+            return ports
+    raise ValueError(f"launch: no {n} free ports on {host!r} below {start}")
 
 
 def cluster_spec(num_ps, num_workers, host="127.0.0.1"):
