@@ -5,6 +5,7 @@ import threading
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2
 
 from tfps.ops import _loader
 from tfps.serving.errors import ServingError, error_line
@@ -109,6 +110,20 @@ def read_export_manifest(path):
     return out
 
 
+def session_config(threads):
+    """The ConfigProto of a served version's session. threads > 0 (--tensorflow_session_parallelism):
+    TensorFlow's inter-op and intra-op pools of that many threads each. 0 (the default): each
+    request's graph runs in the gRPC thread that took it (inter-op -1), its kernels on one thread,
+    with no pool thread spinning for work: the requests in flight are the parallelism. A batch-1
+    Predict on the demo model took 1,050-1,160 us of server CPU with TensorFlow's own pools
+    (their hand-offs and spinning) and 640-700 us so (benchmarks/bench_serving.py, docs/benchmarks.md)."""
+    if threads > 0:
+        return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=-1)
+    config.experimental.disable_thread_spinning = True
+    return config
+
+
 class Servable:
     """A SavedModel version loaded in its own graph and session.
 
@@ -122,9 +137,7 @@ class Servable:
         # The step of the model's state it serves: the export's, then what --follow applied.
         self.state_step = self.manifest["step"] if self.manifest else None
         self.graph = tf.Graph()
-        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads,
-                                          inter_op_parallelism_threads=threads)
-        self.session = tf.compat.v1.Session(graph=self.graph, config=config)
+        self.session = tf.compat.v1.Session(graph=self.graph, config=session_config(threads))
         try:
             meta = tf.compat.v1.saved_model.loader.load(self.session, ["serve"], path)
             self.signatures = {k: Signature(k, v) for k, v in meta.signature_def.items()
@@ -163,10 +176,9 @@ class Servable:
         aliases = sorted(inputs)
         key = (signature.name, tuple(aliases), tuple(names))
         run = self._callables.get(key)
-        if run is None:   # a callable skips session.run's per-call fetch and feed bookkeeping
-            run = self.session.make_callable([signature.outputs[n][0] for n in names],
-                                             [signature.inputs[a][0] for a in aliases])
-            self._callables[key] = run
+        if run is None:
+            run = self._callables[key] = self._make_callable([signature.inputs[a][0] for a in aliases],
+                                                             [signature.outputs[n][0] for n in names])
         try:
             with self.reading():
                 values = run(*[inputs[a] for a in aliases])
@@ -175,6 +187,15 @@ class Servable:
         except tf.errors.ResourceExhaustedError as e:
             raise ServingError("RESOURCE_EXHAUSTED", error_line(e)) from None
         return dict(zip(names, values))
+
+    def _make_callable(self, feeds, fetches):
+        """A callable of the session (TF_SessionMakeCallable: feeds and fetches resolved once, each
+        call goes straight to the executor). Session.make_callable with a feed list is not one:
+        it calls Session.run, which re-resolves the feeds and fetches and re-checks the graph on
+        every call (6% of the server's CPU a request, measured). Its arguments: arrays of the
+        feeds' dtypes, in the feeds' order."""
+        options = config_pb2.CallableOptions(feed=feeds, fetch=fetches)
+        return self.session._make_callable_from_options(options)   # noqa: SLF001 -- the C API's callable
 
     # -- requests vs table updates ---------------------------------------------------------------
     @contextlib.contextmanager
