@@ -32,6 +32,18 @@ def test_train_prints_final_json(tmp_path):
     from tfps.metrics import logloss
     assert metrics["logloss"] < logloss(labels, np.full(len(labels), labels.mean()))
     assert (tmp_path / "checkpoint").exists()
+    assert metrics["cpu_allocator"] == "bfc"   # train.cpu_allocator's default, as TensorFlow reports it
+
+
+def test_the_configs_cpu_allocator_wins_over_the_environment(tmp_path, forker):
+    """train.cpu_allocator=malloc with TF_CPU_ALLOCATOR_USE_BFC=true in the environment: the run
+    uses malloc (oracle: TensorFlow keeps memory statistics for a BFC CPU allocator only)."""
+    sets = ["train.steps=3", "train.batch_size=64", "eval.examples=256", "model.hidden_units=[8]",
+            "train.cpu_allocator=malloc", f"model_dir={tmp_path / 'model'}"]
+    out = forker.run(["train", "--config", "configs/demo.yaml", *[a for s in sets for a in ("--set", s)]],
+                     tmp_path / "run", timeout=300, env={"TF_CPU_ALLOCATOR_USE_BFC": "true"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["cpu_allocator"] == "malloc"
 
 
 def test_bad_override_exits_with_named_error(cli):

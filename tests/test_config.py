@@ -24,6 +24,7 @@ def test_demo_config_and_overrides(tmp_path):
     ("train.steps=0", r"train.steps must be in \[1, 4294967295\], got 0"),
     ("model.hidden_units=5", "'model.hidden_units' must be a list"),
     ("train.optimizer=adam9", "train.optimizer must be"),
+    ("train.cpu_allocator=tcmalloc", "train.cpu_allocator must be one of bfc, malloc, got 'tcmalloc'"),
     ("train.steps", "expects key.sub=value"),
     ("train.steps.x=1", "'steps' is not a section"),
     ("train.save_checkpoints_secs=0", r"train.save_checkpoints_secs must be in \[1, 31536000\], got 0"),

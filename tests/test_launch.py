@@ -41,6 +41,8 @@ def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path
     # Both trainers took part, and the evaluator scored the last checkpoint.
     tasks = metrics["tasks"]
     assert tasks["chief0"]["local_steps"] > 0 and tasks["worker0"]["local_steps"] > 0
+    # train.cpu_allocator's default (bfc) in every trainer, as TensorFlow reports it
+    assert {t: m.get("cpu_allocator") for t, m in tasks.items()} == dict.fromkeys(tasks, "bfc"), tasks
     assert tasks["evaluator0"]["global_step"] >= 800 and abs(tasks["evaluator0"]["auc"] - metrics["auc"]) < 0.01
     assert metrics["traffic_per_step"]["recv_tensor_rpcs"] > 0 and metrics["traffic_per_step"]["tasks"] == 3
     # The checkpoint holds the merged table under one name, whatever the PS count, with every shard's rows.

@@ -66,11 +66,14 @@ def test_malformed_rows_are_counted_in_the_json_or_stop_the_run_naming_the_line(
 def test_movielens_on_a_cluster_then_export_then_a_fresh_process_scores_as_the_chief(data, tmp_path, cli, forker):
     model_dir = tmp_path / "model"
     sets = SMALL[1:] + ["train.steps=80", f"data.path={data / 'ml'}", f"model_dir={model_dir}"]
-    out = forker.run(["launch", "--config", "configs/movielens_deepfm.yaml", "--ps", "2", "--workers", "2", *_sets(sets)],
-                     tmp_path / "launch", timeout=600)
+    # train.cpu_allocator=malloc (not the default) reaches every task: each trainer reports what
+    # TensorFlow says its CPU allocator is (the launch test of the default: test_launch.py).
+    out = forker.run(["launch", "--config", "configs/movielens_deepfm.yaml", "--ps", "2", "--workers", "2",
+                      *_sets(sets + ["train.cpu_allocator=malloc"])], tmp_path / "launch", timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     chief = json.loads(out.stdout.strip().splitlines()[-1])
     assert chief["steps"] == 80 and chief["gauc"] is not None
+    assert {t: m.get("cpu_allocator") for t, m in chief["tasks"].items()} == {"chief0": "malloc", "worker0": "malloc"}
     code, exported, err = cli("export", "--config", "configs/movielens_deepfm.yaml", "--export-dir",
                               str(tmp_path / "export"), *_sets(sets))
     assert code == 0, err[-3000:]

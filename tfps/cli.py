@@ -16,6 +16,7 @@ import sys
 def _train(args):
     from tfps.config import ConfigError, check_model_dir, load_config
     cfg = load_config(args.config, args.set)
+    use_cpu_allocator(cfg)
     check_model_dir(cfg.model_dir)
     import tensorflow as tf
     tf.get_logger().setLevel("ERROR")
@@ -26,12 +27,14 @@ def _train(args):
             raise ConfigError("training on a cluster (TF_CONFIG) needs model_dir shared by all tasks")
         from tfps.runner.cluster import run_task
         metrics = run_task(cfg, cluster)
+        metrics["cpu_allocator"] = cpu_allocator_in_use()
         if not cluster.is_chief:   # a worker's own rate, the evaluator's last evaluation
             print(json.dumps(metrics), flush=True)
             return 0
     else:
         from tfps.runner.local import run
         metrics = run(cfg)
+        metrics["cpu_allocator"] = cpu_allocator_in_use()
     quality = [f"AUC {'undefined' if metrics['auc'] is None else metrics['auc']}"] + [
         f"{k} {metrics[k]}" for k in ("gauc", "logloss", "oracle_auc", "bad_rows") if metrics.get(k) is not None]
     print(f"{', '.join(quality)}; {metrics['examples_per_sec'] or 0:.0f} examples/s (steady), "
@@ -43,6 +46,7 @@ def _train(args):
 def _export(args):
     from tfps.config import load_config
     cfg = load_config(args.config, args.set)
+    use_cpu_allocator(cfg)
     if cfg.model_dir is None:
         from tfps.config import ConfigError
         raise ConfigError("export needs model_dir (--set model_dir=DIR) holding a trained checkpoint")
@@ -121,6 +125,7 @@ def _launch(args):
     overrides = (list(args.set) + ([f"cluster.protocol={args.protocol}"] if args.protocol else [])
                  + (["cluster.netns=true"] if args.netns else []))
     cfg = load_config(args.config, overrides)   # fail here, before starting any process
+    use_cpu_allocator(cfg)   # (each task reads the config again and sets it too)
     check_model_dir(cfg.model_dir)
     from tfps.cluster.tf_config import check_protocol
     check_protocol(cfg.cluster.protocol)
@@ -214,15 +219,35 @@ def single_threaded_blas():
     return threadpool_limits(limits=1, user_api="blas")   # restore_original_limits() undoes it
 
 
-def keep_freed_tensor_memory():
-    """TensorFlow's CPU tensors from its BFC allocator, which keeps freed memory for the next
-    step, instead of malloc. On TF 2.21 malloc handed a step's freed buffers back to the kernel:
-    the chief of `make demo` took ~1,700-2,000 page faults a step (2.15: 1) and 22 ms of CPU a
-    step against 14 with BFC (docs/cluster.md). TensorFlow reads it when it makes its first CPU
-    device (a session, or a PS's tf.distribute.Server), so it is set before that, in the
-    environment that launched tasks inherit. An explicit TF_CPU_ALLOCATOR_USE_BFC=false wins.
-    `serve` keeps malloc: its memory over version swaps was measured on it."""
-    os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+_BFC_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
+
+
+def use_cpu_allocator(cfg):
+    """train.cpu_allocator for this process and the tasks it starts: TensorFlow's switch
+    TF_CPU_ALLOCATOR_USE_BFC, which it reads when it makes its first CPU device (a session, or a
+    PS's tf.distribute.Server), so this runs right after the config is read. BFC keeps freed
+    memory for the next step; with malloc, TF 2.21 handed each step's freed buffers back to the
+    kernel: the chief of `make demo` took ~1,700-2,000 page faults a step (2.15: 1) and 17-22 ms
+    of CPU a step against 12-14 with BFC (docs/cluster.md). The config wins over a different
+    value in the environment, and says so. `serve` (no job config) keeps malloc: its memory over
+    version swaps was measured on it."""
+    want = "true" if cfg.train.cpu_allocator == "bfc" else "false"
+    had = os.environ.get(_BFC_VARIABLE)
+    if had is not None and had.lower() != want:
+        print(f"tfps: train.cpu_allocator={cfg.train.cpu_allocator} overrides {_BFC_VARIABLE}={had} from the "
+              f"environment", file=sys.stderr)
+    os.environ[_BFC_VARIABLE] = want
+
+
+def cpu_allocator_in_use():
+    """The allocator TensorFlow gives this process's CPU tensors, as it reports it: "bfc" when its
+    CPU device has memory statistics (only the BFC allocator keeps them), else "malloc"."""
+    import tensorflow as tf
+    try:
+        tf.config.experimental.get_memory_info("CPU:0")
+    except ValueError:
+        return "malloc"
+    return "bfc"
 
 
 def main(argv=None):
@@ -306,8 +331,6 @@ def main(argv=None):
                      "seconds (exit code 1 when some were still running and were cut)")
     srv.set_defaults(fn=_serve)
     args = parser.parse_args(argv)
-    if args.command != "serve":
-        keep_freed_tensor_memory()
     from tfps.cluster.tf_config import ClusterConfigError
     from tfps.config import ConfigError
     from tfps.state.lease import LeaseHeld

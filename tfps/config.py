@@ -132,6 +132,7 @@ class FtrlConfig:
 
 
 OPTIMIZERS = ("sgd", "adagrad", "adam", "ftrl")
+CPU_ALLOCATORS = ("bfc", "malloc")
 
 
 @dataclasses.dataclass
@@ -150,6 +151,9 @@ class TrainConfig:
     delta_every_secs: Optional[float] = None   # incremental table checkpoints between full ones
     evict_every_steps: Optional[int] = None    # run the tables' eviction rules this often
     seed: Optional[int] = 1              # graph-level seed of the dense variables' initializers (null: random)
+    cpu_allocator: str = "bfc"           # bfc | malloc: TensorFlow's allocator of CPU tensors in every tfps process
+                                         # of the job (TF_CPU_ALLOCATOR_USE_BFC); malloc cost TF 2.21 ~1,800 page
+                                         # faults and 5-8 ms of the chief's CPU a step (docs/cluster.md)
 
 
 @dataclasses.dataclass
@@ -361,6 +365,8 @@ def validate(cfg):
          "data.features: length must be > 0 and names, if given, one per value"),
         (cfg.train.optimizer in OPTIMIZERS, f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, "
                                             f"got {cfg.train.optimizer!r}"),
+        (cfg.train.cpu_allocator in CPU_ALLOCATORS, f"train.cpu_allocator must be one of "
+                                                    f"{', '.join(CPU_ALLOCATORS)}, got {cfg.train.cpu_allocator!r}"),
         (not w & (w - 1), f"model.admit_sketch_width must be a power of two in [2^12, 2^26], got {w}"),
         (cfg.model.eviction.cap_policy in ("lfu", "lru"), "model.eviction.cap_policy must be lfu or lru"),
         (not cfg.train.evict_every_steps or cfg.model.eviction.any,

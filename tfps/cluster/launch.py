@@ -403,5 +403,5 @@ def _json_line(task):
 
 def _summary(task):
     metrics = _json_line(task)
-    keep = ("local_steps", "task_examples_per_sec", "global_step", "auc", "loss")
+    keep = ("local_steps", "task_examples_per_sec", "global_step", "auc", "loss", "cpu_allocator")
     return {k: metrics[k] for k in keep if k in metrics} or {"state": task.state}
