@@ -136,7 +136,8 @@ def test_cluster_spec_uses_distinct_free_ports():
     # Below the kernel's ephemeral range: no outgoing connection can take one before its task binds it.
     with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
         start = int(f.read().split()[0])
-    assert all(int(a.rsplit(":", 1)[1]) < start for a in addresses), (addresses, start)
+    if start - 10000 >= 64 * 5:   # (else free_ports takes the kernel's choice)
+        assert all(int(a.rsplit(":", 1)[1]) < start for a in addresses), (addresses, start)
 
 
 def _launch(tmp_path, sets, *extra, forker=None):
@@ -197,7 +198,8 @@ def _table_rows(checkpoint):
 def test_killed_ps_and_worker_are_restarted_and_every_restored_key_survives(tmp_path, forker):
     # A large vocabulary, so that many restored rows are rare ids that training does not touch again.
     # Forked tasks (cluster.fork_tasks, the default): their restarts are forks too. The worker is
-    # killed past step 600 (measured: 603), 800 steps before the end.
+    # killed once a checkpoint 400 steps past the restored one exists (measured: at step 603,
+    # about 800 steps before the end; on a loaded machine the first checkpoint seen may be later).
     job = _launch(tmp_path, ["train.steps=1400", "train.save_checkpoints_steps=200", "train.keep_checkpoint_max=100",
                              "data.vocab_max=100000"], "--max-restarts", "2", forker=forker)
     try:

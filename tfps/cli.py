@@ -321,8 +321,8 @@ def main(argv=None):
     srv.add_argument("--num_versions", type=int, default=1, help="newest versions kept loaded")
     srv.add_argument("--max_request_bytes", type=int, default=64 << 20, help="largest request accepted")
     srv.add_argument("--tensorflow_session_parallelism", type=int, default=0,
-                     help="threads of each model's TensorFlow session, inter- and intra-op (0: each request "
-                          "runs in the gRPC thread that took it, its kernels on one thread)")
+                     help="TensorFlow's inter- and intra-op threads for the models' sessions (0: each run in "
+                          "the thread that calls it, its kernels on one thread)")
     srv.add_argument("--grpc_threads", type=int, default=None,
                      help="gRPC handler threads (default 16; with batching max_batch_size + 8 within [16, 256], so "
                           "that a batch can fill while the next gathers)")

@@ -67,9 +67,11 @@ def free_ports(n, host="127.0.0.1", rng=None):
     kernel's ephemeral range when it leaves room: a port from that range can be taken by any
     process's outgoing connection between this pick and the task's own bind (seen in the suite:
     'Address already in use'). ValueError naming the host when it cannot be bound here."""
+    if n <= 0:
+        return []
     start = _ephemeral_start()
     if start is None or start - _LOWEST_PORT < 64 * n:
-        candidates = iter(lambda: 0, None)   # no room: the kernel's choice
+        candidates = [0] * (64 * n)   # no room: the kernel's choice (a bounded number of tries)
     else:
         candidates = iter((rng or random.Random()).sample(range(_LOWEST_PORT, start), start - _LOWEST_PORT))
     ports = []
@@ -88,7 +90,7 @@ def free_ports(n, host="127.0.0.1", rng=None):
             s.close()
         if len(ports) == n:
             return ports
-    raise ValueError(f"launch: no {n} free ports on {host!r} below {start}")
+    raise ValueError(f"launch: no {n} distinct free ports on {host!r}" + (f" below {start}" if start else ""))
 
 
 def cluster_spec(num_ps, num_workers, host="127.0.0.1"):

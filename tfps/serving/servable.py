@@ -112,11 +112,14 @@ def read_export_manifest(path):
 
 def session_config(threads):
     """The ConfigProto of a served version's session. threads > 0 (--tensorflow_session_parallelism):
-    TensorFlow's inter-op and intra-op pools of that many threads each. 0 (the default): each
-    request's graph runs in the gRPC thread that took it (inter-op -1), its kernels on one thread,
-    with no pool thread spinning for work: the requests in flight are the parallelism. A batch-1
-    Predict on the demo model took 1,050-1,160 us of server CPU with TensorFlow's own pools
-    (their hand-offs and spinning) and 640-700 us so (benchmarks/bench_serving.py, docs/benchmarks.md)."""
+    TensorFlow's inter-op and intra-op pools of that many threads. 0 (the default): each run
+    executes in the thread that calls it (inter-op -1: the gRPC or REST handler, or a batch
+    thread), its kernels on one thread, with no pool thread spinning for work: the requests in
+    flight are the parallelism (a large single request runs on one core; N > 0 for those). A
+    batch-1 Predict on the demo model took 1,050-1,160 us of server CPU with TensorFlow's pools
+    (their hand-offs and spinning) and 640-700 us so, in a probe (docs/serving.md). TensorFlow
+    sizes its pools once per process, at the first session: the intra-op and spinning settings
+    hold in `tfps serve`, not in a process that made a session before."""
     if threads > 0:
         return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=-1)
@@ -194,8 +197,13 @@ class Servable:
         it calls Session.run, which re-resolves the feeds and fetches and re-checks the graph on
         every call (6% of the server's CPU a request, measured). Its arguments: arrays of the
         feeds' dtypes, in the feeds' order."""
-        options = config_pb2.CallableOptions(feed=feeds, fetch=fetches)
-        return self.session._make_callable_from_options(options)   # noqa: SLF001 -- the C API's callable
+        unique = list(dict.fromkeys(feeds))   # two aliases of one tensor: fed once (as feed_dict did)
+        options = config_pb2.CallableOptions(feed=unique, fetch=fetches)
+        run = self.session._make_callable_from_options(options)   # noqa: SLF001 -- the C API's callable
+        if len(unique) == len(feeds):
+            return run
+        first = [feeds.index(name) for name in unique]
+        return lambda *values: run(*[values[i] for i in first])
 
     # -- requests vs table updates ---------------------------------------------------------------
     @contextlib.contextmanager
