@@ -49,11 +49,10 @@ def tfps(*args, timeout=1800):
 
 
 def free_port():
-    """A port free now on loopback (`tfps serve --rest_api_port 0` means no REST, as in TF Serving)."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now on loopback, below the ephemeral range (`tfps serve --rest_api_port 0`
+    means no REST, as in TF Serving)."""
+    from tfps.cluster.launch import free_ports
+    return free_ports(1)[0]
 
 
 class Server:
