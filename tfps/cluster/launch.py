@@ -62,18 +62,18 @@ def _ephemeral_start():
         return None
 
 
-def free_ports(n, host="127.0.0.1", rng=None):
+def free_ports(n, host="127.0.0.1"):
     """n distinct ports free on host right now (bound then released). They come from below the
     kernel's ephemeral range when it leaves room: a port from that range can be taken by any
     process's outgoing connection between this pick and the task's own bind (seen in the suite:
-    'Address already in use'). ValueError naming the host when it cannot be bound here."""
+    'Address already in use'). At most 64 tries a port. ValueError naming the host when it cannot
+    be bound here."""
     if n <= 0:
         return []
     start = _ephemeral_start()
-    if start is None or start - _LOWEST_PORT < 64 * n:
-        candidates = [0] * (64 * n)   # no room: the kernel's choice (a bounded number of tries)
-    else:
-        candidates = iter((rng or random.Random()).sample(range(_LOWEST_PORT, start), start - _LOWEST_PORT))
+    room = start is not None and start - _LOWEST_PORT >= 64 * n
+    # random ports below the range (a repeat is skipped), else the kernel's choice
+    candidates = [random.randrange(_LOWEST_PORT, start) if room else 0 for _ in range(64 * n)]
     ports = []
     for port in candidates:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -90,7 +90,7 @@ def free_ports(n, host="127.0.0.1", rng=None):
             s.close()
         if len(ports) == n:
             return ports
-    raise ValueError(f"launch: no {n} distinct free ports on {host!r}" + (f" below {start}" if start else ""))
+    raise ValueError(f"launch: no {n} distinct free ports on {host!r}" + (f" below {start}" if room else ""))
 
 
 def cluster_spec(num_ps, num_workers, host="127.0.0.1"):
