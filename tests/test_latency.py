@@ -106,7 +106,9 @@ def test_launch_puts_a_relay_between_the_trainers_and_every_ps(tmp_path):
                         [real.rsplit(":", 1)[0], int(real.rsplit(":", 1)[1])]))
                     break
                 except ConnectionRefusedError:
-                    assert time.time() < deadline
+                    log = (tmp_path / "latency_relay.log").read_text()
+                    assert relay.poll() is None, f"the relay exited {relay.returncode}: {log}"
+                    assert time.time() < deadline, f"the relay did not listen within 30 s: {log!r}"
                     time.sleep(0.2)
             assert 0.004 - 1e-4 <= added < 0.004 + 0.003
         assert _latency_relays(spec, 0.0, "127.0.0.1", str(tmp_path)) == (spec, None)

@@ -37,6 +37,11 @@ import signal
 import subprocess
 import sys
 
+# The C library, opened here once: a forked child calling it before its exec (preexec_fn) must not
+# dlopen, whose loader lock another thread of the parent (a C++ unwinder, gRPC) may have held at
+# the fork, leaving the child hung before its exec.
+LIBC = ctypes.CDLL(None, use_errno=True)
+
 NETNS_DIR = "/run/netns"
 SUBNET = ipaddress.ip_network("10.26.0.0/16")   # inside the namespaces only; the host never sees it
 PORT = 2222                                      # every host has an address of its own: one port for all
@@ -166,8 +171,7 @@ def sweep():
 def enter(fd):
     """Moves the calling thread into the network namespace open at `fd` (a forked child, a
     subprocess's preexec_fn, or one thread: sockets it makes then live there)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.setns(fd, _CLONE_NEWNET) != 0:
+    if LIBC.setns(fd, _CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"setns into a network namespace: {os.strerror(err)}")
 

@@ -1,7 +1,6 @@
 """A task's process for `tfps launch`: started exec'd (subprocess.Popen) or forked (fork_task),
 dying with the launcher (prctl PR_SET_PDEATHSIG) and, with emulated hosts, in its own network
 namespace; reaped with os.wait4, so that the launcher gets each run's rusage (Child.on_exit)."""
-import ctypes
 import os
 import signal
 import subprocess
@@ -10,7 +9,7 @@ import time
 import traceback
 import warnings
 
-from tfps.cluster.netns import enter as enter_netns
+from tfps.cluster.netns import LIBC, enter as enter_netns
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
@@ -24,7 +23,7 @@ def die_with_parent(parent, netns_fd=None):
         return None
 
     def set_up():
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
             os._exit(1)
         if netns_fd is not None:
@@ -101,7 +100,7 @@ def fork_task(task_main, argv, env, log, parent, name, signals, netns_fd=None, c
         set_up = die_with_parent(parent)
         if set_up is not None:
             set_up()
-            ctypes.CDLL(None).prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+            LIBC.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
         os.environ.clear()
         os.environ.update(env)
         sys.argv = ["tfps"] + list(argv)
