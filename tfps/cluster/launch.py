@@ -38,13 +38,12 @@ import random
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 
 from tfps.cluster import netns as netns_lib
 from tfps.cluster.cost import Meter, cost
-from tfps.cluster.process import Child, die_with_parent, fork_task
+from tfps.cluster.process import Child, exec_argv, fork_task
 
 GRACE_SECS = 120.0   # after the chief exits, how long the other workers and the evaluator may run on
 CONFIG_ERROR_EXIT = 2   # `tfps train`'s exit code for a bad config or a checkpoint that does not fit
@@ -144,8 +143,9 @@ class _Task:
                                   f"tfps-{self.name}", self._signals, netns_fd=netns_fd,
                                   close_fds=self._network.private_fds if self._network else ())
         else:
-            popen = subprocess.Popen([sys.executable, "-m", "tfps.cli", *self._argv], env=self._env, stdout=self._log,
-                                     stderr=subprocess.STDOUT, preexec_fn=die_with_parent(os.getpid(), netns_fd))
+            netns_path = os.path.join(netns_lib.NETNS_DIR, self._network.netns_of(self.name)) if self._network else None
+            popen = subprocess.Popen(exec_argv(os.getpid(), "tfps.cli", self._argv, netns_path), env=self._env,
+                                     stdout=self._log, stderr=subprocess.STDOUT)
             self.proc = Child(popen.pid, popen)
         if self._meter is not None:
             self.proc.on_exit = lambda rusage, name=self.name: self._meter.exited(name, rusage)
@@ -183,9 +183,9 @@ def _latency_relays(spec, latency_ms, host, log_dir, network=None):
         ports = free_ports(len(spec["ps"]), host)
     routes = [f"{port}={address}" for port, address in zip(ports, spec["ps"])]
     log = open(os.path.join(log_dir, "latency_relay.log"), "w")
-    relay = subprocess.Popen([sys.executable, "-m", "tfps.cluster.latency", "--delay-ms", str(latency_ms),
-                              "--host", host] + routes, stdout=log, stderr=subprocess.STDOUT,
-                             preexec_fn=die_with_parent(os.getpid(), network.fd("relay") if network else None))
+    netns_path = os.path.join(netns_lib.NETNS_DIR, network.netns_of("relay")) if network else None
+    relay = subprocess.Popen(exec_argv(os.getpid(), "tfps.cluster.latency", ["--delay-ms", str(latency_ms),
+                                       "--host", host, *routes], netns_path), stdout=log, stderr=subprocess.STDOUT)
     return dict(spec, ps=[f"{host}:{port}" for port in ports]), Child(relay.pid, relay)
 
 

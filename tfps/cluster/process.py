@@ -1,7 +1,9 @@
 """A task's process for `tfps launch`: started exec'd (subprocess.Popen) or forked (fork_task),
 dying with the launcher (prctl PR_SET_PDEATHSIG) and, with emulated hosts, in its own network
 namespace; reaped with os.wait4, so that the launcher gets each run's rusage (Child.on_exit)."""
+import argparse
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -29,6 +31,34 @@ def die_with_parent(parent, netns_fd=None):
         if netns_fd is not None:
             enter_netns(netns_fd)
     return set_up
+
+
+def exec_argv(parent, module, args, netns_path=None):
+    """The command line of an exec'd task: `python -m <module> <args>`, started through this
+    module's main(), which makes it die with `parent` and, with netns_path, moves it into that
+    network namespace before the module runs. No preexec_fn: a fork of the launcher that runs
+    Python (or the C library's fork handlers) before its exec can hang when the launcher has
+    threads (gRPC's, TensorFlow's); without one, subprocess execs from vfork."""
+    return ([sys.executable, "-m", "tfps.cluster.process", "--parent", str(parent)]
+            + (["--netns", netns_path] if netns_path else []) + ["--", module, *args])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="runs a module of tfps as a task of a launcher (exec_argv)")
+    parser.add_argument("--parent", type=int, required=True, help="the launcher's pid: SIGKILL when it dies")
+    parser.add_argument("--netns", help="the network namespace (a file under /run/netns) to run in")
+    parser.add_argument("module")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    set_up = die_with_parent(args.parent)   # (exits 1 when the launcher is already gone)
+    if set_up is not None:
+        set_up()
+    if args.netns:
+        fd = os.open(args.netns, os.O_RDONLY | os.O_CLOEXEC)
+        enter_netns(fd)   # one thread here: every thread and socket of the task is in it
+        os.close(fd)
+    sys.argv = [args.module, *args.args]
+    runpy.run_module(args.module, run_name="__main__", alter_sys=True)
 
 
 class Child:
@@ -118,3 +148,7 @@ def fork_task(task_main, argv, env, log, parent, name, signals, netns_fd=None, c
             except Exception:  # noqa: BLE001 -- exiting either way
                 pass
         os._exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()
