@@ -13,6 +13,17 @@ from tfps.embedding.saveable import TableSaveable
 from tfps.ops import embedding_table as table_ops
 
 
+
+def _check_shape(tensor, want, message):
+    """An op failing with InvalidArgumentError (message, the shape got, the shape wanted) unless
+    tensor's shape is `want` (int64 [rank]). One Assert op over strings: tf.debugging.assert_equal
+    builds a cond and its branches' functions in a graph (about 50 ms of graph building each, four
+    per table in every graph that restores one)."""
+    def text(shape):
+        return tf.strings.reduce_join(tf.strings.as_string(shape), separator=",")
+    got, wanted = text(tf.shape(tensor, out_type=tf.int64)), text(want)
+    return tf.debugging.Assert(tf.equal(got, wanted), [message, "got shape", got, "wanted", wanted])
+
 class _ResourceCollectionWarningFilter(logging.Filter):
     """Drops MetaGraph export's warning about the RESOURCES collection.
 
@@ -176,16 +187,12 @@ class EmbeddingVariable:
             what = f"restore of table {self.name!r} (dim {self.dim})"
             checks = [
                 tf.debugging.assert_rank(keys, 1, message=f"{what}: keys must be a vector"),
-                tf.debugging.assert_equal(tf.shape(values, out_type=tf.int64), tf.stack([n, self.dim]),
-                                          message=f"{what}: values must be [rows, {self.dim}]; a table of "
-                                                  f"another dim does not restore into this one"),
-                tf.debugging.assert_equal(tf.shape(slots, out_type=tf.int64),
-                                          tf.stack([n, self.dim * tf.size(slot_init, out_type=tf.int64)]),
-                                          message=f"{what}: slots must be [rows, slots * dim]"),
-                tf.debugging.assert_equal(tf.shape(freq, out_type=tf.int64), tf.reshape(n, [1]),
-                                          message=f"{what}: freq must have one entry per key"),
-                tf.debugging.assert_equal(tf.shape(last_step, out_type=tf.int64), tf.reshape(n, [1]),
-                                          message=f"{what}: last_step must have one entry per key"),
+                _check_shape(values, tf.stack([n, self.dim]), f"{what}: values must be [rows, {self.dim}]; a table "
+                                                               f"of another dim does not restore into this one"),
+                _check_shape(slots, tf.stack([n, self.dim * tf.size(slot_init, out_type=tf.int64)]),
+                             f"{what}: slots must be [rows, slots * dim]"),
+                _check_shape(freq, tf.reshape(n, [1]), f"{what}: freq must have one entry per key"),
+                _check_shape(last_step, tf.reshape(n, [1]), f"{what}: last_step must have one entry per key"),
             ]
             with tf.control_dependencies(checks):
                 keys = tf.identity(keys)
