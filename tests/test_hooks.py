@@ -107,3 +107,63 @@ def test_the_runners_estimators_save_through_it(tmp_path, monkeypatch):
     assert len(used) == 1
     assert _saved_steps(str(tmp_path)) == [0, 5, 10, 12]
     assert sum(reads) == 2          # at 5 and 10: a tfps train op increments after the fetched read
+
+
+def _graph_events(paths):
+    return sum(bool(e.graph_def or e.meta_graph_def) for p in paths for e in tf.compat.v1.train.summary_iterator(str(p)))
+
+
+def _start(model_dir, extra=None, **kwargs):
+    """One session start under tfps's saver hook over a small graph (`extra`: one more variable)."""
+    with tf.Graph().as_default():
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        tf.compat.v1.get_variable("w", [3])
+        if extra:
+            tf.compat.v1.get_variable(extra, [2])
+        step = tf.compat.v1.assign_add(gs, 1)
+        hook = CheckpointSaverHook(model_dir, save_steps=100, **kwargs)
+        with tf.compat.v1.train.SingularMonitoredSession(hooks=[hook], checkpoint_dir=model_dir) as s:
+            s.run(step)
+    tf.compat.v1.summary.FileWriterCache.clear()
+
+
+def test_the_graph_is_written_at_the_first_start_and_with_save_graph_def_only(tmp_path):
+    """Oracle: graph.pbtxt parsed back holds the graph's variables; the events read back hold it
+    (for TensorBoard) with or without the text."""
+    from google.protobuf import text_format
+    _start(str(tmp_path))
+    nodes = {n.name for n in text_format.Parse((tmp_path / "graph.pbtxt").read_text(), tf.compat.v1.GraphDef()).node}
+    assert {"w", "global_step"} <= nodes
+    assert _saved_steps(str(tmp_path)) == [0, 1]   # the start saves the step it starts at, as TF's
+    assert _graph_events(tmp_path.glob("events.out.tfevents.*")) > 0
+    other = tmp_path / "no_text"
+    _start(str(other), save_graph_def=False)
+    assert not (other / "graph.pbtxt").exists() and _graph_events(other.glob("events.out.tfevents.*")) > 0
+
+
+@pytest.mark.slow
+def test_a_restarted_trainer_does_not_write_its_graph_again(tmp_path, forker):
+    """Three `tfps train` runs on one model_dir (each a fresh process, as a restart is): the second
+    leaves graph.pbtxt as the first wrote it (TF's hook rewrote it, ~1 CPU-s a start); with
+    graph.pbtxt removed, the third writes it again, the same text. Every run's events hold the
+    graph (TensorBoard's)."""
+    import os
+    pbtxt = tmp_path / "graph.pbtxt"
+    args = ["train", "--config", "configs/demo.yaml", "--set", "train.batch_size=16", "--set", "eval.examples=16",
+            "--set", "model.hidden_units=[4]", "--set", f"model_dir={tmp_path}"]
+    first = None
+    for steps, rewritten in ((1, True), (2, False), (3, True)):
+        before = pbtxt.stat().st_mtime_ns if pbtxt.exists() else None
+        seen = {p: len(list(tf.compat.v1.train.summary_iterator(str(p)))) for p in tmp_path.glob("events.out.tfevents.*")}
+        out = forker.run(args + ["--set", f"train.steps={steps}"], tmp_path.parent / f"{tmp_path.name}.{steps}",
+                         timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert (pbtxt.stat().st_mtime_ns != before) == rewritten, steps
+        first = first or pbtxt.read_text()
+        assert pbtxt.read_text() == first
+        # the events this run wrote (a writer of the same second as the last appends to its file)
+        graphs = sum(bool(e.graph_def) for p in tmp_path.glob("events.out.tfevents.*")
+                     for e in list(tf.compat.v1.train.summary_iterator(str(p)))[seen.get(p, 0):])
+        assert graphs > 0, steps
+        if steps == 2:
+            os.unlink(pbtxt)

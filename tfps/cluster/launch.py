@@ -24,7 +24,8 @@ for SIGKILL when its parent dies (prctl PR_SET_PDEATHSIG).
 
 With `netns`, every task is an emulated host (tfps.cluster.netns): a network namespace of its
 own with its own address on one bridge, its link optionally shaped with tbf; a forked task
-moves itself into its namespace, an exec'd one does before the exec. The namespaces go with the
+moves itself into its namespace, an exec'd one (tfps.cluster.process) right after the exec, before
+the module it runs is imported. The namespaces go with the
 launcher, kill -9 included (their keeper process removes them when the launcher's pipe closes).
 
 The final JSON's `cost` gives, per task, CPU seconds per 1,000 examples over the chief's steady

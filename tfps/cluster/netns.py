@@ -170,7 +170,7 @@ def sweep():
 
 def enter(fd):
     """Moves the calling thread into the network namespace open at `fd` (a forked child, a
-    subprocess's preexec_fn, or one thread: sockets it makes then live there)."""
+    process right after its exec, or one thread: sockets it makes then live there)."""
     if LIBC.setns(fd, _CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"setns into a network namespace: {os.strerror(err)}")
@@ -197,7 +197,7 @@ class Network:
 
         net = Network.start(os.getpid(), ["ps0", "chief0"], bandwidth_gbit=1.0, log=open(...))
         net.addresses["ps0"]           # '10.26.0.1'
-        net.preexec("ps0")             # for a child: into ps0's namespace
+        net.fd("ps0")                  # ps0's namespace, for enter() in a forked child
         net.counters()                 # {"ps0": {"bytes_sent", "bytes_received", "packets_sent", ...}}
         net.close()                    # removed (also when this process is killed: the keeper's pipe closes)
     """
@@ -237,11 +237,6 @@ class Network:
 
     def fd(self, host):
         return self._fds[host]
-
-    def preexec(self, host):
-        """A function that moves the calling (child) process into host's namespace."""
-        fd = self._fds[host]
-        return lambda: enter(fd)
 
     def netns_of(self, host):
         return netns_name(self.owner, host)

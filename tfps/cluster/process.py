@@ -17,10 +17,10 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 
 
-def die_with_parent(parent, netns_fd=None):
-    """preexec_fn of a task: SIGKILL when the launcher dies (checked once more, in case it died
-    before the request was in place), and with netns_fd, into that network namespace. Linux only
-    (prctl); elsewhere, None."""
+def die_with_parent(parent):
+    """A function that asks the kernel to SIGKILL the calling process when the launcher `parent`
+    dies (and exits 1 at once if it is already gone, in case it died before the request was in
+    place), for a forked task or main() below. Linux only (prctl); elsewhere, None."""
     if not sys.platform.startswith("linux"):
         return None
 
@@ -28,8 +28,6 @@ def die_with_parent(parent, netns_fd=None):
         LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:
             os._exit(1)
-        if netns_fd is not None:
-            enter_netns(netns_fd)
     return set_up
 
 

@@ -13,7 +13,6 @@ from tfps.embedding.saveable import TableSaveable
 from tfps.ops import embedding_table as table_ops
 
 
-
 def _check_shape(tensor, want, message):
     """An op failing with InvalidArgumentError (message, the shape got, the shape wanted) unless
     tensor's shape is `want` (int64 [rank]). One Assert op over strings: tf.debugging.assert_equal
@@ -23,6 +22,7 @@ def _check_shape(tensor, want, message):
         return tf.strings.reduce_join(tf.strings.as_string(shape), separator=",")
     got, wanted = text(tf.shape(tensor, out_type=tf.int64)), text(want)
     return tf.debugging.Assert(tf.equal(got, wanted), [message, "got shape", got, "wanted", wanted])
+
 
 class _ResourceCollectionWarningFilter(logging.Filter):
     """Drops MetaGraph export's warning about the RESOURCES collection.

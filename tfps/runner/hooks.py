@@ -4,7 +4,6 @@ import os
 import time
 
 import tensorflow as tf
-from tensorflow.python.framework import meta_graph
 
 from tfps.models.common import EVAL_EXAMPLES_COLLECTION, LOSS_COLLECTION, TRAIN_EXAMPLES_COLLECTION
 
@@ -42,22 +41,25 @@ class CheckpointSaverHook(tf.compat.v1.train.CheckpointSaverHook):
         """As TF's (the graph as graph.pbtxt and in the events for TensorBoard, then a save of
         the step the session starts at), except that the graph is written only when it is not
         the one written last (its digest in graph.sha256): a text dump of a model's graph costs
-        about a second of CPU, on every start and restart of a trainer."""
+        about a second of CPU, on every start and restart of a trainer. (The events get the graph
+        at every start anyway: the summary writer adds it when it opens a new events file.)"""
         global_step = session.run(self._global_step_tensor)
         graph = tf.compat.v1.get_default_graph()
         graph_def = graph.as_graph_def(add_shapes=True)
         digest = hashlib.sha256(graph_def.SerializeToString(deterministic=True)).hexdigest()
         digest_path = os.path.join(self._checkpoint_dir, "graph.sha256")
-        if _read_text(digest_path) != digest or not tf.io.gfile.exists(
-                os.path.join(self._checkpoint_dir, "graph.pbtxt")):
+        text = os.path.join(self._checkpoint_dir, "graph.pbtxt")
+        if _read_text(digest_path) != digest or (self._save_graph_def and not tf.io.gfile.exists(text)):
             if self._save_graph_def:
                 tf.io.write_graph(graph_def, self._checkpoint_dir, "graph.pbtxt")
             saver = self._get_saver()
             self._summary_writer.add_graph(graph)
-            self._summary_writer.add_meta_graph(meta_graph.create_meta_graph_def(
-                graph_def=graph_def, saver_def=saver.saver_def if saver else None))
-            with tf.io.gfile.GFile(digest_path, "w") as f:
+            self._summary_writer.add_meta_graph(tf.compat.v1.train.export_meta_graph(
+                graph_def=graph_def, saver_def=saver.saver_def if saver else None, graph=graph))
+            self._summary_writer.flush()   # on disk before the digest says so (a kill -9 may come next)
+            with tf.io.gfile.GFile(digest_path + ".tmp", "w") as f:
                 f.write(digest)
+            tf.io.gfile.rename(digest_path + ".tmp", digest_path, overwrite=True)
         self._save(session, global_step)   # the state at global_step
         self._timer.update_last_triggered_step(global_step)
 
