@@ -150,11 +150,13 @@ def _launch(tmp_path, sets, *extra, forker=None):
         return forker.start(argv + [a for s in sets for a in ("--set", s)], f"{tmp_path}.launch.out",
                             f"{tmp_path}.launch.err")
     # SIGINT as in a terminal: a suite started in the background by a non-interactive shell
-    # (`cmd &`) would pass on SIGINT ignored, and Ctrl-C never reaches the launcher then.
-    return subprocess.Popen([sys.executable, "-m", "tfps.cli", "launch", "--config", "configs/demo.yaml", "--ps", "2",
-                             "--workers", "2", *extra] + [a for s in sets for a in ("--set", s)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # (`cmd &`) would pass on SIGINT ignored, and Ctrl-C never reaches the launcher then. GNU env
+    # resets it, not a preexec_fn: Python run between fork and exec in this threaded worker hung
+    # once (a clean-clone run: the launcher never started).
+    return subprocess.Popen(["env", "--default-signal=INT", sys.executable, "-m", "tfps.cli", "launch", "--config",
+                             "configs/demo.yaml", "--ps", "2", "--workers", "2", *extra]
+                            + [a for s in sets for a in ("--set", s)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _wait_for(predicate, what, timeout=120):
