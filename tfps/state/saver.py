@@ -1,5 +1,6 @@
 """StateSaver: the Saver of a model's whole state -- full checkpoints with a manifest, and a
 restore of the newest cut (the checkpoint and its delta chain) that checks everything first."""
+import contextlib
 import os
 
 import tensorflow as tf
@@ -63,17 +64,11 @@ class StateSaver(Saver):
                               if not manifests.internal(v)]
             if self._write_manifest:
                 self._var_list.append(_ManifestSaveable(manifests.manifest(description, "full")))
-        if whole:   # the saver of the whole model: it restores deltas too
-            tables = embedding_variables(graph)
+        if whole:   # the saver of the whole model: it restores deltas too (ops made when needed: _ops)
+            gs = tf.compat.v1.train.get_global_step(graph)
             with tf.compat.v1.name_scope("tfps_state_restore"):
-                prefix = tf.compat.v1.placeholder(tf.string, [], name="delta_prefix")
-                dense = manifests.dense_variables(graph)
-                gs = tf.compat.v1.train.get_global_step(graph)
                 self._state_ops = dict(
-                    description=description, tables=tables, prefix=prefix,
-                    apply_tables=deltas.apply_tables_op(tables, prefix), apply_dense=deltas.apply_dense_op(dense, prefix),
-                    uninitialized=tf.size(tf.compat.v1.report_uninitialized_variables()) + tf.size(
-                        resources.report_uninitialized_resources()),
+                    description=description, tables=embedding_variables(graph),
                     in_flight=tf.compat.v1.assign_add(gs, self._in_flight) if gs is not None and self._in_flight else None,
                     ready=self._ready.initializer if self._ready is not None else None)
         super().build()
@@ -84,7 +79,7 @@ class StateSaver(Saver):
                 self.build()
         chain, step = [], None
         ops = self._state_ops
-        if ops is not None and _remote(sess) and not sess.run(ops["uninitialized"]):
+        if ops is not None and _remote(sess) and not sess.run(self._uninitialized(sess.graph)):
             # A trainer of a cluster (the chief restarted) finds the model whole on the PS tasks:
             # that live state is newer than any cut, and the other trainers are training on it.
             self._print("the model on the PS tasks is whole: going on from it, not restoring "
@@ -104,11 +99,13 @@ class StateSaver(Saver):
             latest = tf.train.latest_checkpoint(model_dir)
             if latest is not None and os.path.abspath(latest) == os.path.abspath(save_path):
                 chain = deltas.delta_chain(model_dir, step, ops["tables"], ops["description"], self._exact)
+        if chain:
+            apply_tables, apply_dense, prefix_ = self._delta_ops(sess.graph)
         out = super().restore(sess, save_path)
         for _, prefix in chain:
-            sess.run(ops["apply_tables"], {ops["prefix"]: prefix})
-        if chain and ops["apply_dense"] is not None:
-            sess.run(ops["apply_dense"], {ops["prefix"]: chain[-1][1]})
+            sess.run(apply_tables, {prefix_: prefix})
+        if chain and apply_dense is not None:
+            sess.run(apply_dense, {prefix_: chain[-1][1]})
         if chain:
             self._print(f"restored the state at step {chain[-1][0]}: checkpoint {os.path.basename(save_path)} and "
                         f"{len(chain)} deltas {[s for s, _ in chain]}", flush=True)
@@ -121,6 +118,46 @@ class StateSaver(Saver):
             sess.run(ops["ready"])
         self.restored_step = chain[-1][0] if chain else step
         return out
+
+    # The ops below are made the first time a restore needs them (the graph extended even when a
+    # MonitoredSession finalized it: the session adds them on its next run, locally or on a
+    # cluster alike). A delta chain's apply ops -- a RestoreV2 and a cond per table, an assign
+    # per dense variable -- cost about 0.3 CPU-s of the demo's every graph, train or eval, and
+    # most restores have no chain to apply.
+
+    def _delta_ops(self, graph):
+        """(the tables' apply op, the dense state's (None without any), the prefix placeholder)."""
+        ops = self._state_ops
+        if "prefix" not in ops:
+            with _extended(graph), tf.compat.v1.name_scope("tfps_state_restore"):
+                prefix = tf.compat.v1.placeholder(tf.string, [], name="delta_prefix")
+                ops.update(prefix=prefix, apply_tables=deltas.apply_tables_op(ops["tables"], prefix),
+                           apply_dense=deltas.apply_dense_op(manifests.dense_variables(graph), prefix))
+        return ops["apply_tables"], ops["apply_dense"], ops["prefix"]
+
+    def _uninitialized(self, graph):
+        """The count of the model's variables and resources not initialized (on a cluster: on the PS tasks)."""
+        ops = self._state_ops
+        if "uninitialized" not in ops:
+            with _extended(graph), tf.compat.v1.name_scope("tfps_state_restore"):
+                ops["uninitialized"] = tf.size(tf.compat.v1.report_uninitialized_variables()) + tf.size(
+                    resources.report_uninitialized_resources())
+        return ops["uninitialized"]
+
+
+@contextlib.contextmanager
+def _extended(graph):
+    """`graph` as the default graph, open for new ops even when it was finalized (and finalized
+    again after)."""
+    finalized = graph.finalized
+    if finalized:
+        graph._unsafe_unfinalize()   # pylint: disable=protected-access -- TF's own way to extend a finalized graph
+    try:
+        with graph.as_default():
+            yield
+    finally:
+        if finalized:
+            graph.finalize()
 
 
 def _remote(sess):
