@@ -64,7 +64,7 @@ class StateSaver(Saver):
                               if not manifests.internal(v)]
             if self._write_manifest:
                 self._var_list.append(_ManifestSaveable(manifests.manifest(description, "full")))
-        if whole:   # the saver of the whole model: it restores deltas too (ops made when needed: _ops)
+        if whole:   # the saver of the whole model: it restores deltas too (_delta_ops, made when needed)
             gs = tf.compat.v1.train.get_global_step(graph)
             with tf.compat.v1.name_scope("tfps_state_restore"):
                 self._state_ops = dict(
@@ -99,14 +99,13 @@ class StateSaver(Saver):
             latest = tf.train.latest_checkpoint(model_dir)
             if latest is not None and os.path.abspath(latest) == os.path.abspath(save_path):
                 chain = deltas.delta_chain(model_dir, step, ops["tables"], ops["description"], self._exact)
-        if chain:
-            apply_tables, apply_dense, prefix_ = self._delta_ops(sess.graph)
+        apply_tables, apply_dense, placeholder = self._delta_ops(sess.graph) if chain else (None, None, None)
         out = super().restore(sess, save_path)
-        for _, prefix in chain:
-            sess.run(apply_tables, {prefix_: prefix})
-        if chain and apply_dense is not None:
-            sess.run(apply_dense, {prefix_: chain[-1][1]})
         if chain:
+            for _, prefix in chain:
+                sess.run(apply_tables, {placeholder: prefix})
+            if apply_dense is not None:
+                sess.run(apply_dense, {placeholder: chain[-1][1]})
             self._print(f"restored the state at step {chain[-1][0]}: checkpoint {os.path.basename(save_path)} and "
                         f"{len(chain)} deltas {[s for s, _ in chain]}", flush=True)
         if ops is not None and ops["in_flight"] is not None and _remote(sess):
@@ -119,17 +118,18 @@ class StateSaver(Saver):
         self.restored_step = chain[-1][0] if chain else step
         return out
 
-    # The ops below are made the first time a restore needs them (the graph extended even when a
-    # MonitoredSession finalized it: the session adds them on its next run, locally or on a
-    # cluster alike). A delta chain's apply ops -- a RestoreV2 and a cond per table, an assign
-    # per dense variable -- cost about 0.3 CPU-s of the demo's every graph, train or eval, and
-    # most restores have no chain to apply.
+    # The ops below are made the first time a restore needs them, in the tfps_state_restore scope
+    # build() opened (the graph extended even when a MonitoredSession finalized it: the session
+    # adds them on its next run, locally or on a cluster alike). A delta chain's apply ops -- a
+    # RestoreV2 and a cond per table, a RestoreV2 and an assign per dense variable -- and the
+    # check of a cluster's variables were about 0.3 CPU-s of the demo's every train or eval graph
+    # (StateSaver.build 0.8 -> 0.2 CPU-s over a train + eval run's two); most restores run neither.
 
     def _delta_ops(self, graph):
         """(the tables' apply op, the dense state's (None without any), the prefix placeholder)."""
         ops = self._state_ops
         if "prefix" not in ops:
-            with _extended(graph), tf.compat.v1.name_scope("tfps_state_restore"):
+            with _extended(graph), tf.compat.v1.name_scope("tfps_state_restore/"):
                 prefix = tf.compat.v1.placeholder(tf.string, [], name="delta_prefix")
                 ops.update(prefix=prefix, apply_tables=deltas.apply_tables_op(ops["tables"], prefix),
                            apply_dense=deltas.apply_dense_op(manifests.dense_variables(graph), prefix))
@@ -139,7 +139,7 @@ class StateSaver(Saver):
         """The count of the model's variables and resources not initialized (on a cluster: on the PS tasks)."""
         ops = self._state_ops
         if "uninitialized" not in ops:
-            with _extended(graph), tf.compat.v1.name_scope("tfps_state_restore"):
+            with _extended(graph), tf.compat.v1.name_scope("tfps_state_restore/"):
                 ops["uninitialized"] = tf.size(tf.compat.v1.report_uninitialized_variables()) + tf.size(
                     resources.report_uninitialized_resources())
         return ops["uninitialized"]
@@ -148,10 +148,17 @@ class StateSaver(Saver):
 @contextlib.contextmanager
 def _extended(graph):
     """`graph` as the default graph, open for new ops even when it was finalized (and finalized
-    again after)."""
+    again after).
+
+    TensorFlow's internal _unsafe_unfinalize warns that unfinalizing a graph a session uses may
+    lead to undefined behaviour. Here the session is the one being restored, and nothing else
+    touches the graph meanwhile: making an op holds the graph's mutation lock and a session run
+    (which extends the session by the new ops) the session's run lock, and the hooks and queue
+    runners that run the graph from other threads start only after the session is created,
+    after its restore. A graph the user finalized is open only for this."""
     finalized = graph.finalized
     if finalized:
-        graph._unsafe_unfinalize()   # pylint: disable=protected-access -- TF's own way to extend a finalized graph
+        graph._unsafe_unfinalize()   # pylint: disable=protected-access -- see above
     try:
         with graph.as_default():
             yield
