@@ -1,5 +1,7 @@
+import json
 import os
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -32,6 +34,39 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("estimator") is not None:
             item.add_marker(skip)
+
+
+def _cpu_seconds():
+    """CPU seconds of this process, of its children it reaped, and of its live children (with
+    what they reaped: the forker's runs, a launcher's tasks), from /proc."""
+    me, total = os.getpid(), 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()   # from the state on: ppid, ..., utime at 11
+        except OSError:
+            continue   # gone meanwhile
+        if int(entry) == me or int(fields[1]) == me:
+            total += sum(int(v) for v in fields[11:15])   # utime, stime, cutime, cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With TFPS_TEST_CPU=<file>, each test's CPU seconds (setup, call, teardown; its processes'
+    too) and wall seconds are appended to <file> as a JSON line: where the suite's CPU goes,
+    which --durations cannot say when the workers share the cores."""
+    path = os.environ.get("TFPS_TEST_CPU")
+    if not path:
+        yield
+        return
+    cpu, wall = _cpu_seconds(), time.time()
+    yield
+    with open(path, "a") as f:
+        f.write(json.dumps({"test": item.nodeid, "cpu_s": round(_cpu_seconds() - cpu, 2),
+                            "wall_s": round(time.time() - wall, 2)}) + "\n")
 
 
 def pytest_collection_finish(session):
