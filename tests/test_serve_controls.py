@@ -6,6 +6,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -238,6 +240,37 @@ def test_sigterm_cuts_what_runs_past_the_grace_and_exits_1(runner, tmp_path, for
     assert proc.returncode == 1, proc.errors()[-3000:]
     assert exited - term < 30   # the grace (1 s) and the exit, not the batch's 60 s
     assert outcome and outcome[0] != "ok", outcome
+
+
+_HANGING_STOP = """
+import sys, threading, time
+import tfps.serving.server
+tfps.serving.server.ModelServer.stop = lambda self, grace=5.0: threading.Event().wait()   # a stop that never ends
+from tfps.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_stop_that_never_ends_dumps_every_thread_and_exits_1(runner, tmp_path):
+    """If the drain itself hangs, the server does not: STOP_MARGIN_SECS past --grace_secs it
+    writes its threads' stacks to stderr and exits 1 (a new interpreter whose ModelServer.stop
+    never returns). Oracle: the exit code and the time it took against the stop's bound."""
+    from tfps.cli import STOP_MARGIN_SECS
+    proc = subprocess.Popen([sys.executable, "-c", _HANGING_STOP, "serve", "--port", "0", "--rest_api_port", "0",
+                             "--model_base_path", os.path.dirname(runner["exports"][20]), "--model_name", "demo",
+                             "--grace_secs", "0"], stdout=subprocess.PIPE, stderr=open(tmp_path / "err", "w"), text=True)
+    try:
+        assert json.loads(proc.stdout.readline())["grpc_port"] > 0
+        term = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        took = time.monotonic() - term
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, (tmp_path / "err").read_text()[-3000:]
+    assert STOP_MARGIN_SECS <= took < STOP_MARGIN_SECS + 30, took
 
 
 class _Doubling:

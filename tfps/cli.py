@@ -7,10 +7,13 @@
 The last line `tfps train` prints is one JSON object with the final metrics.
 """
 import argparse
+import faulthandler
 import json
 import os
 import re
 import sys
+
+STOP_MARGIN_SECS = 5.0   # tfps serve: how long past --grace_secs a stop may take before it is ended
 
 
 def _train(args):
@@ -186,6 +189,7 @@ def _serve(args):
     settle_memory()
     server.start()
     if done.is_set():   # stopped while the first versions loaded: never announce a ready server
+        _watch_the_stop(args.grace_secs)
         server.stop(args.grace_secs)
         return 0
     loaded = {name: sorted(store.loaded()) for name, store in server.models.stores.items()}
@@ -193,6 +197,7 @@ def _serve(args):
                       "rest_api_port": server.rest_api_port, "versions": loaded[server.store.name],
                       "models": loaded}), flush=True)
     done.wait()
+    _watch_the_stop(args.grace_secs)
     drained = server.stop(args.grace_secs)
     if server.batcher is not None and server.batcher.runs:
         print(f"tfps serve: batching ran {server.batcher.requests} requests in {server.batcher.runs} session runs "
@@ -203,6 +208,14 @@ def _serve(args):
         sys.stdout.flush()
         os._exit(1)   # now: an interpreter exit would wait for the threads still running them
     return 0
+
+
+def _watch_the_stop(grace_secs):
+    """A stop that never ends (a thread or a library that does not return, the interpreter's exit
+    waiting on a thread) must not leave a server that neither answers nor exits: STOP_MARGIN_SECS
+    past the grace, every thread's stack goes to stderr and the process exits 1 (faulthandler's
+    watchdog, a thread of its own that needs no interpreter lock)."""
+    faulthandler.dump_traceback_later(grace_secs + STOP_MARGIN_SECS, exit=True)
 
 
 def _op_error_line(message):
@@ -328,7 +341,8 @@ def main(argv=None):
                           "that a batch can fill while the next gathers)")
     srv.add_argument("--grace_secs", type=float, default=10.0, help="on SIGTERM or SIGINT: new requests are "
                      "refused (UNAVAILABLE / 503), those begun are answered, and the server exits within this many "
-                     "seconds (exit code 1 when some were still running and were cut)")
+                     "seconds (exit code 1 when some were still running and were cut; a stop still not done "
+                     f"{STOP_MARGIN_SECS:g} s past it writes every thread's stack to stderr and exits 1)")
     srv.set_defaults(fn=_serve)
     args = parser.parse_args(argv)
     from tfps.cluster.tf_config import ClusterConfigError
