@@ -1,7 +1,8 @@
 """tfps serve's controls: --host (the sockets listen where it says), SIGTERM drains under load
-(--grace_secs), and the batcher's stop (--model_config_file: test_serve_models.py). Oracles: each
-export loaded on its own (score_saved_model), the kernel's table of listening sockets
-(/proc/net/tcp), a connection that is refused, and every answer of a load run."""
+(--grace_secs), a stop that never ends is ended past it, and the batcher's stop
+(--model_config_file: test_serve_models.py). Oracles: each export loaded on its own
+(score_saved_model), the kernel's table of listening sockets (/proc/net/tcp), a connection that
+is refused, and every answer of a load run."""
 import json
 import os
 import signal
@@ -243,7 +244,7 @@ def test_sigterm_cuts_what_runs_past_the_grace_and_exits_1(runner, tmp_path, for
 
 
 _HANGING_STOP = """
-import sys, threading, time
+import sys, threading
 import tfps.serving.server
 tfps.serving.server.ModelServer.stop = lambda self, grace=5.0: threading.Event().wait()   # a stop that never ends
 from tfps.cli import main
@@ -256,9 +257,10 @@ def test_a_stop_that_never_ends_dumps_every_thread_and_exits_1(runner, tmp_path)
     writes its threads' stacks to stderr and exits 1 (a new interpreter whose ModelServer.stop
     never returns). Oracle: the exit code and the time it took against the stop's bound."""
     from tfps.cli import STOP_MARGIN_SECS
-    proc = subprocess.Popen([sys.executable, "-c", _HANGING_STOP, "serve", "--port", "0", "--rest_api_port", "0",
-                             "--model_base_path", os.path.dirname(runner["exports"][20]), "--model_name", "demo",
-                             "--grace_secs", "0"], stdout=subprocess.PIPE, stderr=open(tmp_path / "err", "w"), text=True)
+    with open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-c", _HANGING_STOP, "serve", "--port", "0", "--rest_api_port", "0",
+                                 "--model_base_path", os.path.dirname(runner["exports"][20]), "--model_name", "demo",
+                                 "--grace_secs", "0"], stdout=subprocess.PIPE, stderr=err, text=True)
     try:
         assert json.loads(proc.stdout.readline())["grpc_port"] > 0
         term = time.monotonic()
