@@ -37,7 +37,7 @@ def test_train_prints_final_json(tmp_path):
 
 def test_the_configs_cpu_allocator_wins_over_the_environment(tmp_path, forker):
     """train.cpu_allocator=malloc with TF_CPU_ALLOCATOR_USE_BFC=true in the environment: the run
-    uses malloc (oracle: TensorFlow keeps memory statistics for a BFC CPU allocator only)."""
+    uses malloc (oracle: the allocator TensorFlow names in a traced step's memory records)."""
     sets = ["train.steps=3", "train.batch_size=64", "eval.examples=256", "model.hidden_units=[8]",
             "train.cpu_allocator=malloc", f"model_dir={tmp_path / 'model'}"]
     out = forker.run(["train", "--config", "configs/demo.yaml", *[a for s in sets for a in ("--set", s)]],

@@ -253,14 +253,22 @@ def use_cpu_allocator(cfg):
 
 
 def cpu_allocator_in_use():
-    """The allocator TensorFlow gives this process's CPU tensors, as it reports it: "bfc" when its
-    CPU device has memory statistics (only the BFC allocator keeps them), else "malloc"."""
+    """The allocator TensorFlow gives this process's CPU tensors, as it names it in a traced step:
+    "bfc" for its BFC allocator (`bfc_cpu_allocator_for_gpu`), "malloc" for TensorFlow's default
+    (`cpu`, or `mklcpu` where oneDNN is on: a CPU with AVX512_VNNI or AMX, whose default allocator
+    serves large tensors from a pool of its own and keeps memory statistics too, so statistics do
+    not tell the two apart)."""
     import tensorflow as tf
-    try:
-        tf.config.experimental.get_memory_info("CPU:0")
-    except ValueError:
-        return "malloc"
-    return "bfc"
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None])
+        y = tf.concat([x, x], 0)
+    metadata = tf.compat.v1.RunMetadata()
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(y, {x: [0.0] * 1024}, run_metadata=metadata,
+                    options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
+    names = {m.allocator_name for d in metadata.step_stats.dev_stats for n in d.node_stats for m in n.memory}
+    return "bfc" if any(name.startswith("bfc") for name in names) else "malloc"
 
 
 def main(argv=None):
