@@ -16,7 +16,7 @@ LAYERS = [
     ("tfps.state",),
     ("tfps.train",),
     ("tfps.pipeline",),
-    ("tfps.data", "tfps.metrics", "tfps.config", "tfps.config_bounds"),
+    ("tfps.data", "tfps.metrics", "tfps.config", "tfps.config_bounds", "tfps.config_mapping"),
     ("tfps.models",),
     ("tfps.cluster",),
     ("tfps.runner",),
