@@ -10,7 +10,7 @@ import tensorflow as tf
 import yaml
 
 from tfps.data import criteo, movielens, sequences, tfrecord
-from tfps.data.sources import _files
+from tfps.data.file_source import files as _files
 
 BATCH = 4096
 

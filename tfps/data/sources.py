@@ -10,17 +10,17 @@
 Every source deals a trainer the same share of its stream of batches (tfps.data.schema.share):
 batches start + k, start + k + W, ... for trainer k of W.
 """
-import dataclasses
 import functools
-import os
 
 import numpy as np
 import tensorflow as tf
 
 from tfps.data import criteo, movielens, sequences, tfrecord
-from tfps.data.balance import balance_by_tokens
+from tfps.data.file_source import FileSource, has_text, split_of
+from tfps.data.file_source import files as _files
 from tfps.data.lines import TruncatedFileError, read_lines
-from tfps.data.schema import Schema, share
+from tfps.data.sequence_source import SequenceSource
+from tfps.data.schema import Schema
 from tfps.data.synthetic import SyntheticCriteo, auc
 
 EVAL_INDEX_BASE = 1 << 40  # synthetic eval batches never share a seed with training batches
@@ -90,53 +90,7 @@ def eval_set(gen, examples, batch_size):
     return {"dense": dense, "ids": ids}, labels, prob
 
 
-def _files(path, what):
-    """Sorted files of a directory (not hidden), a glob, or one file; ValueError naming path if none."""
-    if tf.io.gfile.isdir(path):
-        files = [os.path.join(path, f) for f in sorted(tf.io.gfile.listdir(path)) if not f.startswith(".")]
-        files = [f for f in files if not tf.io.gfile.isdir(f)]
-    else:
-        files = sorted(tf.io.gfile.glob(path))
-    if not files:
-        raise ValueError(f"{what}: no files at {path!r}")
-    return files
-
-
-def _has_text(path, skip_bad_rows):
-    """Whether a (plain or gzip) text file has a line that is not empty, reading no more than it
-    must. A gzip file that ends before one is TruncatedFileError (a ValueError naming the file),
-    or with skip_bad_rows a file without text."""
-    try:
-        return any(line.strip() for line in read_lines(path))
-    except TruncatedFileError:
-        if skip_bad_rows:
-            return False
-        raise
-
-
-class _FileSource:
-    def __init__(self, cfg):
-        self.cfg = cfg
-
-    def _limited(self, ds):
-        """The first eval.examples examples of the eval batches (all when it is null)."""
-        n = self.cfg.eval.examples
-        if n is None:
-            return ds
-
-        def step(seen, batch):
-            features, labels = batch
-            keep = tf.minimum(tf.maximum(n - seen, 0), tf.size(labels, out_type=tf.int64))
-            cut = {k: (v if k == "bad_rows" else v[:keep]) for k, v in features.items()}
-            return seen + keep, (seen, cut, labels[:keep])
-        limited = ds.scan(tf.constant(0, tf.int64), step).take_while(lambda seen, f, l: seen < n)
-        return limited.map(lambda seen, f, l: (f, l))
-
-    def oracle_auc(self, batch_size):
-        return None
-
-
-class CriteoSource(_FileSource):
+class CriteoSource(FileSource):
     """Criteo display-advertising text logs (tfps.data.criteo)."""
     schema = criteo.SCHEMA
 
@@ -145,7 +99,7 @@ class CriteoSource(_FileSource):
         self.train_files = _files(cfg.data.path, "data.path")
         self.eval_files = _files(cfg.data.eval_path, "data.eval_path")
         for what, files in (("data.path", self.train_files), ("data.eval_path", self.eval_files)):
-            if not any(_has_text(f, cfg.data.skip_bad_rows) for f in files):
+            if not any(has_text(f, cfg.data.skip_bad_rows) for f in files):
                 raise ValueError(f"{what} {getattr(cfg.data, what.split('.')[1])!r}: no rows (its files are "
                                  f"empty or blank)")
 
@@ -173,15 +127,7 @@ class CriteoSource(_FileSource):
         return min(lines, self.cfg.eval.examples or lines)
 
 
-def _split_of(d):
-    """How a MovieLens config splits each user's ratings by time, in words."""
-    if d.validation:
-        return (f"validation: each user's last {d.eval_fraction:.0%} by time left out as the test share, "
-                f"the last {d.eval_fraction:.0%} of the rest for eval")
-    return f"each user's last {d.eval_fraction:.0%} by time for eval"
-
-
-class MovieLensSource(_FileSource):
+class MovieLensSource(FileSource):
     """A MovieLens directory, split by time per user (tfps.data.movielens)."""
     schema = movielens.SCHEMA
 
@@ -190,7 +136,7 @@ class MovieLensSource(_FileSource):
         movielens.check_directory(cfg.data.path)
 
     def describe(self):
-        return f"MovieLens ratings in {self.cfg.data.path} ({_split_of(self.cfg.data)})"
+        return f"MovieLens ratings in {self.cfg.data.path} ({split_of(self.cfg.data)})"
 
     def _dataset(self, batch_size, split, **kwargs):
         d = self.cfg.data
@@ -212,7 +158,7 @@ class MovieLensSource(_FileSource):
         return min(n, self.cfg.eval.examples or n)
 
 
-class TFRecordSource(_FileSource):
+class TFRecordSource(FileSource):
     """tf.train.Example files described by data.features (or the tfps_features.yaml of tfps convert)."""
 
     def __init__(self, cfg):
@@ -254,117 +200,6 @@ def _tfrecord_spec(cfg):
         raise ValueError(f"data.features is empty and {d.path!r} has no {tfrecord.SPEC_FILE}: say what the "
                          f"features are ({{name, type: int|float|string|int_list, length}})")
     return specs, (d.user if d.features else written.get("user", d.user)), d.eval_path or written.get("eval_path")
-
-
-SHUFFLE_SAMPLES = 100_000   # the training shuffle buffer of user samples read from TFRecords
-
-
-class SequenceSource(_FileSource):
-    """MovieLens as user-level samples for MTGR (tfps.data.sequences): one sample per user and
-    window of candidates; batches of train.batch_size samples, or of at most data.max_tokens
-    tokens (tfps.data.balance_by_tokens)."""
-    schema = sequences.SCHEMA
-
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        d = cfg.data
-        # TFRecords written by `tfps convert --from movielens_sequences`, or MovieLens CSVs
-        self.written = sequences.read_sequence_spec(d.path)
-        if self.written is None:
-            movielens.check_directory(d.path)
-            return
-        if d.validation:
-            raise ValueError(f"data.validation needs the MovieLens CSVs; {d.path} holds converted samples, cut for "
-                             f"test-set evaluation: point data.path at the MovieLens directory")
-        asked = {"window": d.window, "history_len": d.history_len, "realtime_len": d.realtime_len,
-                 "eval_fraction": d.eval_fraction}
-        differ = {k: (v, self.written.get(k)) for k, v in asked.items() if self.written.get(k) != v}
-        if differ:
-            raise ValueError(f"{d.path} holds samples cut with " + ", ".join(
-                f"{k}={w!r}" for k, (_, w) in differ.items()) + "; the config asks for " + ", ".join(
-                f"data.{k}={v!r}" for k, (v, _) in differ.items()) + ": set those, or convert again")
-
-    def describe(self):
-        d = self.cfg.data
-        where = "TFRecords of user samples" if self.written else "MovieLens user samples"
-        return f"{where} in {d.path} (windows of {d.window} candidates; {_split_of(d)})"
-
-    def samples(self, split, limit=None):
-        """The split's samples as numpy dicts (the first `limit` of them)."""
-        if self.written is None:
-            return self._csv_samples(split)[:limit]
-        return sequences.read_samples(lambda: sequences.tfrecord_samples(os.path.join(self.cfg.data.path, split)),
-                                      limit)
-
-    @functools.lru_cache(None)
-    def _csv_samples(self, split):
-        d = self.cfg.data
-        return sequences.movielens_user_samples(d.path, split, d.window, d.history_len, d.realtime_len,
-                                                d.eval_fraction, d.validation)
-
-    def _samples_dataset(self, split):
-        if self.written is None:
-            return sequences.sample_dataset(self.samples(split)), len(self.samples(split))
-        return (sequences.tfrecord_samples(os.path.join(self.cfg.data.path, split)),
-                self.written["splits"][split]["samples"])
-
-    def _check_budget(self, split):
-        """ValueError when a sample in memory is longer than data.max_tokens (before training,
-        not as an assertion in the input pipeline; converted samples are checked as read)."""
-        budget = self.cfg.data.max_tokens
-        if not budget or self.written is not None:
-            return
-        longest = max((sequences.token_count(s) for s in self.samples(split)), default=0)
-        if longest > budget:
-            raise ValueError(f"data.max_tokens ({budget}) is below the longest {split} sample ({longest} tokens: the "
-                             f"profile's 3, history, real-time and candidates); set it to at least {longest}")
-
-    def _batched(self, ds, batch_size):
-        if self.cfg.data.max_tokens:
-            ds = balance_by_tokens(ds, self.cfg.data.max_tokens, sequences.tokens)
-        else:
-            ds = ds.padded_batch(batch_size)
-        return ds.map(lambda x: (x, x["label"]))
-
-    def train_input_fn(self, batch_size, start=0, shard_index=0, num_shards=1):
-        seed = self.cfg.data.seed
-        if self.written is None:
-            self.samples("train")   # read (and checked) once, before the graph is built
-        self._check_budget("train")
-
-        def input_fn():
-            ds, count = self._samples_dataset("train")
-            # in memory: every sample; from TFRecords: a buffer of up to SHUFFLE_SAMPLES
-            buffer = count if self.written is None else min(count, SHUFFLE_SAMPLES)
-            ds = ds.shuffle(max(buffer, 1), seed=seed, reshuffle_each_iteration=True)
-            return share(self._batched(ds.repeat(), batch_size), start, shard_index, num_shards)
-        return input_fn
-
-    def eval_input_fn(self, batch_size):
-        if self.written is None:
-            self.samples("eval")
-        self._check_budget("eval")
-        return lambda: self._batched(self._first_samples(self._samples_dataset("eval")[0]), batch_size)
-
-    def _first_samples(self, ds):
-        """The eval samples up to the one whose candidates reach eval.examples (all when null):
-        whole samples, so the last may carry a few candidates more."""
-        n = self.cfg.eval.examples
-        if n is None:
-            return ds
-        counted = ds.scan(tf.constant(0, tf.int64),
-                          lambda seen, s: (seen + tf.size(s["label"], out_type=tf.int64), (seen, s)))
-        return counted.take_while(lambda seen, s: seen < n).map(lambda seen, s: s)
-
-    def eval_size(self):
-        """The candidates evaluated (None when unknown before reading: converted samples, cut)."""
-        n = self.cfg.eval.examples
-        if self.written is not None:
-            total = self.written["splits"]["eval"]["candidates"]
-            return total if n is None or n >= total else None
-        sizes = np.cumsum([len(s["label"]) for s in self.samples("eval")])
-        taken = sizes if n is None else sizes[:int(np.searchsorted(sizes, n, side="left")) + 1]
-        return int(taken[-1]) if len(taken) else 0
 
 
 SOURCES = {"synthetic": SyntheticSource, "criteo": CriteoSource, "movielens": MovieLensSource,
