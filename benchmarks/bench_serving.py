@@ -51,7 +51,7 @@ def tfps(*args, timeout=1800):
 def free_port():
     """A port free now on loopback, below the ephemeral range (`tfps serve --rest_api_port 0`
     means no REST, as in TF Serving)."""
-    from tfps.cluster.launch import free_ports
+    from tfps.cluster.ports import free_ports
     return free_ports(1)[0]
 
 

@@ -65,7 +65,7 @@ def _free_port():
     """A TCP port free now, below the ephemeral range (the CLI's --rest_api_port 0 means no REST
     API, as in TF Serving; a port 0 had chosen was once taken by another test's connection
     before the server bound it)."""
-    from tfps.cluster.launch import free_ports
+    from tfps.cluster.ports import free_ports
     return free_ports(1)[0]
 
 

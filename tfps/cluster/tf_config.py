@@ -89,7 +89,7 @@ def check_protocol(protocol):
     if protocol == "grpc":
         return
     import tensorflow as tf
-    from tfps.cluster.launch import free_ports
+    from tfps.cluster.ports import free_ports
     address = f"127.0.0.1:{free_ports(1)[0]}"
     try:
         tf.distribute.Server(tf.train.ClusterSpec({"probe": [address]}), job_name="probe", task_index=0,
