@@ -39,7 +39,10 @@ def sources():
 def tf_flags():
     import tensorflow as tf
     # TF's headers go in as system headers so -Wall -Wextra speak only of ours.
-    compile_flags = ["-isystem" + f[2:] if f.startswith("-I") else f for f in tf.sysconfig.get_compile_flags()]
+    # Real paths: the precompiled header's stamp names them, and a venv reached through a link
+    # (.venv -> .venv-tf2.21) must not rebuild it (400 MB, 50 s).
+    compile_flags = ["-isystem" + os.path.realpath(f[2:]) if f.startswith("-I") else f
+                     for f in tf.sysconfig.get_compile_flags()]
     return compile_flags, tf.sysconfig.get_link_flags(), tf.__version__
 
 
