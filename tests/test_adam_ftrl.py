@@ -2,10 +2,7 @@
 lazy-Adam reference (tables with rows that skip steps); beta powers per PS device, saved under
 one name whatever the PS count."""
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -194,30 +191,28 @@ B, VOCAB = 16, 40
 ADAM_BETAS = (0.8, 0.95)
 
 
-def _ps_server(spec, index):
-    code = ("import json, sys, tensorflow as tf, tfps\n"
-            "config = tf.compat.v1.ConfigProto()\n"
-            "config.experimental.disable_thread_spinning = True\n"
-            "tf.distribute.Server(tf.train.ClusterSpec(json.loads(sys.argv[1])), job_name='ps',\n"
-            "                     task_index=int(sys.argv[2]), config=config).join()\n")
-    return subprocess.Popen([sys.executable, "-c", code, json.dumps(spec), str(index)],
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+def _ps_server(forker, spec, index, tmp):
+    """PS task `index` of spec, as `tfps launch` runs one (`tfps train` under a TF_CONFIG: a
+    tf.distribute.Server that joins), forked by `forker`: no TensorFlow import of its own."""
+    return forker.start(["train", "--config", "configs/demo.yaml", "--set", f"model_dir={tmp}"], f"{tmp}/ps{index}.out",
+                        env={"TF_CONFIG": json.dumps({"cluster": spec, "task": {"type": "ps", "index": index}}),
+                             "TF_CPP_MIN_LOG_LEVEL": "3"})
 
 
 @pytest.fixture(scope="module")
-def three_ps():
+def three_ps(forker, tmp_path_factory):
     """(cluster spec, the in-process chief's server, the 3 PS processes): PS tasks are processes of
     their own, so that one can be killed and started again on its address."""
     from tfps.cluster.launch import cluster_spec
     spec = cluster_spec(3, 1)
-    ps = [_ps_server(spec, i) for i in range(3)]
+    tmp = str(tmp_path_factory.mktemp("three_ps"))
+    ps = [_ps_server(forker, spec, i, tmp) for i in range(3)]
     config = tf.compat.v1.ConfigProto()
     config.experimental.disable_thread_spinning = True
     chief = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name="chief", task_index=0, config=config)
-    yield spec, chief, ps
+    yield spec, chief, ps, tmp
     for p in ps:
         p.kill()
-        p.wait()
 
 
 def _batch(step):
@@ -297,8 +292,8 @@ def _uninterrupted(tmp_path):
 
 
 @pytest.mark.compat   # a cluster resume, also on the other TensorFlow line in CI
-def test_adam_trained_on_2_ps_resumes_on_3_ps_and_in_one_process(tmp_path, three_ps):
-    spec, chief, ps = three_ps
+def test_adam_trained_on_2_ps_resumes_on_3_ps_and_in_one_process(tmp_path, three_ps, forker):
+    spec, chief, ps, ps_dir = three_ps
     early, want = _uninterrupted(tmp_path)
     run = tmp_path / "run"
     model = _Model(2)
@@ -329,9 +324,8 @@ def test_adam_trained_on_2_ps_resumes_on_3_ps_and_in_one_process(tmp_path, three
         _assert_same_model(model.state(s), early)
         index = tf.DeviceSpec.from_string(model.pairs[1][0].device).task
         assert index != tf.DeviceSpec.from_string(model.pairs[0][0].device).task
-        ps[index].kill()
-        ps[index].wait()
-        ps[index] = _ps_server(spec, index)
+        ps[index].kill()   # (returns once it is gone)
+        ps[index] = _ps_server(forker, spec, index, ps_dir)
         # The next run that reaches it fails; the session is re-created: the chief restores step
         # N and the local init sets the copies on every PS from the restored pair.
         s.run(list(model.dense.values()))
