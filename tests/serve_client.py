@@ -23,9 +23,10 @@ def _stub(port):
     return prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
 
 
-def _rest(port, path, body=None, host="127.0.0.1"):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(f"http://{host}:{port}{path}", data=data, method="POST" if data else "GET")
+def _rest(port, path, body=None, host="127.0.0.1", raw=None):
+    """(HTTP status, JSON answer) of a REST call: body as JSON, or raw bytes as they are."""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(f"http://{host}:{port}{path}", data=data, method="POST" if data is not None else "GET")
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, json.loads(r.read())

@@ -11,15 +11,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc,
-                                     prediction_service_pb2_grpc)
+from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_service_pb2_grpc
 
 from tfps.config import load_config
 from tfps.data import SyntheticCriteo
@@ -29,12 +26,10 @@ from tfps.runner import train
 from tfps.runner.job import export, params_of, predict, settings_of
 from tfps.serving.server import ModelServer
 from tfps.serving.servable import Servable
-from serve_client import _request
+from serve_client import _request, _rest, _stub
+from serve_models import SETS
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve")]   # the trained versions once
-
-SETS = ["train.batch_size=128", "model.hidden_units=[16]", "data.vocab_max=3000"]
-
 
 def _cfg(model_dir, *more):
     return load_config("configs/demo.yaml", SETS + [f"model_dir={model_dir}", *more])
@@ -97,36 +92,20 @@ def _polls(server, n):
         time.sleep(0.02)
 
 
-def _stub(server):
-    return prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{server.port}"))
-
-
-def _rest(server, path, body=None, raw=None):
-    """(HTTP status, JSON answer) of a REST call."""
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(f"http://127.0.0.1:{server.rest_api_port}{path}", data=data,
-                                 method="POST" if data is not None else "GET")
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 @pytest.mark.compat   # train -> export -> serve, also on the other TensorFlow line in CI
 def test_a_stock_stub_and_rest_get_predicted_scores(trained):
     rows, want = trained["rows"], trained["want"]
     server = _server(os.path.dirname(trained["export"]))
     try:
-        stub = _stub(server)
+        stub = _stub(server.port)
         got = stub.Predict(_request(rows), timeout=30)
         np.testing.assert_allclose(tf.make_ndarray(got.outputs["probabilities"]), want, rtol=1e-5, atol=1e-6)
         assert got.model_spec.version.value == int(os.path.basename(trained["export"]))
-        status, body = _rest(server, "/v1/models/demo:predict", {"instances": [
+        status, body = _rest(server.rest_api_port, "/v1/models/demo:predict", {"instances": [
             {"dense": d.tolist(), "ids": i.tolist()} for d, i in zip(rows["dense"], rows["ids"])]})
         assert status == 200
         np.testing.assert_allclose([p["probabilities"] for p in body["predictions"]], want, rtol=1e-5, atol=1e-6)
-        status, body = _rest(server, f"/v1/models/demo/versions/{got.model_spec.version.value}:predict",
+        status, body = _rest(server.rest_api_port, f"/v1/models/demo/versions/{got.model_spec.version.value}:predict",
                              {"inputs": {k: v.tolist() for k, v in rows.items()}})
         assert status == 200
         np.testing.assert_allclose(body["outputs"]["probabilities"], want, rtol=1e-5, atol=1e-6)
@@ -137,7 +116,7 @@ def test_a_stock_stub_and_rest_get_predicted_scores(trained):
         signatures = get_model_metadata_pb2.SignatureDefMap()
         stub.GetModelMetadata(meta, timeout=30).metadata["signature_def"].Unpack(signatures)
         assert set(signatures.signature_def["serving_default"].inputs) == {"dense", "ids"}
-        status, body = _rest(server, "/v1/models/demo/metadata")
+        status, body = _rest(server.rest_api_port, "/v1/models/demo/metadata")
         assert status == 200 and set(body["metadata"]["signature_def"]["signature_def"]["serving_default"]
                                      ["inputs"]) == {"dense", "ids"}
         q = get_model_status_pb2.GetModelStatusRequest()
@@ -146,7 +125,7 @@ def test_a_stock_stub_and_rest_get_predicted_scores(trained):
             .GetModelStatus(q, timeout=30).model_version_status
         assert [(s.version, s.state) for s in states] == [(got.model_spec.version.value,
                                                            get_model_status_pb2.ModelVersionStatus.AVAILABLE)]
-        assert _rest(server, "/v1/models/demo")[1]["model_version_status"][0]["state"] == "AVAILABLE"
+        assert _rest(server.rest_api_port, "/v1/models/demo")[1]["model_version_status"][0]["state"] == "AVAILABLE"
     finally:
         server.stop()
 
@@ -156,7 +135,7 @@ def test_batching_merges_concurrent_single_rows_and_splits_them_back(trained):
     server = _server(os.path.dirname(trained["export"]), enable_batching=True, max_batch_size=16,
                      batch_timeout_micros=20000, num_batch_threads=2)
     try:
-        stub = _stub(server)
+        stub = _stub(server.port)
 
         def one(i):
             got = stub.Predict(_request({k: v[i:i + 1] for k, v in rows.items()}), timeout=60)
@@ -174,7 +153,7 @@ def test_bad_requests_get_their_codes_and_the_server_goes_on(trained):
     rows = trained["rows"]
     server = _server(os.path.dirname(trained["export"]), max_request_bytes=200_000)
     try:
-        stub = _stub(server)
+        stub = _stub(server.port)
         ok = {k: v[:2] for k, v in rows.items()}
         cases = [
             (_request(ok, name="other"), grpc.StatusCode.NOT_FOUND, "other"),
@@ -210,7 +189,7 @@ def test_bad_requests_get_their_codes_and_the_server_goes_on(trained):
             ("/v2/anything", None, None, 404),
         ]
         for path, body, raw, code in rest:
-            status, answer = _rest(server, path, body, raw)
+            status, answer = _rest(server.rest_api_port, path, body, raw=raw)
             assert status == code and isinstance(answer.get("error"), str) and answer["error"], (path, status, answer)
         # still serving, and right
         got = stub.Predict(_request(ok), timeout=30)
@@ -238,12 +217,12 @@ def test_model_spec_version_selects_a_loaded_version(trained, second, tmp_path):
     shutil.copytree(second[0], tmp_path / str(first + 1))
     server = _server(tmp_path, num_versions=2)
     try:
-        stub = _stub(server)
+        stub = _stub(server.port)
         for version, want in ((first, trained["want"]), (first + 1, second[1]), (None, second[1])):
             got = stub.Predict(_request(trained["rows"], version=version), timeout=30)
             assert got.model_spec.version.value == (version or first + 1)
             np.testing.assert_allclose(tf.make_ndarray(got.outputs["probabilities"]), want, rtol=1e-5, atol=1e-6)
-            status, body = _rest(server, f"/v1/models/demo/versions/{version or first + 1}:predict",
+            status, body = _rest(server.rest_api_port, f"/v1/models/demo/versions/{version or first + 1}:predict",
                                  {"inputs": {k: v.tolist() for k, v in trained["rows"].items()}})
             np.testing.assert_allclose(body["outputs"]["probabilities"], want, rtol=1e-5, atol=1e-6)
     finally:
@@ -264,7 +243,7 @@ def test_versions_roll_back_retry_and_ignore_what_is_not_a_version(trained, seco
     for name in ("³", "99999999999999999999", "v2", ".tmp"):   # not versions: ignored
         shutil.copytree(second[0], tmp_path / name)
     server = _server(tmp_path, poll_secs=0.1)
-    stub = _stub(server)
+    stub = _stub(server.port)
 
     def served():
         got = stub.Predict(_request(trained["rows"]), timeout=30)
@@ -311,7 +290,7 @@ def test_a_new_version_swaps_in_under_load_with_no_failed_request(trained, secon
     stop, answers, failures = threading.Event(), [], []
 
     def load():
-        stub = _stub(server)
+        stub = _stub(server.port)
         while not stop.is_set():
             try:
                 got = stub.Predict(_request(rows), timeout=30)
@@ -401,8 +380,7 @@ def test_tfps_serve_cli_prints_its_ports_and_stops_on_sigterm(trained):
                              "--rest_api_port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         ports = json.loads(proc.stdout.readline())
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(
-            grpc.insecure_channel(f"127.0.0.1:{ports['grpc_port']}"))
+        stub = _stub(ports["grpc_port"])
         got = stub.Predict(_request(trained["rows"]), timeout=60)
         np.testing.assert_allclose(tf.make_ndarray(got.outputs["probabilities"]), trained["want"], rtol=1e-5,
                                    atol=1e-6)
