@@ -56,8 +56,9 @@ def _cpu_seconds():
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """With TFPS_TEST_CPU=<file>, each test's CPU seconds (setup, call, teardown; its processes'
-    too) and wall seconds are appended to <file> as a JSON line: where the suite's CPU goes,
-    which --durations cannot say when the workers share the cores."""
+    too), wall seconds, start time and pytest-xdist worker are appended to <file> as a JSON line:
+    where the suite's CPU goes, which --durations cannot say when the workers share the cores,
+    and when each worker was busy."""
     path = os.environ.get("TFPS_TEST_CPU")
     if not path:
         yield
@@ -66,7 +67,8 @@ def pytest_runtest_protocol(item, nextitem):
     yield
     with open(path, "a") as f:
         f.write(json.dumps({"test": item.nodeid, "cpu_s": round(_cpu_seconds() - cpu, 2),
-                            "wall_s": round(time.time() - wall, 2)}) + "\n")
+                            "wall_s": round(time.time() - wall, 2), "start": round(wall, 2),
+                            "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}) + "\n")
 
 
 def pytest_collection_finish(session):

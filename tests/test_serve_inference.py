@@ -3,10 +3,7 @@ specs tfps convert writes), served by tfps serve's Classify, Regress, MultiInfer
 PredictionServiceStub) and :classify / :regress (REST). Oracle: Predict's scores on the same rows,
 and the SavedModel loaded on its own (score_saved_model)."""
 import concurrent.futures
-import json
 import os
-import urllib.error
-import urllib.request
 
 import grpc
 import numpy as np
@@ -17,7 +14,7 @@ from tensorflow_serving.apis import (classification_pb2, inference_pb2, input_pb
 
 from tfps.data.sources import example_specs
 from tfps.serving.server import ModelServer
-from serve_client import _request
+from serve_client import _request, _rest
 from serve_models import runner_models
 from test_serving import score_saved_model
 
@@ -56,16 +53,6 @@ def _input(rows, context=None):
         for i in rows["ids"]:
             out.example_list_with_context.examples.add().CopyFrom(_example(ids=i))
     return out
-
-
-def _rest(server, path, body):
-    req = urllib.request.Request(f"http://127.0.0.1:{server.rest_api_port}{path}", data=json.dumps(body).encode(),
-                                 method="POST")
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
 
 
 def _classify(stub, rows, signature="classification", context=None):
@@ -138,15 +125,15 @@ def test_classify_regress_and_multi_inference_give_predicts_scores(runner):
         assert [r.model_spec.signature_name for r in results] == ["classification", "regression"]
         # REST, TF Serving's formats
         examples = [{"dense": d.tolist(), "ids": i.tolist()} for d, i in zip(rows["dense"], rows["ids"])]
-        status, body = _rest(server, "/v1/models/demo:classify", {"signature_name": "classification",
+        status, body = _rest(server.rest_api_port, "/v1/models/demo:classify", {"signature_name": "classification",
                                                                  "examples": examples})
         assert status == 200, body
         assert [[label for label, _ in row] for row in body["results"]] == [["0", "1"]] * len(p)
         np.testing.assert_array_equal(np.array([row[1][1] for row in body["results"]], np.float32), p)
-        status, body = _rest(server, f"/v1/models/demo/versions/{version}:regress", {"examples": examples})
+        status, body = _rest(server.rest_api_port, f"/v1/models/demo/versions/{version}:regress", {"examples": examples})
         assert status == 200, body
         np.testing.assert_array_equal(np.array(body["results"], np.float32), p)
-        status, body = _rest(server, "/v1/models/demo:classify", {
+        status, body = _rest(server.rest_api_port, "/v1/models/demo:classify", {
             "context": {"dense": rows["dense"][0].tolist()}, "examples": [{"ids": i.tolist()} for i in rows["ids"]]})
         assert status == 200, body
         np.testing.assert_array_equal(np.array([row[1][1] for row in body["results"]], np.float32), want)
@@ -206,7 +193,7 @@ def test_inference_errors_name_what_is_wrong(runner):
                 ("/v1/models/demo:regress", {"examples": [{**ok, "ids": [[1]]}]}, 400),
                 ("/v1/models/demo:regress", {"instances": [ok]}, 400),
                 ("/v1/models/other:classify", {"examples": [ok]}, 404)]:
-            status, answer = _rest(server, path_, body)
+            status, answer = _rest(server.rest_api_port, path_, body)
             assert status == code and isinstance(answer.get("error"), str) and answer["error"], (path_, answer)
         # still serving, and right
         got = _regress(stub, two)

@@ -15,8 +15,8 @@ from tfps.runner.incremental import IncrementalCheckpoints
 from tfps.runner.job import export
 from tfps.serving.servable import read_export_manifest
 from tfps.state.manifest import StateMismatch
-from serve_client import _request
-from test_serve import SETS, _cfg, _polls, _predict_export, _rest, _server, _stub, _train, trained  # noqa: F401
+from serve_client import _request, _rest, _stub
+from test_serve import SETS, _cfg, _polls, _predict_export, _server, _train, trained  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def test_follow_applies_the_trainers_deltas_to_the_served_tables(trained, tmp_pa
         os.rename(path, path.replace("model.ckpt-40", "model.ckpt-39"))
     tf.compat.v1.train.update_checkpoint_state(str(cfg.model_dir), os.path.join(str(cfg.model_dir), "model.ckpt-39"))
     server = _server(os.path.dirname(trained["export"]), poll_secs=0.2, follow=str(cfg.model_dir))
-    stub = _stub(server)
+    stub = _stub(server.port)
     rows = trained["rows"]
 
     def served():
@@ -89,7 +89,7 @@ def test_follow_of_another_model_changes_nothing(trained, tmp_path):
         _train(other, 20)
         server = _server(os.path.dirname(trained["export"]), poll_secs=0.2, follow=str(other.model_dir))
         try:
-            stub = _stub(server)
+            stub = _stub(server.port)
             before = tf.make_ndarray(stub.Predict(_request(trained["rows"]), timeout=30).outputs["probabilities"])
             _polls(server, 3)
             after = tf.make_ndarray(stub.Predict(_request(trained["rows"]), timeout=30).outputs["probabilities"])
@@ -123,11 +123,11 @@ def test_metadata_reports_the_fingerprint_and_step(trained):
     try:
         request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
         request.model_spec.name = "demo"
-        response = _stub(server).GetModelMetadata(request, timeout=30)
+        response = _stub(server.port).GetModelMetadata(request, timeout=30)
         state = struct_pb2.Struct()
         response.metadata["tfps_state"].Unpack(state)
         assert dict(state) == {"fingerprint": manifest["fingerprint"], "step": 40.0}
-        status, body = _rest(server, "/v1/models/demo/metadata")
+        status, body = _rest(server.rest_api_port, "/v1/models/demo/metadata")
         assert status == 200 and body["metadata"]["tfps_state"] == {"fingerprint": manifest["fingerprint"], "step": 40}
     finally:
         server.stop()
