@@ -275,6 +275,27 @@ def test_a_stop_that_never_ends_dumps_every_thread_and_exits_1(runner, tmp_path)
     assert STOP_MARGIN_SECS <= took < STOP_MARGIN_SECS + 30, took
 
 
+def test_sigterm_to_any_of_the_servers_threads_stops_it(runner, tmp_path, forker):
+    """The kernel hands a process's SIGTERM to any thread that does not block it, here to one of
+    the server's gRPC or TensorFlow threads (tgkill), not the main thread: the server still stops,
+    drained (exit 0), at once (an untimed wait in the main thread never ran Python's handler: the
+    server ran on)."""
+    import ctypes
+    proc, ready = _serve(forker, tmp_path, "--model_base_path", os.path.dirname(runner["exports"][20]),
+                         "--model_name", "demo")
+    try:
+        assert ready["grpc_port"] > 0
+        others = sorted(int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid)
+        assert others, "the server has no thread but its main one"
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.tgkill(proc.pid, others[-1], signal.SIGTERM) == 0, os.strerror(ctypes.get_errno())
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, proc.errors()[-3000:]
+
+
 class _Doubling:
     """A servable whose one signature doubles "x" (batchable along dimension 0); counts its runs."""
     name = "double"

@@ -14,6 +14,10 @@ import re
 import sys
 
 STOP_MARGIN_SECS = 5.0   # tfps serve: how long past --grace_secs a stop may take before it is ended
+# tfps serve's main thread waits for SIGTERM/SIGINT in steps of this: the kernel may hand the signal
+# to any thread (a gRPC or TensorFlow one), and Python runs its handler only when the main thread
+# runs again, which an untimed wait never did (a server that ignored SIGTERM; tested with tgkill).
+SIGNAL_POLL_SECS = 0.2
 
 
 def _train(args):
@@ -196,7 +200,8 @@ def _serve(args):
     print(json.dumps({"model_name": server.store.name, "grpc_port": server.port,
                       "rest_api_port": server.rest_api_port, "versions": loaded[server.store.name],
                       "models": loaded}), flush=True)
-    done.wait()
+    while not done.wait(SIGNAL_POLL_SECS):
+        pass
     _watch_the_stop(args.grace_secs)
     drained = server.stop(args.grace_secs)
     if server.batcher is not None and server.batcher.runs:
