@@ -15,9 +15,8 @@ import time
 import grpc
 import numpy as np
 import tensorflow as tf
-from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-from serve_client import _request
+from serve_client import _request, _stub
 from tfps.serving.server import ModelServer, settle_memory
 
 
@@ -38,7 +37,7 @@ def main(export, rows_path, want_path, base, swaps, follow=None, batching=False)
     seen = {"requests": 0, "failures": [], "wrong": 0, "versions": set()}
 
     def load():
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{server.port}"))
+        stub = _stub(server.port)
         while not stop.is_set():
             try:
                 got = stub.Predict(_request(rows), timeout=60)

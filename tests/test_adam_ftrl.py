@@ -201,8 +201,8 @@ def _ps_server(forker, spec, index, tmp):
 
 @pytest.fixture(scope="module")
 def three_ps(forker, tmp_path_factory):
-    """(cluster spec, the in-process chief's server, the 3 PS processes): PS tasks are processes of
-    their own, so that one can be killed and started again on its address."""
+    """(cluster spec, the in-process chief's server, the 3 PS processes, their log directory): PS
+    tasks are processes of their own, so that one can be killed and started again on its address."""
     from tfps.cluster.launch import cluster_spec
     spec = cluster_spec(3, 1)
     tmp = str(tmp_path_factory.mktemp("three_ps"))

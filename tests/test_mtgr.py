@@ -140,7 +140,6 @@ def test_mtgr_learns_on_the_local_cluster_from_tfrecords_then_serves(data, tmp_p
     (eval logloss 0.35 here, the 10% of flipped labels' floor 0.33): 150 steps were 28 passes
     and overfit to an eval logloss from 0.43 to 1.19 (a CI run), above the constant's 0.66."""
     import json
-    import urllib.request
     path = str(tmp_path / "records")
     code, _, err = cli("convert", "--from", "movielens_sequences", data, "--to", path)
     assert code == 0, err[-3000:]
@@ -155,9 +154,7 @@ def test_mtgr_learns_on_the_local_cluster_from_tfrecords_then_serves(data, tmp_p
     assert metrics["logloss"] < _constant_logloss(data) - 0.01, metrics
     assert metrics["auc"] > 0.65 and metrics["gauc"] is not None
     # What the run trained exports and serves: tfps serve (a stock stub) gives tfps.runner.predict's scores.
-    import grpc
-    from tensorflow_serving.apis import prediction_service_pb2_grpc
-    from serve_client import _request
+    from serve_client import _request, _rest, _stub
     from tfps.config import load_config
     from tfps.runner.job import predict
     from tfps.serving.server import ModelServer
@@ -179,13 +176,12 @@ def test_mtgr_learns_on_the_local_cluster_from_tfrecords_then_serves(data, tmp_p
     server = ModelServer(str(tmp_path / "export"), "mtgr", port=0, rest_api_port=0, host="127.0.0.1",
                          printer=lambda *a, **k: None).start()
     try:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{server.port}"))
+        stub = _stub(server.port)
         got = stub.Predict(_request(rows, name="mtgr"), timeout=60)
         instance = {k: v.tolist() for k, v in cold.items() if k not in ("label", "user")}
-        req = urllib.request.Request(f"http://127.0.0.1:{server.rest_api_port}/v1/models/mtgr:predict",
-                                     data=json.dumps({"instances": [instance]}).encode(), method="POST")
-        with urllib.request.urlopen(req, timeout=60) as r:
-            cold_scores = np.array(json.loads(r.read())["predictions"][0]["probabilities"])
+        status, answer = _rest(server.rest_api_port, "/v1/models/mtgr:predict", {"instances": [instance]})
+        assert status == 200, answer
+        cold_scores = np.array(answer["predictions"][0]["probabilities"])
     finally:
         server.stop()
     valid = rows["candidate_movie"] > 0

@@ -37,17 +37,15 @@ def test_a_pipelined_cluster_survives_a_killed_ps_and_serves_what_it_trained(tmp
     features, labels, _ = eval_set(SyntheticCriteo(cfg.data), cfg.eval.examples, cfg.eval.batch_size)
     # The chief scored the last checkpoint on the same sample: `tfps serve` on the export, through
     # a stock PredictionServiceStub, gives its AUC.
-    import grpc
     import tensorflow as tf
-    from tensorflow_serving.apis import prediction_service_pb2_grpc
-    from serve_client import _request
+    from serve_client import _request, _stub
     server = forker.start(["serve", "--model_base_path", str(tmp_path / "export"), "--model_name", "demo", "--port", "0",
                            "--rest_api_port", "0"], tmp_path / "serve.out", tmp_path / "serve.err")
     try:
         first = server.first_line()
         assert first.startswith("{"), (first, server.errors()[-3000:])
         port = json.loads(first)["grpc_port"]
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        stub = _stub(port)
         served = np.concatenate([tf.make_ndarray(stub.Predict(_request({k: v[i:i + 4096] for k, v in features.items()}),
                                                               timeout=120).outputs["probabilities"])
                                  for i in range(0, len(labels), 4096)])

@@ -9,12 +9,11 @@ import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow_serving.apis import (classification_pb2, inference_pb2, input_pb2, prediction_service_pb2_grpc,
-                                     regression_pb2)
+from tensorflow_serving.apis import classification_pb2, inference_pb2, input_pb2, regression_pb2
 
 from tfps.data.sources import example_specs
 from tfps.serving.server import ModelServer
-from serve_client import _request, _rest
+from serve_client import _request, _rest, _stub
 from serve_models import runner_models
 from test_serving import score_saved_model
 
@@ -87,7 +86,7 @@ def test_classify_regress_and_multi_inference_give_predicts_scores(runner):
     rows, path = runner["rows"], runner["exports"][20]
     server = _server(path)
     try:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{server.port}"))
+        stub = _stub(server.port)
         p = tf.make_ndarray(stub.Predict(_request(rows), timeout=60).outputs["probabilities"])
         np.testing.assert_allclose(p, score_saved_model(path, rows), rtol=1e-6, atol=1e-7)
         assert p[:8].std() > 0 and p.std() > 0   # unknown ids give default-row scores; rows differ
@@ -145,7 +144,7 @@ def test_examples_batch_with_each_other(runner):
     rows, path = runner["rows"], runner["exports"][20]
     server = _server(path, enable_batching=True, max_batch_size=16, batch_timeout_micros=20000)
     try:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{server.port}"))
+        stub = _stub(server.port)
         p = tf.make_ndarray(stub.Predict(_request(rows), timeout=60).outputs["probabilities"])
         runs = server.batcher.runs
 
@@ -164,7 +163,7 @@ def test_inference_errors_name_what_is_wrong(runner):
     two = {k: v[:2] for k, v in rows.items()}
     server = _server(path)
     try:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(f"127.0.0.1:{server.port}"))
+        stub = _stub(server.port)
         no_ids = classification_pb2.ClassificationRequest()
         no_ids.model_spec.name = "demo"
         no_ids.input.example_list.examples.add().CopyFrom(_example(dense=rows["dense"][0]))
