@@ -59,6 +59,8 @@ def run(command, steps):
         w = metrics["steady_window"]
         metrics["cpu_s_per_1k_examples"] = round(meter.cpu["process"].between(w["start"], w["end"]) * 1000 /
                                                  w["examples"], 3)
+        metrics["cpu_us_per_example"] = round(meter.cpu["process"].between(w["start"], w["end"]) * 1e6 /
+                                              w["examples"], 2)
     return metrics
 
 

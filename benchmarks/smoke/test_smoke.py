@@ -71,3 +71,19 @@ def test_the_scaling_model_fits_the_kept_calibration_and_predicts():
     assert set(result["curves"]) == {"tfps P=8", "tfps P=32", "stock P=8", "stock P=32", "stock, 1e+08 rows P=32"}
     for system in ("tfps", "stock"):
         assert all(v > 0 for v in result["saturation"][system]["workers_per_ps"].values())
+
+
+def test_the_cluster_batch_benchmark_compares_both_batch_sizes():
+    """benchmarks/bench_cluster_batch.py --quick: a pipelined 2 PS + 1 worker cluster and one process
+    at batch 1024 and 4096; each pair's ratios and the cluster's extra CPU per step come from the
+    two runs' own figures."""
+    result = _run("benchmarks/bench_cluster_batch.py", "--quick", timeout=900)
+    assert sorted(result) == ["1024", "4096"]
+    for batch, cell in result.items():
+        ((one, cluster),) = cell["runs"]
+        assert one["examples_per_sec"] > 0 and cluster["examples_per_sec"] > 0
+        assert cell["speed_ratio"] == [round(cluster["examples_per_sec"] / one["examples_per_sec"], 3)]
+        assert cell["extra_cpu_ms_per_step"] == [
+            round((cluster["cpu_us_per_example"] - one["cpu_us_per_example"]) * int(batch) / 1000, 2)]
+        assert set(cluster["tasks"]) == {"ps0", "ps1", "chief0"}
+        assert abs(cluster["auc"] - one["auc"]) <= 0.01   # the same model trained, whichever runs it
