@@ -133,6 +133,7 @@ bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_
 	$(REC) bench_cluster -- $(PY) benchmarks/bench_cluster.py
 	$(REC) bench_pipeline -- $(PY) benchmarks/bench_pipeline.py
 	$(REC) bench_cluster_batch -- $(PY) benchmarks/bench_cluster_batch.py
+	$(REC) bench_stock_step -- $(PY) benchmarks/bench_stock_step.py
 	$(REC) bench_readers -- $(PY) benchmarks/bench_readers.py
 	$(REC) bench_serving -- $(PY) benchmarks/bench_serving.py
 	$(REC) bench_mtgr -- $(PY) benchmarks/bench_mtgr.py

@@ -37,6 +37,7 @@ ABOUT = {
     "bench_placement": "load-balanced against round-robin placement over 4 PS",
     "bench_cluster": "1 and 2 workers on 2 PS against one process",
     "bench_cluster_batch": "a pipelined 1-worker cluster against one process at batch 512..4096: the fixed cost per step",
+    "bench_stock_step": "stock TensorFlow's own cluster step against one process, 1 and 16 steps per session.run",
     "bench_pipeline": "the embedding pipeline on against off, on loopback and behind latency relays",
     "bench_readers": "each reader's rate against the demo model's training rate",
     "bench_quality": "tfps tables against collision-free tf.Variable vocabularies (AUC)",

@@ -87,3 +87,18 @@ def test_the_cluster_batch_benchmark_compares_both_batch_sizes():
             round((cluster["cpu_us_per_example"] - one["cpu_us_per_example"]) * int(batch) / 1000, 2)]
         assert set(cluster["tasks"]) == {"ps0", "ps1", "chief0"}
         assert abs(cluster["auc"] - one["auc"]) <= 0.01   # the same model trained, whichever runs it
+
+
+def test_the_stock_step_benchmark_compares_one_process_and_the_cluster_at_both_loop_lengths():
+    """benchmarks/bench_stock_step.py --quick: stock TF's model as one process and as 2 PS + a chief,
+    1 and 16 steps per session.run; each ratio and extra comes from the runs' own figures and the
+    cluster's CPU is its three processes'."""
+    result = _run("benchmarks/bench_stock_step.py", "--quick", timeout=600)
+    for k in ("1", "16"):
+        ((one, cluster),) = result[k]["runs"]
+        assert one["steps_per_sec"] > 0 and cluster["steps_per_sec"] > 0
+        assert len(one["tasks"]) == 1 and len(cluster["tasks"]) == 3 and all(t > 0 for t in cluster["tasks"])
+        assert result[k]["cpu_ratio"] == [round(cluster["cpu_ms_per_step"] / one["cpu_ms_per_step"], 3)]
+        assert result[k]["extra_cpu_ms_per_step"] == [round(cluster["cpu_ms_per_step"] - one["cpu_ms_per_step"], 2)]
+    assert result["loop_ratio"] == [round(result["16"]["runs"][0][1]["cpu_ms_per_step"]
+                                          / result["1"]["runs"][0][1]["cpu_ms_per_step"], 3)]
