@@ -57,10 +57,9 @@ def run(command, steps):
     metrics = json.loads(stdout.strip().splitlines()[-1])
     if command[0] == "train":
         w = metrics["steady_window"]
-        metrics["cpu_s_per_1k_examples"] = round(meter.cpu["process"].between(w["start"], w["end"]) * 1000 /
-                                                 w["examples"], 3)
-        metrics["cpu_us_per_example"] = round(meter.cpu["process"].between(w["start"], w["end"]) * 1e6 /
-                                              w["examples"], 2)
+        cpu = meter.cpu["process"].between(w["start"], w["end"])
+        metrics["cpu_s_per_1k_examples"] = round(cpu * 1000 / w["examples"], 3)
+        metrics["cpu_us_per_example"] = round(cpu * 1e6 / w["examples"], 2)
     return metrics
 
 

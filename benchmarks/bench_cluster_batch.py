@@ -26,10 +26,10 @@ from common import report  # noqa: E402
 EXAMPLES = 3_000_000   # per run: ~30 s of steady state at the demo's rates
 
 
-def measure(batch, examples, pipeline=True):
+def measure(batch, examples):
     """(one process, cluster) at this batch size: {examples_per_sec, cpu_us_per_example, auc}."""
     steps = max(100, examples // batch)
-    sets = ["--set", f"train.batch_size={batch}", "--set", f"pipeline.enabled={'true' if pipeline else 'false'}"]
+    sets = ["--set", f"train.batch_size={batch}", "--set", "pipeline.enabled=true"]
     one = run(["train", *sets], steps)
     cluster = run(["launch", "--ps", "2", "--workers", "1", *sets], steps)
     window = cluster["cost"]["window"]

@@ -1,20 +1,26 @@
 """Stock TensorFlow's own cost of a cluster step, and whether running several steps per
 `session.run` spreads it: the yardstick for issue 26's CPU bar (bench_cluster_batch.py).
 
-A model of the demo's shape made of stock ops only (26 fields of dim 16, partitioned over two
-resource variables by id parity, tf.unique / dynamic_partition / gather / dynamic_stitch, a
-416-256-128-1 MLP, plain SGD: scatter_sub on the rows, assign_sub on the weights) trains
+A model made of stock ops only, of the demo's order of size but not its config (26 fields of
+dim 16 with uniform ids over 200k rows, partitioned over two resource variables by id parity,
+tf.unique / dynamic_partition / gather / dynamic_stitch, a 416-256-128-1 MLP, plain SGD:
+scatter_sub on the rows, assign_sub on the weights) trains
   one process:  every op on the one CPU device, a plain Session;
   cluster:      the table halves and the weights on 2 PS tasks (`tf.distribute.Server`, each its
                 own process, loopback), the rest on the chief;
 each with K = 1 step per `session.run` and K = 16 (a tf.while_loop whose every iteration is a
 whole step: lookup, forward, backward and the PS's updates, so RunGraph and CleanupGraph come
-once per 16 steps while every tensor still crosses tasks every step). CPU per step of each
-process, from /proc, over a steady window; the four runs alternated, `--repeats` rounds.
+once per 16 steps while every tensor still crosses tasks every step). Every task and session
+has thread spinning off, as tfps's have. CPU per step of each process, from /proc, over a
+steady window; the four runs alternated, `--repeats` rounds. The one-process baseline runs in a
+process of its own: a cluster's tasks cannot share one with it.
+
+A counter on ps0, bumped by every step's updates, is read at the end: the steps applied must be
+the steps run (K per run), or the run fails.
 
 Prints per K: the cluster's CPU per step over one process's, its steps/s over one process's and
-its extra CPU per step (cluster - one process, ms); and the cluster's CPU per step at K=16 over
-K=1. No tfps op is in either graph.
+its extra CPU per step (cluster - one process, ms); and that extra at K=16 over K=1 (what the
+loop spreads). No tfps op is in either graph.
 
 Usage: python benchmarks/bench_stock_step.py [--quick] [--batch 1024] [--steps 400] [--repeats 2]
 """
@@ -36,8 +42,16 @@ VOCAB, DIM, FIELDS, HIDDEN, LR = 200_000, 16, 26, (256, 128), 0.01
 KS = (1, 16)
 
 
+def config(tf):
+    """What tfps gives its tasks and sessions (runner/task.py): no thread spinning."""
+    c = tf.compat.v1.ConfigProto()
+    c.experimental.disable_thread_spinning = True
+    return c
+
+
 def build(tf, batch, k, cluster):
-    """The loss of K steps (one step's loss when K = 1); devices are the cluster's or one CPU's."""
+    """(the loss of K steps (one step's loss when K = 1), the steps-applied counter); devices are
+    the cluster's or one CPU's."""
     v1 = tf.compat.v1
 
     def dev(name):
@@ -54,6 +68,8 @@ def build(tf, batch, k, cluster):
             weights.append(v1.get_variable(f"w{i}", [width, h], use_resource=True,
                                            initializer=v1.glorot_uniform_initializer()))
         width = h
+    with dev("/job:ps/task:0"):
+        applied = v1.get_variable("steps_applied", [], tf.int64, v1.zeros_initializer(), use_resource=True)
 
     def step(i, _):
         with dev("/job:chief/task:0"):
@@ -77,7 +93,7 @@ def build(tf, batch, k, cluster):
             loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=label, logits=logit))
             grads = tf.gradients(loss, [unique_rows] + ws)
             row_grads = tf.dynamic_partition(grads[0], shard, 2)
-        updates = []
+        updates = [applied.assign_add(1).op]
         for p in range(2):
             with dev(f"/job:ps/task:{p}"):
                 updates.append(emb[p].scatter_sub(tf.IndexedSlices(LR * row_grads[p], local[p])).op)
@@ -89,8 +105,9 @@ def build(tf, batch, k, cluster):
 
     with dev("/job:chief/task:0"):
         if k == 1:
-            return step(tf.constant(0), None)[1]
-        return tf.while_loop(lambda i, _: i < k, step, (tf.constant(0), tf.constant(0.0)), parallel_iterations=1)[1]
+            return step(tf.constant(0), None)[1], applied
+        loop = tf.while_loop(lambda i, _: i < k, step, (tf.constant(0), tf.constant(0.0)), parallel_iterations=1)
+        return loop[1], applied
 
 
 def trainer(spec, batch, steps, k, ps_pids):
@@ -99,14 +116,15 @@ def trainer(spec, batch, steps, k, ps_pids):
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
     if spec:
-        server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name="chief", task_index=0)
-        loss, target = build(tf, batch, k, cluster=True), server.target
+        server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name="chief", task_index=0,
+                                      config=config(tf))
+        (loss, applied), target = build(tf, batch, k, cluster=True), server.target
     else:
-        loss, target = build(tf, batch, k, cluster=False), ""
-    runs = max(1, steps // k)
-    with tf.compat.v1.Session(target) as sess:
+        (loss, applied), target = build(tf, batch, k, cluster=False), ""
+    runs, warmup = max(1, steps // k), max(3, 64 // k)
+    with tf.compat.v1.Session(target, config=config(tf)) as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
-        for _ in range(max(3, 64 // k)):
+        for _ in range(warmup):
             sess.run(loss)
         pids = [os.getpid(), *ps_pids]
         before, start = [proc_cpu_seconds(p) for p in pids], time.perf_counter()
@@ -114,15 +132,19 @@ def trainer(spec, batch, steps, k, ps_pids):
             sess.run(loss)
         wall = time.perf_counter() - start
         after = [proc_cpu_seconds(p) for p in pids]
+        done = int(sess.run(applied))
     n = runs * k
-    print(json.dumps({"steps": n, "steps_per_sec": n / wall,
+    if done != (warmup + runs) * k:
+        raise SystemExit(f"{done} steps applied, {(warmup + runs) * k} run")
+    print(json.dumps({"steps": n, "steps_applied": done, "steps_per_sec": n / wall,
                       "cpu_ms_per_step": [(b - a) * 1e3 / n for a, b in zip(before, after)]}))
 
 
 def ps_task(spec, index):
+    """Runs in its own process: PS task `index` of `spec` until it is killed."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
-    tf.distribute.Server(tf.train.ClusterSpec(spec), job_name="ps", task_index=index).join()
+    tf.distribute.Server(tf.train.ClusterSpec(spec), job_name="ps", task_index=index, config=config(tf)).join()
 
 
 def measure(batch, steps, k, cluster):
@@ -143,6 +165,7 @@ def measure(batch, steps, k, cluster):
         raise SystemExit(f"the {'cluster' if cluster else 'one-process'} run at K={k} failed:\n{out.stderr[-3000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
     return {"steps_per_sec": result["steps_per_sec"], "cpu_ms_per_step": sum(result["cpu_ms_per_step"]),
+            "steps_applied": result["steps_applied"],
             "tasks": [round(x, 2) for x in result["cpu_ms_per_step"]]}
 
 
@@ -150,7 +173,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="one round of 64 steps")
     parser.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--ps-task", type=int, help=argparse.SUPPRESS)
@@ -181,8 +204,8 @@ def main():
                      f"+{statistics.median(extra):.1f} ms (runs: {', '.join(f'{x:+.1f}' for x in extra)})"))
         out[k] = {"cpu_ratio": [round(x, 3) for x in cpu], "speed_ratio": [round(x, 3) for x in speed],
                   "extra_cpu_ms_per_step": [round(x, 2) for x in extra], "runs": pairs}
-    loop = [c16["cpu_ms_per_step"] / c1["cpu_ms_per_step"] for (_, c1), (_, c16) in zip(runs[1], runs[16])]
-    rows.append(("cluster's CPU per step, K=16 / K=1", " ".join(f"{x:.2f}x" for x in loop)))
+    loop = [e16 / e1 for e1, e16 in zip(out[1]["extra_cpu_ms_per_step"], out[16]["extra_cpu_ms_per_step"])]
+    rows.append(("the cluster's extra CPU per step, K=16 / K=1", " ".join(f"{x:.2f}x" for x in loop)))
     out["loop_ratio"] = [round(x, 3) for x in loop]
     report(rows)
     print(json.dumps(out))
