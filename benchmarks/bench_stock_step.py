@@ -22,7 +22,7 @@ Prints per K: the cluster's CPU per step over one process's, its steps/s over on
 its extra CPU per step (cluster - one process, ms); and that extra at K=16 over K=1 (what the
 loop spreads). No tfps op is in either graph.
 
-Usage: python benchmarks/bench_stock_step.py [--quick] [--batch 1024] [--steps 400] [--repeats 2]
+Usage: python benchmarks/bench_stock_step.py [--quick] [--batch 1024] [--steps 400] [--repeats 3]
 """
 import argparse
 import json
@@ -93,7 +93,8 @@ def build(tf, batch, k, cluster):
             loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=label, logits=logit))
             grads = tf.gradients(loss, [unique_rows] + ws)
             row_grads = tf.dynamic_partition(grads[0], shard, 2)
-        updates = [applied.assign_add(1).op]
+        with dev("/job:ps/task:0"):
+            updates = [applied.assign_add(1).op]
         for p in range(2):
             with dev(f"/job:ps/task:{p}"):
                 updates.append(emb[p].scatter_sub(tf.IndexedSlices(LR * row_grads[p], local[p])).op)
