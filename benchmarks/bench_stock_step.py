@@ -113,7 +113,6 @@ def build(tf, batch, k, cluster):
 
 def trainer(spec, batch, steps, k, ps_pids):
     """Runs in its own process: trains `steps` steps after a warm-up, prints one JSON line."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
     if spec:
@@ -143,7 +142,6 @@ def trainer(spec, batch, steps, k, ps_pids):
 
 def ps_task(spec, index):
     """Runs in its own process: PS task `index` of `spec` until it is killed."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
     tf.distribute.Server(tf.train.ClusterSpec(spec), job_name="ps", task_index=index, config=config(tf)).join()
 
