@@ -95,8 +95,8 @@ def _state_of(path):
     its latest checkpoint and the deltas after it); {} without a manifest."""
     import os
     import tensorflow as tf
-    from tfps.state import deltas, manifest
-    checkpoint, chain = (tf.train.latest_checkpoint(path), []) if os.path.isdir(path) else (path, [])
+    from tfps.state import deltas, disk, manifest
+    checkpoint, chain = (disk.latest_checkpoint(path), []) if os.path.isdir(path) else (path, [])
     saved = manifest.read(checkpoint) if checkpoint else None
     if saved is None:
         return {}

@@ -8,6 +8,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
 from tfps.models.spec import ModeKeys, ModelSpec
+from tfps.state import disk
 from tfps.state.saver import StateSaver
 
 
@@ -125,7 +126,8 @@ def build(model_fn, params, mode, settings, input_fn=None, features=None):
 
 
 def latest_checkpoint(model_dir):
-    return tf.train.latest_checkpoint(model_dir)
+    """model_dir's newest whole full checkpoint, with or without its `checkpoint` index file."""
+    return disk.latest_checkpoint(model_dir)
 
 
 def checkpoint_global_step(model_dir):

@@ -18,7 +18,7 @@ from tfps.runner.graph import RunSettings, latest_checkpoint
 from tfps.runner.hooks import EvalProgressHook, EvictionHook
 from tfps.runner import prediction
 from tfps.runner.incremental import IncrementalCheckpoints
-from tfps.state import manifest as manifests
+from tfps.state import disk, manifest as manifests
 from tfps.state.deltas import DeltaRefused, latest_cut
 
 
@@ -55,15 +55,28 @@ def pipelined(input_fn, cfg):
 @contextlib.contextmanager
 def nothing_left_if_refused(model_dir):
     """Runs training; when the restore refuses model_dir's state (another model's, a damaged
-    delta), removes what the session wrote before the refusal (its event file), so that a refused
-    run leaves model_dir as it found it."""
+    delta or checkpoint), removes what the session wrote before the refusal (its event file) and
+    puts back the `checkpoint` index as it was (the trainer rewrites it when it was missing or
+    stale: disk.rewrite_index), so that a refused run leaves model_dir as it found it."""
     before = set(os.listdir(model_dir)) if os.path.isdir(model_dir) else set()
+    index = os.path.join(model_dir, disk.INDEX)
+    try:
+        with open(index, "rb") as f:
+            index_bytes = f.read()
+    except OSError:
+        index_bytes = None
     try:
         yield
-    except (manifests.StateMismatch, DeltaRefused):
+    except (manifests.StateMismatch, DeltaRefused, disk.CheckpointUnreadable):
         for name in set(os.listdir(model_dir)) - before if os.path.isdir(model_dir) else ():
             if name.startswith("events.out.tfevents."):
                 os.remove(os.path.join(model_dir, name))
+        if index_bytes is None:
+            if os.path.exists(index):
+                os.remove(index)
+        else:
+            with open(index, "wb") as f:
+                f.write(index_bytes)
         raise
 
 
