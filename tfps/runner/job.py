@@ -8,6 +8,7 @@ import os
 
 import tensorflow as tf
 
+from tfps.data.file_source import split_of
 from tfps.data.sources import example_specs, schema_of
 from tfps.models.common import BAD_ROWS_VARIABLE
 from tfps.models.zoo import model_fn
@@ -78,6 +79,15 @@ def nothing_left_if_refused(model_dir):
             with open(index, "wb") as f:
                 f.write(index_bytes)
         raise
+
+
+def check_eval_set(cfg, source):
+    """ValueError before training when the eval set is known to be empty (a source that can count
+    it cheaply: MovieLens's split, a Criteo file's lines), instead of after training."""
+    if cfg.data.format in ("movielens", "criteo") and source.eval_size() == 0:
+        raise ValueError(f"the eval set is empty: no examples in {cfg.data.eval_path or cfg.data.path!r} "
+                         f"({split_of(cfg.data) if cfg.data.format == 'movielens' else 'its files have no rows'}): "
+                         f"nothing to evaluate the model on")
 
 
 def state_step(model_dir):
@@ -152,7 +162,9 @@ def final_metrics(cfg, source, printer, evaluation=None, name=None):
     progress = EvalProgressHook(source.eval_size(), printer=printer)
     result, ckpt = (evaluation or runner_evaluation(cfg))(source.eval_input_fn(cfg.eval.batch_size), [progress], name)
     if progress.examples == 0:
-        raise ValueError(f"the eval set is empty: no examples in {cfg.data.eval_path or cfg.data.path!r}")
+        skipped = int(result.get("bad_rows", 0) or 0)
+        raise ValueError(f"the eval set is empty: no examples in {cfg.data.eval_path or cfg.data.path!r}"
+                         + (f" ({skipped} malformed rows read and skipped: data.skip_bad_rows)" if skipped else ""))
     if math.isnan(result["auc"]):
         printer("auc and gauc are undefined: every label of the eval set is the same", flush=True)
     elif "gauc" in result and math.isnan(result["gauc"]):
