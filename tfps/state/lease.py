@@ -81,3 +81,22 @@ def _holder(path):
         return f"{h.get('role', 'a trainer')} pid {h['pid']} on {h['host']} (since {started})"
     except (OSError, ValueError, KeyError, TypeError):
         return "another process (its lease file names no holder)"
+
+
+def check_free(model_dir):
+    """LeaseHeld when a live process holds model_dir's lease, as Lease would say; creates, writes
+    and locks nothing (a command that must refuse before it touches model_dir asks first: `tfps
+    launch`, whose chief takes the lease itself)."""
+    path = os.path.join(model_dir, LEASE_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return   # no lease file (or none readable): nobody has held it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise LeaseHeld(f"model_dir {model_dir} is being written by {_holder(path)}: one trainer per "
+                            f"model_dir (stop it, or train into another model_dir)") from None
+    finally:
+        os.close(fd)
