@@ -372,3 +372,46 @@ def test_the_batcher_under_concurrent_requests_answers_each_its_own_rows():
     assert not any(t.is_alive() for t in threads)
     assert not errors and batcher.requests == 24 * 40
     assert batcher.runs < batcher.requests / 2, (batcher.runs, batcher.requests)
+
+
+def test_a_stop_under_load_answers_unavailable_never_cancelled(runner):
+    """Four clients send Predict back to back through a stop, 20 times: every call is answered
+    with the scores or refused with UNAVAILABLE (retried elsewhere by any client); none ends
+    CANCELLED (which grpcio's own stop gives a call its transport holds and clients do not
+    retry) or any other way. A client goes elsewhere after its first refusal, as one behind a
+    load balancer does."""
+    from tfps.serving.server import ModelServer
+    rows = {k: v[:1] for k, v in runner["rows"].items()}
+    want = score_saved_model(runner["exports"][20], rows)
+    outcomes = []
+    for _ in range(20):
+        server = ModelServer(os.path.dirname(runner["exports"][20]), "demo", port=0, rest_api_port=None,
+                             host="127.0.0.1", printer=lambda *a, **k: None).start()
+        answered = threading.Semaphore(0)
+
+        def client(codes):
+            stub = _stub(server.port)
+            while True:
+                try:
+                    got = stub.Predict(_request(rows), timeout=60)
+                    np.testing.assert_allclose(tf.make_ndarray(got.outputs["probabilities"]), want, rtol=1e-5,
+                                               atol=1e-6)
+                    codes.append(grpc.StatusCode.OK)
+                    answered.release()
+                except grpc.RpcError as e:
+                    codes.append(e.code())
+                    return
+        runs = [[] for _ in range(4)]
+        threads = [threading.Thread(target=client, args=(codes,)) for codes in runs]
+        for t in threads:
+            t.start()
+        for _ in range(8):   # the clients are sending: a stop now comes between and during calls
+            assert answered.acquire(timeout=60)
+        assert server.stop(grace=30)
+        for t in threads:
+            t.join(timeout=60)
+            assert not t.is_alive()
+        outcomes += runs
+    ends = [codes[-1] for codes in outcomes]
+    assert set(ends) == {grpc.StatusCode.UNAVAILABLE}, ends
+    assert all(set(codes[:-1]) <= {grpc.StatusCode.OK} for codes in outcomes)

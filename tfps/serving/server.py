@@ -1,9 +1,10 @@
 """`tfps serve`: the model stores, the gRPC server (grpcio) and the REST server (Werkzeug), together.
 
-Stopping drains (stop(grace)): new requests are refused at once -- gRPC with UNAVAILABLE (grpcio
-stops taking RPCs), REST with 503 UNAVAILABLE until its socket closes, then the connection is
-refused --, the requests the server had begun (their handler entered before the drain) run to
-their answer, and whatever is still running at the grace deadline is cut."""
+Stopping drains (stop(grace)): new requests are refused at once -- gRPC with UNAVAILABLE from the
+server's own handlers while clients keep sending (then grpcio stops, and a connection is refused),
+REST with 503 UNAVAILABLE until its socket closes, then the connection is refused --, the requests
+the server had begun (their handler entered before the drain) run to their answer, and whatever is
+still running at the grace deadline is cut."""
 import concurrent.futures
 import gc
 import threading
@@ -29,6 +30,10 @@ def settle_memory():
     gc.freeze()
 
 
+REFUSE_QUIET_SECS = 0.25   # the stop: no new request refused for this long, and gRPC stops
+REFUSE_MAX_SECS = 2.0      # the stop refuses new requests for at most this long before gRPC stops
+
+
 class _Handler(WSGIRequestHandler):
     timeout = 30   # seconds a connection may stall (a body never finished) before it is dropped
 
@@ -39,13 +44,24 @@ class InFlight:
 
     def __init__(self):
         self._cond = threading.Condition()
-        self.count, self.draining = 0, False
+        self.count, self.draining, self.last_refused = 0, False, None
 
     def enter(self):
         with self._cond:
             if self.draining:
+                self.last_refused = time.monotonic()
                 raise ServingError("UNAVAILABLE", "the server is shutting down; retry on another replica")
             self.count += 1
+
+    def quiet(self, secs, deadline):
+        """Waits, while draining, until no request has been refused for `secs` (the clients have
+        gone elsewhere), or `deadline`."""
+        while True:
+            with self._cond:
+                wake = min(self.last_refused + secs, deadline)
+            if time.monotonic() >= wake:
+                return
+            time.sleep(max(0.0, wake - time.monotonic()))
 
     def leave(self):
         with self._cond:
@@ -56,7 +72,8 @@ class InFlight:
     def drain(self, deadline):
         """True when no request is left in flight by `deadline` (time.monotonic())."""
         with self._cond:
-            self.draining = True
+            if not self.draining:
+                self.draining, self.last_refused = True, time.monotonic()   # quiet() counts from here
             while self.count and time.monotonic() < deadline:
                 self._cond.wait(deadline - time.monotonic())
             return not self.count
@@ -169,8 +186,13 @@ class ModelServer:
         answered within `grace` seconds, False when some were cut at the deadline."""
         deadline = time.monotonic() + grace
         self._stop.set()
-        grpc_done = self._grpc.stop(grace)   # new RPCs refused from here; those running are cut at grace
+        # gRPC first keeps taking calls and answers the new ones UNAVAILABLE (in_flight refuses
+        # them) while those begun finish, until clients stop sending (REFUSE_QUIET_SECS without a
+        # new one) or REFUSE_MAX_SECS: grpcio's own stop resets the calls its transport holds but
+        # has not handed over yet, which clients see as CANCELLED and do not retry.
         drained = self.in_flight.drain(deadline)
+        self.in_flight.quiet(REFUSE_QUIET_SECS, min(deadline, time.monotonic() + REFUSE_MAX_SECS))
+        grpc_done = self._grpc.stop(max(0.0, deadline - time.monotonic()))
         if self._rest:
             if self._started:   # shutdown() waits for serve_forever, which only start() runs
                 self._rest.shutdown()
