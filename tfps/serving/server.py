@@ -6,7 +6,9 @@ REST with 503 UNAVAILABLE until its socket closes, then the connection is refuse
 the server had begun (their handler entered before the drain) run to their answer, and whatever is
 still running at the grace deadline is cut."""
 import concurrent.futures
+import errno
 import gc
+import socket
 import threading
 import time
 
@@ -36,6 +38,33 @@ REFUSE_MAX_SECS = 2.0      # the stop refuses new requests for at most this long
 
 class _Handler(WSGIRequestHandler):
     timeout = 30   # seconds a connection may stall (a body never finished) before it is dropped
+
+
+def check_bind(host, ports):
+    """The address `host` names (an IPv4 or IPv6 literal, bracketed or not, or a name), checked by
+    binding each of `ports` [(what, port)] there once: OSError with the OS's errno and a line
+    that says why it cannot be listened on -- the name does not resolve, the address is not one of
+    this machine's, or the port is taken."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        infos = socket.getaddrinfo(bare, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise OSError(e.errno, f"tfps serve: --host {host!r}: the name does not resolve ({e.strerror})") from None
+    family, _, _, _, address = infos[0]
+    for what, port in ports:
+        probe = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as both servers bind
+            probe.bind((address[0], port) + tuple(address[2:]))
+        except OSError as e:
+            why = {errno.EADDRNOTAVAIL: f"{address[0]} is not an address of this machine",
+                   errno.EADDRINUSE: f"port {port} is in use there",
+                   errno.EACCES: f"port {port} needs privileges"}.get(e.errno, e.strerror)
+            raise OSError(e.errno, f"tfps serve: cannot listen on the {what} port {port} of --host {host!r}: "
+                                   f"{why}") from None
+        finally:
+            probe.close()
+    return address[0] if bare != host or ":" in bare else bare
 
 
 class InFlight:
@@ -140,19 +169,22 @@ class ModelServer:
                                           ("grpc.max_send_message_length", max_request_bytes),
                                           ("grpc.so_reuseport", 0)])
         add_services(self._grpc, self)
+        host = check_bind(host, [("gRPC", port)] + ([("REST", rest_api_port)] if rest_api_port is not None else []))
         try:
-            self.port = self._grpc.add_insecure_port(f"{host}:{port}")
+            self.port = self._grpc.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
         except RuntimeError:
             self.port = 0
         if self.port == 0:
             self._grpc.stop(None)
-            raise OSError(f"tfps serve: cannot listen on gRPC port {port} (in use?)")
+            raise OSError(errno.EADDRINUSE, f"tfps serve: cannot listen on gRPC port {port} of {host} (taken "
+                                            f"since it was checked?)")
         try:
             self._rest = make_server(host, rest_api_port, RestApp(self), threaded=True, request_handler=_Handler) \
                 if rest_api_port is not None else None
-        except OSError:
+        except OSError as e:
             self._grpc.stop(None)
-            raise
+            raise OSError(e.errno, f"tfps serve: cannot listen on REST port {rest_api_port} of {host}: "
+                                   f"{e.strerror or e}") from None
         self.batcher = Batcher(max_batch_size, batch_timeout_micros, num_batch_threads) if enable_batching else None
         if self._rest:
             # stop() waits for the requests in flight (in_flight), not for idle keep-alive connections
