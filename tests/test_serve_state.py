@@ -94,6 +94,7 @@ def test_follow_of_another_model_changes_nothing(trained, tmp_path):
             _polls(server, 3)
             after = tf.make_ndarray(stub.Predict(_request(trained["rows"]), timeout=30).outputs["probabilities"])
             assert server.store.follower.applied == []
+            assert version in server.store.follower.mismatch   # and it says so, though nothing is newer
             np.testing.assert_array_equal(after, before)
             np.testing.assert_allclose(before, trained["want"], rtol=1e-5, atol=1e-6)
             assert server.store.loaded()[version].state()["step"] == 40

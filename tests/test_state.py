@@ -362,5 +362,8 @@ def test_a_truncated_checkpoint_is_refused_naming_it_and_leaves_model_dir_as_it_
     os.makedirs(tmp_path / "moved")
     for path in tf.io.gfile.glob(newest + ".*"):
         os.rename(path, tmp_path / "moved" / os.path.basename(path))
+    os.makedirs(os.path.join(model_dir, "model.ckpt-1250_temp"))   # a save a kill -9 cut short
     _train(forker, model_dir)
     _same_updates(model_dir, straight)
+    from tfps.state import disk
+    assert disk.abandoned_saves(model_dir) == []   # removed by the resume that holds the lease

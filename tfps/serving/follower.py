@@ -32,6 +32,7 @@ class TableFollower:
         self.lags = []        # seconds from each applied delta's appearance to its apply
         self._checked = {}    # deltas read whole (delta_chain's cache)
         self._steps = {}      # checkpoint path -> the global step it holds
+        self.mismatch = {}    # version -> why model_dir's newest checkpoint is not its model's
 
     def _ops(self, servable):
         state = self._state.get(servable)
@@ -58,7 +59,23 @@ class TableFollower:
         state = dict(tables=tables, prefix=prefix, delta=delta, dense=dense_delta, full=tf.group(*full) if full else None,
                      saver=saver, base=start, applied=start, chain=[])
         self._state[servable] = state
+        self._check_model_dir(servable)
         return state
+
+    def _check_model_dir(self, servable):
+        """Says at once when model_dir holds another model than the version (nothing of it would
+        ever apply) or no checkpoint yet; `mismatch[version]` keeps the reason."""
+        latest = disk.latest_checkpoint(self.model_dir)
+        if latest is None:
+            self._report(f"{self.model_dir} holds no checkpoint yet: version {servable.version} serves as exported "
+                         f"until one appears")
+            return
+        try:
+            self._check(servable, latest, "checkpoint")
+        except (manifests.StateMismatch, ValueError, tf.errors.OpError) as e:
+            self.mismatch[servable.version] = error_line(e)
+            self._report(f"{self.model_dir} is not the model of version {servable.version}; nothing of it is "
+                         f"applied ({error_line(e)})")
 
     def _report(self, message):
         if message not in self._reported:
