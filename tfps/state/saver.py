@@ -8,8 +8,8 @@ from tensorflow.python.ops import resources, variables as tf_variables
 from tensorflow.python.training.saving import saveable_object
 
 from tfps.embedding.checkpoint_tools import Saver
-from tfps.errors import error_line
 from tfps.embedding.variable import embedding_variables
+from tfps.errors import error_line
 from tfps.state import deltas, disk, manifest as manifests
 
 
