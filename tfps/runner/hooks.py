@@ -5,7 +5,7 @@ import time
 
 import tensorflow as tf
 
-from tfps.models.common import EVAL_EXAMPLES_COLLECTION, LOSS_COLLECTION, TRAIN_EXAMPLES_COLLECTION
+from tfps.embedding.model_graph import ModelGraph
 
 
 def duration(seconds):
@@ -72,17 +72,33 @@ def _read_text(path):
         return None
 
 
-class ProgressHook(tf.compat.v1.train.SessionRunHook):
+class SpecHook(tf.compat.v1.train.SessionRunHook):
+    """A hook that reads what the model_fn returned: the runner hands it the run's ModelSpec
+    (use_spec) once the model is built, before the session starts."""
+    spec = None
+
+    def use_spec(self, spec):
+        self.spec = spec
+
+
+def use_spec(hooks, spec):
+    """Hands `spec` to every SpecHook of `hooks`."""
+    for hook in hooks:
+        if isinstance(hook, SpecHook):
+            hook.use_spec(spec)
+
+
+class ProgressHook(SpecHook):
     """Prints `step N/M (P%) loss L examples/s X eta T` each time the global step passes a multiple
     of `every_n_steps`, and keeps the rates of the run (M = max_steps, when given).
 
-    The loss is the scalar a model_fn added to LOSS_COLLECTION. On a cluster the global step
+    The loss is the ModelSpec's (the runner hands the spec: use_spec). On a cluster the global step
     counts every worker's steps: `examples/s` is the job's rate, and with task_rate=True the line
     also gives this task's own (`this task Y`). Rates exclude the first logging window (graph
     warm-up). After a session is re-created (a PS restarted) the windows start again.
 
-    Examples are counted per step when the model_fn puts its batch's count in
-    TRAIN_EXAMPLES_COLLECTION (token-budget batches vary in size); other workers' steps are
+    Examples are counted per step when the ModelSpec carries its batch's count (`examples`;
+    token-budget batches vary in size); other workers' steps are
     taken to hold as many as this task's on average. Without it a step is `batch_size` examples.
     """
 
@@ -101,16 +117,11 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
 
     def begin(self):
         self._gs = tf.compat.v1.train.get_global_step()
-        losses = tf.compat.v1.get_collection(LOSS_COLLECTION)
-        if len(losses) != 1:
-            raise ValueError(f"ProgressHook: the model_fn must add exactly one loss to the "
-                             f"'{LOSS_COLLECTION}' collection, found {len(losses)}")
-        self._loss = losses[0]
-        counts = tf.compat.v1.get_collection(TRAIN_EXAMPLES_COLLECTION)
-        if len(counts) > 1:
-            raise ValueError(f"ProgressHook: the model_fn added {len(counts)} batch counts to the "
-                             f"'{TRAIN_EXAMPLES_COLLECTION}' collection; at most one")
-        self._count = counts[0] if counts else tf.constant(self._batch)
+        if self.spec is None or self.spec.loss is None:
+            raise ValueError("ProgressHook: it reads the loss of the run's ModelSpec, and was handed none "
+                             "(tfps.runner.training.train hands it; elsewhere call use_spec(spec) before the session)")
+        self._loss = self.spec.loss
+        self._count = self.spec.examples if self.spec.examples is not None else tf.constant(self._batch)
 
     def after_create_session(self, session, coord):
         step = int(session.run(self._gs))
@@ -168,17 +179,18 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
                               "process_cpu_seconds": round(self._last[4] - first[4], 3)}
 
 
-class EvalProgressHook(tf.compat.v1.train.SessionRunHook):
+class EvalProgressHook(SpecHook):
     """Prints how far an evaluation is, at most every `every_secs`: `eval: N of M examples (P%),
-    X examples/s` (`N examples` when the eval set's size is unknown). `examples` holds the count."""
+    X examples/s` (`N examples` when the eval set's size is unknown). `examples` holds the count:
+    the ModelSpec's per batch (the runner hands the spec; without one, the graph's ModelGraph's,
+    which tfps.estimator sets)."""
 
     def __init__(self, total=None, every_secs=10.0, printer=print):
         self._total, self._every, self._print = total, every_secs, printer
         self.examples = 0
 
     def begin(self):
-        sizes = tf.compat.v1.get_collection(EVAL_EXAMPLES_COLLECTION)
-        self._size = sizes[-1] if sizes else None
+        self._size = self.spec.examples if self.spec is not None else ModelGraph.of().examples
         self.examples = 0
 
     def after_create_session(self, session, coord):

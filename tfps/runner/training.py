@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from tfps.models.spec import ModeKeys
 from tfps.runner.graph import build, checkpoint_global_step
-from tfps.runner.hooks import CheckpointSaverHook
+from tfps.runner.hooks import CheckpointSaverHook, use_spec
 
 
 def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_listeners=(), printer=print):
@@ -22,6 +22,7 @@ def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_list
         return None
     with tf.Graph().as_default() as graph, graph.device(settings.device_fn):
         spec, scaffold, input_hooks, _ = build(model_fn, params, ModeKeys.TRAIN, settings, input_fn=input_fn)
+        use_spec(list(hooks) + list(spec.training_hooks), spec)
         if not any(s.op.name == "loss" for s in tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)):
             tf.compat.v1.summary.scalar("loss", spec.loss)
         tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.LOSSES, spec.loss)
