@@ -10,7 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Bottom to top: a module may import its own layer and those below it.
 LAYERS = [
-    ("tfps._lazy", "tfps.errors"),
+    ("tfps._lazy", "tfps.errors", "tfps.process"),
     ("tfps.ops",),
     ("tfps.embedding", "tfps.feature_column"),
     ("tfps.state",),

@@ -13,6 +13,9 @@ import os
 import re
 import sys
 
+from tfps.process import (cpu_allocator_in_use, quiet_native_logs, quiet_python_logs, single_threaded_blas,
+                          use_cpu_allocator)
+
 STOP_MARGIN_SECS = 5.0   # tfps serve: how long past --grace_secs a stop may take before it is ended
 # tfps serve's main thread waits for SIGTERM/SIGINT in steps of this: the kernel may hand the signal
 # to any thread (a gRPC or TensorFlow one), and Python runs its handler only when the main thread
@@ -25,8 +28,7 @@ def _train(args):
     cfg = load_config(args.config, args.set)
     use_cpu_allocator(cfg)
     check_model_dir(cfg.model_dir)
-    import tensorflow as tf
-    tf.get_logger().setLevel("ERROR")
+    quiet_python_logs()
     from tfps.cluster.tf_config import parse_tf_config
     cluster = parse_tf_config()
     if cluster is not None:
@@ -57,8 +59,7 @@ def _export(args):
     if cfg.model_dir is None:
         from tfps.config import ConfigError
         raise ConfigError("export needs model_dir (--set model_dir=DIR) holding a trained checkpoint")
-    import tensorflow as tf
-    tf.get_logger().setLevel("ERROR")
+    quiet_python_logs()
     from tfps.runner.job import export
     path = export(cfg, args.export_dir)
     print(json.dumps({"saved_model": path}), flush=True)
@@ -67,7 +68,7 @@ def _export(args):
 
 def _inspect(args):
     import tensorflow as tf
-    tf.get_logger().setLevel("ERROR")
+    quiet_python_logs()
     from tfps.embedding.checkpoint_tools import inspect
     try:
         tables = inspect(args.checkpoint, top=args.top)
@@ -113,8 +114,7 @@ def _state_of(path):
 
 
 def _convert(args):
-    import tensorflow as tf
-    tf.get_logger().setLevel("ERROR")
+    quiet_python_logs()
     from tfps.data.convert import convert
     result = convert(args.kind, args.path, args.to, skip_bad_rows=args.skip_bad_rows, rows_per_file=args.rows_per_file,
                      eval_fraction=args.eval_fraction, sequence_options={
@@ -145,8 +145,7 @@ def _launch(args):
 def _preload_task():
     """What every launched task imports (`tfps train` under a TF_CONFIG), imported once in the
     launcher, whose forks the tasks are. Imports only: no graph, no session, no TF thread."""
-    import tensorflow as tf
-    tf.get_logger().setLevel("ERROR")
+    quiet_python_logs()
     import tfps.runner.cluster  # noqa: F401
     import tfps.models.zoo  # noqa: F401
 
@@ -155,7 +154,7 @@ def _serve(args):
     import signal
     import threading
     import tensorflow as tf
-    tf.get_logger().setLevel("ERROR")
+    quiet_python_logs()
     tf.compat.v1.disable_eager_execution()
     from tfps.serving.models import read_model_config
     from tfps.serving.server import ModelServer, settle_memory
@@ -229,55 +228,8 @@ def _op_error_line(message):
     return error_line(RuntimeError(message))
 
 
-def single_threaded_blas():
-    """NumPy's OpenBLAS keeps a thread per core that spins (sched_yield) after each call; in a
-    trainer, where numpy only makes the input's small products, those threads took a quarter of
-    the chief's CPU samples from TF's threads (perf, 2 cores). TF itself does not use OpenBLAS."""
-    from threadpoolctl import threadpool_limits
-    return threadpool_limits(limits=1, user_api="blas")   # restore_original_limits() undoes it
-
-
-_BFC_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
-
-
-def use_cpu_allocator(cfg):
-    """train.cpu_allocator for this process and the tasks it starts: TensorFlow's switch
-    TF_CPU_ALLOCATOR_USE_BFC, which it reads when it makes its first CPU device (a session, or a
-    PS's tf.distribute.Server), so this runs right after the config is read. BFC keeps freed
-    memory for the next step; with malloc, TF 2.21 handed each step's freed buffers back to the
-    kernel: the chief of `make demo` took ~1,700-2,000 page faults a step (2.15: 1) and 17-22 ms
-    of CPU a step against 12-14 with BFC (docs/cluster.md). The config wins over a different
-    value in the environment, and says so. `serve` (no job config) keeps malloc: its memory over
-    version swaps was measured on it."""
-    want = "true" if cfg.train.cpu_allocator == "bfc" else "false"
-    had = os.environ.get(_BFC_VARIABLE)
-    if had is not None and had.lower() != want:
-        print(f"tfps: train.cpu_allocator={cfg.train.cpu_allocator} overrides {_BFC_VARIABLE}={had} from the "
-              f"environment", file=sys.stderr)
-    os.environ[_BFC_VARIABLE] = want
-
-
-def cpu_allocator_in_use():
-    """The allocator TensorFlow gives this process's CPU tensors, as it names it in a traced step:
-    "bfc" for its BFC allocator (`bfc_cpu_allocator_for_gpu`), "malloc" for TensorFlow's default
-    (`cpu`, or `mklcpu` where oneDNN is on: a CPU with AVX512_VNNI or AMX, whose default allocator
-    serves large tensors from a pool of its own and keeps memory statistics too, so statistics do
-    not tell the two apart)."""
-    import tensorflow as tf
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [None])
-        y = tf.concat([x, x], 0)
-    metadata = tf.compat.v1.RunMetadata()
-    with tf.compat.v1.Session(graph=graph) as session:
-        session.run(y, {x: [0.0] * 1024}, run_metadata=metadata,
-                    options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
-    names = {m.allocator_name for d in metadata.step_stats.dev_stats for n in d.node_stats for m in n.memory}
-    return "bfc" if any(name.startswith("bfc") for name in names) else "malloc"
-
-
 def main(argv=None):
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_native_logs()
     single_threaded_blas()
     parser = argparse.ArgumentParser(prog="tfps", description="TF1-style PS trainer with hash-table embeddings")
     sub = parser.add_subparsers(dest="command", required=True)
