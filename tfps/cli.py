@@ -233,17 +233,24 @@ def main(argv=None):
     single_threaded_blas()
     parser = argparse.ArgumentParser(prog="tfps", description="TF1-style PS trainer with hash-table embeddings")
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train and evaluate a model in this process")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--verbose", action="store_true",
+                        help="on an error, also print TensorFlow's whole message (the iterator chain of an input "
+                             "function, the graph's stack) before tfps's one line")
+    train = sub.add_parser("train", parents=[common],
+                          help="train and evaluate a model in this process")
     train.add_argument("--config", help="YAML job config (configs/demo.yaml)")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config field, e.g. --set train.steps=200 (repeatable)")
     train.set_defaults(fn=_train)
-    exp = sub.add_parser("export", help="write a serving SavedModel from the latest checkpoint")
+    exp = sub.add_parser("export", parents=[common],
+                          help="write a serving SavedModel from the latest checkpoint")
     exp.add_argument("--config", help="the YAML job config the model was trained with")
     exp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     exp.add_argument("--export-dir", required=True, help="directory under which the SavedModel is written")
     exp.set_defaults(fn=_export)
-    lau = sub.add_parser("launch", help="run a PS/worker cluster on this machine (one process per task)")
+    lau = sub.add_parser("launch", parents=[common],
+                          help="run a PS/worker cluster on this machine (one process per task)")
     lau.add_argument("--config", help="YAML job config")
     lau.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     lau.add_argument("--ps", type=int, default=2, help="parameter server tasks")
@@ -260,7 +267,8 @@ def main(argv=None):
                      help="how many times in all a dead task (ps, worker, chief, evaluator) is restarted "
                           "before the job fails")
     lau.set_defaults(fn=_launch)
-    con = sub.add_parser("convert", help="write text data (criteo, movielens) as sharded TFRecords")
+    con = sub.add_parser("convert", parents=[common],
+                          help="write text data (criteo, movielens) as sharded TFRecords")
     con.add_argument("--from", dest="kind", required=True, choices=["criteo", "movielens", "movielens_sequences"],
                      help="input layout (movielens_sequences: MTGR's user samples)")
     con.add_argument("path", help="criteo: file, glob or directory; movielens: the directory of ratings.csv")
@@ -272,11 +280,13 @@ def main(argv=None):
     con.add_argument("--history-len", type=int, default=64, help="movielens_sequences: history ratings per sample")
     con.add_argument("--realtime-len", type=int, default=16, help="movielens_sequences: real-time ratings per sample")
     con.set_defaults(fn=_convert)
-    ins = sub.add_parser("inspect", help="per table of a checkpoint: rows, bytes, top ids by frequency")
+    ins = sub.add_parser("inspect", parents=[common],
+                          help="per table of a checkpoint: rows, bytes, top ids by frequency")
     ins.add_argument("checkpoint", help="checkpoint prefix or model directory")
     ins.add_argument("--top", type=int, default=5, help="how many top ids to list per table")
     ins.set_defaults(fn=_inspect)
-    srv = sub.add_parser("serve", help="serve SavedModel versions over TF Serving's gRPC and REST APIs")
+    srv = sub.add_parser("serve", parents=[common],
+                          help="serve SavedModel versions over TF Serving's gRPC and REST APIs")
     srv.add_argument("--model_base_path", help="directory of SavedModel versions DIR/<int>/ "
                      "(what tfps export --export-dir writes)")
     srv.add_argument("--model_name", help="the name clients ask for (with --model_base_path)")
@@ -312,6 +322,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     from tfps.cluster.tf_config import ClusterConfigError
     from tfps.config import ConfigError
+    from tfps.errors import ReaderError
     from tfps.state.lease import LeaseHeld
     try:
         return args.fn(args)
@@ -323,6 +334,8 @@ def main(argv=None):
         return 2
     except ValueError as e:
         lines = str(e).strip().splitlines()
+        if args.verbose and len(lines) > 1:
+            print(f"tfps: {type(e).__name__}: {e}", file=sys.stderr)
         if len(lines) > 1:   # TF's own (a failed restore with its graph trace): its first and telling lines
             cause = _op_error_line(str(e).split("Original error:")[-1])
             lines = [f"{lines[0].strip(chr(39))} ({cause}; is the checkpoint in model_dir from this config, and whole?)"]
@@ -339,10 +352,17 @@ def main(argv=None):
             return 2
         if not isinstance(e, tf.errors.OpError):
             raise
-        # Bad data, a checkpoint that does not fit the config (a variable missing or of another
-        # shape), a damaged file: TF's own words, its one telling line, without the graph's stack.
+        if args.verbose:
+            print(f"tfps: {type(e).__name__}: {e.message or e}", file=sys.stderr)
+        # Bad data: the reader's own line (file, line, what, what to do), out of TF's iterator chain.
+        bad_input = ReaderError.find(e)
+        if bad_input is not None:
+            print(f"tfps: {bad_input}", file=sys.stderr)
+            return 2
+        # A checkpoint that does not fit the config (a variable missing or of another shape), a
+        # damaged file: TF's own words, its one telling line, without the graph's stack.
         first = _op_error_line(e.message or str(e))
-        about_checkpoint = (not first.startswith(("criteo:", "movielens:", "tfrecord:")) and
+        about_checkpoint = (not first.startswith("tfrecord:") and
                             re.search(r"checkpoint|restor", first, re.IGNORECASE) is not None)
         hint = " (is the checkpoint in model_dir from this config, and whole?)" if about_checkpoint else ""
         print(f"tfps: {type(e).__name__}: {first}{hint}", file=sys.stderr)
