@@ -164,3 +164,54 @@ def test_a_gzip_file_that_ends_early_is_an_error_naming_it_or_a_counted_bad_row(
     two = list(numpy_batches(lambda: criteo_dataset([str(path)], 4, skip_bad_rows=True, repeat=True).take(
         2 * len(batches) - 1)))
     assert sum(int(b[0]["bad_rows"]) for b in two) == 1 and sum(len(b[1]) for b in two) == 2 * read
+
+
+def _ends_within(make_dataset, limit, seconds=60):
+    """Reads up to `limit` batches of make_dataset() in a thread: (batches read, error raised);
+    an AssertionError when the read has not ended within `seconds` (an endless skip)."""
+    import threading
+    box = {}
+
+    def read():
+        try:
+            box["batches"] = list(numpy_batches(lambda: make_dataset().take(limit)))
+        except tf.errors.OpError as e:
+            box["error"] = e
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"reading did not end within {seconds} s"
+    return box.get("batches"), box.get("error")
+
+
+@pytest.mark.parametrize("start", [0, 1])
+def test_an_endless_read_of_rows_that_are_all_bad_is_an_error_after_a_pass(tmp_path, start):
+    """Every row malformed, skip_bad_rows on: the endless reader fails after one whole pass (from
+    a resumed position too) instead of skipping forever; with one good row it reads on."""
+    path = tmp_path / "day.txt"
+    bad = ["1\t2", _row(2, [1] * 13, ["a"] * 26), _row(1, [1, "x"] + [1] * 11, ["a"] * 26)] * 3
+    path.write_text("\n".join(bad) + "\n")
+    batches, error = _ends_within(lambda: criteo_dataset([str(path)], batch_size=2, skip_bad_rows=True, repeat=True,
+                                                         start=start), limit=1000)
+    assert isinstance(error, tf.errors.InvalidArgumentError), (batches, error)
+    path.write_text("\n".join(bad + [ROWS[0]]) + "\n")
+    batches, error = _ends_within(lambda: criteo_dataset([str(path)], batch_size=2, skip_bad_rows=True, repeat=True,
+                                                         start=start), limit=20)
+    assert error is None and len(batches) == 20
+    assert sum(len(b[1]) for b in batches) >= 3   # the good row, once per pass
+
+
+def test_integers_of_19_digits_within_int64_are_read_and_beyond_it_refused(tmp_path):
+    """int64's extremes read as Python computes them; one past int64 is a bad row (refused, or
+    skipped and counted), not a wrapped value."""
+    extremes = _row(1, [9223372036854775807, -9223372036854775808, 1000000000000000000] + [1] * 10, ["a"] * 26)
+    beyond = _row(0, [1, 9999999999999999999] + [1] * 11, ["a"] * 26)
+    path = tmp_path / "day.txt"
+    path.write_text(extremes + "\n")
+    _check(_read([str(path)], batch_size=2), [extremes])
+    path.write_text(extremes + "\n" + beyond + "\n")
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        _read([str(path)], batch_size=2)
+    batches = _read([str(path)], batch_size=2, skip_bad_rows=True)
+    assert sum(int(b[0]["bad_rows"]) for b in batches) == 1
+    _check(batches, [extremes])

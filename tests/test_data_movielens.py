@@ -121,3 +121,29 @@ def test_trainers_share_the_batches(tmp_path):
         for got, want in zip(shares[k], whole[k::2]):
             np.testing.assert_array_equal(got[0]["ids"], want[0]["ids"])
     assert sum(len(s) for s in shares) == len(whole)
+
+
+def test_ratings_that_are_all_bad_are_an_error_not_an_endless_read(tmp_path):
+    """Every rating line malformed, skip_bad_rows on: reading the split is an error, whether the
+    read repeats or not (no endless read of nothing)."""
+    directory = ml_tiny.write(tmp_path, ratings=[], extra_rating_lines=["a,b,c,d", "1,2,3"])
+    for repeat in (False, True):
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            list(numpy_batches(lambda: movielens_dataset(directory, 4, "train", skip_bad_rows=True,
+                                                         repeat=repeat).take(100)))
+
+
+def test_ids_of_19_digits_up_to_int64_max_are_read(tmp_path):
+    """userId and movieId up to 2^63 - 1 read as Python reads them; 2^63 is a bad line."""
+    big = 2**63 - 1
+    ratings = ml_tiny.RATINGS + [(big, big, 5.0, 2000), (big, 1, 4.0, 3000), (big, 2, 1.0, 4000),
+                                 (big, 3, 4.0, 5000), (big, 5, 4.0, 6000)]
+    directory = ml_tiny.write(tmp_path, ratings=ratings)
+    want = ml_tiny.expected(ratings)
+    got = _rows(_read(directory, "train"))
+    assert set(got) == {k for k, v in want.items() if v[0] == "train"}
+    assert (big, big) in got and got[(big, big)][1] == want[(big, big)][2]
+    ml_tiny.write(tmp_path, ratings=ratings, extra_rating_lines=[f"{2**63},1,4.0,7000"])
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        _read(directory, "train")
+    assert sum(int(b[0]["bad_rows"]) for b in _read(directory, "train", skip_bad_rows=True)) == 1

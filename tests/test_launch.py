@@ -387,3 +387,77 @@ def test_unreachable_ps_under_an_outside_tf_config_fails_after_the_peer_timeout(
                      f"{tmp_path}.chief", timeout=180, env={"TF_CONFIG": json.dumps(tf_config)})
     assert out.returncode == 75, out.stderr[-2000:]
     assert time.time() - started < 90
+
+
+def _tree(model_dir):
+    out = {}
+    for folder, _, files in os.walk(model_dir):
+        for f in files:
+            path = os.path.join(folder, f)
+            with open(path, "rb") as fh:
+                out[os.path.relpath(path, model_dir)] = fh.read()
+    return out
+
+
+def test_commands_refused_beside_a_running_job_touch_nothing(tmp_path, forker):
+    """A job runs (its tasks stopped with SIGSTOP while the others try, so that its own writes do
+    not move the tree): a second `tfps launch` and `tfps train` on its model_dir are refused
+    (exit 2) and `tfps export` reads it; none of them changes a byte of model_dir (its logs, pid
+    files and lease included). The job then goes on and ends well."""
+    from tfps.state.lease import LeaseHeld, check_free
+    model_dir = tmp_path / "m"
+    job = _launch(model_dir, ["train.steps=600", "train.save_checkpoints_steps=100"], "--workers", "1",
+                  forker=forker)
+
+    def held_with_a_checkpoint():
+        try:
+            check_free(str(model_dir))
+            return False
+        except LeaseHeld:
+            return _latest_step(model_dir) >= 0
+    _wait_for(held_with_a_checkpoint, "the chief's lease and first checkpoint")
+    pids = [job.pid] + [int(p.read_text()) for p in (model_dir / "logs").glob("*.pid")]
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        before = _tree(model_dir)
+        sets = [a for s in SMALL + [f"model_dir={model_dir}"] for a in ("--set", s)]
+        for argv, want in ((["launch", "--config", "configs/demo.yaml", "--ps", "1", "--workers", "1"], 2),
+                           (["train", "--config", "configs/demo.yaml"], 2),
+                           (["export", "--config", "configs/demo.yaml", "--export-dir", str(tmp_path / "e")], 0)):
+            r = forker.run(argv + sets, tmp_path / argv[0], timeout=300)
+            assert r.returncode == want, (argv[0], r.stderr[-2000:])
+            assert _tree(model_dir) == before, argv[0]
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert job.wait(300) == 0, job.output()[-3000:]
+
+
+def test_a_launch_beyond_the_machine_is_refused_before_it_starts_anything(tmp_path, cli):
+    code, _, err = cli("launch", "--config", "configs/demo.yaml", "--ps", "500", "--set", f"model_dir={tmp_path / 'm'}")
+    assert code == 2, err[-2000:]
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_fork_that_fails_stops_the_tasks_already_started(tmp_path, monkeypatch):
+    """The third fork of a launch fails (EAGAIN, as when the machine is out of processes): the
+    launcher stops the two tasks it started and returns 1, with no exception."""
+    from tfps.cluster import launch as launch_lib
+    started = []
+    real = launch_lib.fork_task
+
+    def third_fails(*args, **kwargs):
+        if len(started) == 2:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        child = real(*args, **kwargs)
+        started.append(child.pid)
+        return child
+    monkeypatch.setattr(launch_lib, "fork_task", third_fails)
+    lines = []
+    code = launch_lib.launch(None, [], 2, 2, model_dir=str(tmp_path / "m"), task_main=lambda argv: time.sleep(120),
+                             printer=lambda *a, **k: lines.append(a[0]))
+    assert code == 1 and len(started) == 2
+    for pid in started:
+        with pytest.raises(ProcessLookupError):   # stopped and reaped
+            os.kill(pid, 0)

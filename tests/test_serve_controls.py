@@ -372,3 +372,110 @@ def test_the_batcher_under_concurrent_requests_answers_each_its_own_rows():
     assert not any(t.is_alive() for t in threads)
     assert not errors and batcher.requests == 24 * 40
     assert batcher.runs < batcher.requests / 2, (batcher.runs, batcher.requests)
+
+
+def test_a_stop_under_load_answers_unavailable_never_cancelled(runner):
+    """Four clients send Predict back to back through a stop, 20 times: every call is answered
+    with the scores or refused with UNAVAILABLE (retried elsewhere by any client); none ends
+    CANCELLED (which grpcio's own stop gives a call its transport holds and clients do not
+    retry) or any other way. A client goes elsewhere after its first refusal, as one behind a
+    load balancer does."""
+    from tfps.serving.server import ModelServer
+    rows = {k: v[:1] for k, v in runner["rows"].items()}
+    want = score_saved_model(runner["exports"][20], rows)
+    outcomes = []
+    for _ in range(20):
+        server = ModelServer(os.path.dirname(runner["exports"][20]), "demo", port=0, rest_api_port=None,
+                             host="127.0.0.1", printer=lambda *a, **k: None).start()
+        answered = threading.Semaphore(0)
+
+        def client(codes):
+            stub = _stub(server.port)
+            while True:
+                try:
+                    got = stub.Predict(_request(rows), timeout=60)
+                    np.testing.assert_allclose(tf.make_ndarray(got.outputs["probabilities"]), want, rtol=1e-5,
+                                               atol=1e-6)
+                    codes.append(grpc.StatusCode.OK)
+                    answered.release()
+                except grpc.RpcError as e:
+                    codes.append(e.code())
+                    return
+        runs = [[] for _ in range(4)]
+        threads = [threading.Thread(target=client, args=(codes,)) for codes in runs]
+        for t in threads:
+            t.start()
+        for _ in range(8):   # the clients are sending: a stop now comes between and during calls
+            assert answered.acquire(timeout=60)
+        assert server.stop(grace=30)
+        for t in threads:
+            t.join(timeout=60)
+            assert not t.is_alive()
+        outcomes += runs
+    ends = [codes[-1] for codes in outcomes]
+    assert set(ends) == {grpc.StatusCode.UNAVAILABLE}, ends
+    assert all(set(codes[:-1]) <= {grpc.StatusCode.OK} for codes in outcomes)
+
+
+@pytest.mark.parametrize("host", ["::1", "[::1]", "localhost"])
+def test_host_takes_ipv6_bracketed_or_not_and_names(runner, host):
+    """--host ::1 (as it is, or bracketed) listens on IPv6 loopback for gRPC and REST, and a name
+    on what it resolves to; the scores are the export's."""
+    from tfps.serving.server import ModelServer
+    rows = {k: v[:1] for k, v in runner["rows"].items()}
+    want = score_saved_model(runner["exports"][20], rows)
+    server = ModelServer(os.path.dirname(runner["exports"][20]), "demo", port=0, rest_api_port=0, host=host,
+                         printer=lambda *a, **k: None).start()
+    try:
+        target = "[::1]" if "::1" in host else host
+        with grpc.insecure_channel(f"{target}:{server.port}") as channel:
+            from tensorflow_serving.apis import prediction_service_pb2_grpc
+            got = prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(_request(rows), timeout=60)
+        np.testing.assert_allclose(tf.make_ndarray(got.outputs["probabilities"]), want, rtol=1e-5, atol=1e-6)
+        body = json.dumps({"inputs": {k: v.tolist() for k, v in rows.items()}}).encode()
+        req = urllib.request.Request(f"http://{target}:{server.rest_api_port}/v1/models/demo:predict", data=body,
+                                     method="POST")
+        with urllib.request.urlopen(req, timeout=60) as r:
+            rest = np.array(json.loads(r.read())["outputs"]["probabilities"], np.float32)
+        np.testing.assert_allclose(rest, want, rtol=1e-5, atol=1e-6)
+        if "::1" in host:
+            assert _listening6(server.port) == {"::1"}
+    finally:
+        server.stop(grace=5)
+
+
+def _listening6(port):
+    """The IPv6 addresses listening on TCP `port` (/proc/net/tcp6)."""
+    import ipaddress
+    out = set()
+    with open("/proc/net/tcp6") as f:
+        for line in f.readlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hexport = local.split(":")
+            if state == "0A" and int(hexport, 16) == port:
+                words = [address[i:i + 8] for i in range(0, 32, 8)]
+                raw = b"".join(bytes.fromhex(w)[::-1] for w in words)
+                out.add(str(ipaddress.IPv6Address(raw)))
+    return out
+
+
+@pytest.mark.parametrize("host,error", [("192.0.2.99", 99), ("no.such.host.invalid", -2)])
+def test_a_host_that_cannot_be_listened_on_says_why(runner, host, error):
+    """An address not on this machine (EADDRNOTAVAIL) and a name that does not resolve
+    (EAI_NONAME) are told apart from a port in use (EADDRINUSE), by the OS's own error."""
+    import errno
+    from tfps.serving.server import ModelServer
+    base = os.path.dirname(runner["exports"][20])
+    with pytest.raises(OSError) as e:
+        ModelServer(base, "demo", port=0, rest_api_port=0, host=host, printer=lambda *a, **k: None)
+    assert e.value.errno == (errno.EADDRNOTAVAIL if error == 99 else socket.EAI_NONAME)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        with pytest.raises(OSError) as e:
+            ModelServer(base, "demo", port=taken.getsockname()[1], rest_api_port=0, host="127.0.0.1",
+                        printer=lambda *a, **k: None)
+        assert e.value.errno == errno.EADDRINUSE
+    finally:
+        taken.close()

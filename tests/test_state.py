@@ -264,3 +264,103 @@ def test_a_partitioned_variable_is_described_and_cut_whole_whatever_its_partitio
             step = s.raw_session().run(tf.compat.v1.train.get_global_step())
     assert restore.applied == [3, 6] and step == 6
     np.testing.assert_array_equal(got, want)
+
+
+def _tree(model_dir):
+    """{relative path: bytes} of every file under model_dir: what a refused run must not change."""
+    out = {}
+    for folder, _, files in os.walk(model_dir):
+        for f in files:
+            path = os.path.join(folder, f)
+            with open(path, "rb") as fh:
+                out[os.path.relpath(path, model_dir)] = fh.read()
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("straight")
+def test_a_model_dir_without_its_checkpoint_index_resumes_from_its_files(tmp_path, straight, forker):
+    """The `checkpoint` index file is deleted after a kill -9 that left a full checkpoint and a
+    chain of deltas: the resume goes on from the newest cut on disk (not from step 0 over the old
+    checkpoints), and every row ends with the uninterrupted run's update count. The same model_dir
+    with its full checkpoints gone too (deltas only) is refused, and left byte-identical."""
+    model_dir = str(tmp_path)
+
+    def two_deltas_after_a_checkpoint():
+        try:
+            full, chain, _ = deltas.latest_cut(model_dir)
+            return full is not None and len(chain) >= 2
+        except (ValueError, tf.errors.OpError):   # a file being written as we read
+            return False
+    assert _train(forker, model_dir, kill_when=two_deltas_after_a_checkpoint) is None, "ended before the kill"
+    full, chain, step = deltas.latest_cut(model_dir)
+    os.remove(os.path.join(model_dir, "checkpoint"))
+    assert tf.train.latest_checkpoint(model_dir) is None   # TensorFlow's own restore would start from 0
+
+    orphans = str(tmp_path / "orphans")   # a copy without any model.ckpt-*: nothing to resume from
+    os.makedirs(orphans)
+    for name in os.listdir(model_dir):
+        if name.startswith("delta-"):
+            with open(os.path.join(model_dir, name), "rb") as src, open(os.path.join(orphans, name), "wb") as dst:
+                dst.write(src.read())
+    before = _tree(orphans)
+    refused = forker.run(["train", *CHAOS, "--set", f"model_dir={orphans}"], f"{orphans}.out", timeout=300)
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert _tree(orphans) == before
+
+    assert deltas.latest_cut(model_dir) == (full, chain, step)   # found by its files
+    _train(forker, model_dir)
+    _same_updates(model_dir, straight)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("straight")
+def test_a_cluster_model_dir_without_its_index_resumes_in_one_process(tmp_path, straight, forker):
+    """A 1-trainer cluster (2 PS) trains part of CHAOS's steps; its `checkpoint` index is deleted;
+    `tfps train` in one process resumes from the cluster's newest checkpoint (a cut is the model's,
+    not its placement's) and ends with the uninterrupted run's update counts."""
+    model_dir = str(tmp_path)
+    part = [a if a != f"train.steps={STEPS}" else "train.steps=700" for a in CHAOS]
+    run = forker.run(["launch", "--ps", "2", "--workers", "1", *part, "--set", f"model_dir={model_dir}"],
+                     tmp_path / "launch", timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert deltas.latest_cut(model_dir)[2] == 700
+    os.remove(os.path.join(model_dir, "checkpoint"))
+    _train(forker, model_dir)
+    _same_updates(model_dir, straight)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("straight")
+def test_a_truncated_checkpoint_is_refused_naming_it_and_leaves_model_dir_as_it_was(tmp_path, straight, forker):
+    """The newest full checkpoint's data file is cut short: `tfps train` and `tfps export` refuse
+    (exit 2) naming the file, change nothing in model_dir, and moving the files the message names
+    resumes from the cut before it, with every row's update count as uninterrupted."""
+    model_dir = str(tmp_path / "m")
+    short = [a if a != f"train.steps={STEPS}" else "train.steps=1300" for a in CHAOS]
+    short = [a if a != "train.save_checkpoints_steps=1200" else "train.save_checkpoints_steps=500" for a in short]
+    run = forker.run(["train", *short, "--set", f"model_dir={model_dir}"], tmp_path / "first", timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    newest = tf.train.latest_checkpoint(model_dir)
+    assert newest.endswith("model.ckpt-1300"), newest
+    data = newest + ".data-00000-of-00001"
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 3)
+    before = _tree(model_dir)
+    for argv in (["train", *CHAOS], ["export", *CHAOS, "--export-dir", str(tmp_path / "export")]):
+        r = forker.run([*argv, "--set", f"model_dir={model_dir}"], tmp_path / argv[0], timeout=300)
+        assert r.returncode == 2, r.stderr[-2000:]
+        assert _tree(model_dir) == before
+    assert not os.path.exists(tmp_path / "export") or not os.listdir(tmp_path / "export")
+    from tfps.config import load_config
+    from tfps.runner.job import export
+    from tfps.state.disk import CheckpointUnreadable
+    sets = CHAOS[3::2] + [f"model_dir={model_dir}"]
+    with pytest.raises(CheckpointUnreadable) as refused:   # the file it could not read, named
+        export(load_config("configs/demo.yaml", sets), str(tmp_path / "export"))
+    assert refused.value.files == [newest]
+    os.makedirs(tmp_path / "moved")
+    for path in tf.io.gfile.glob(newest + ".*"):
+        os.rename(path, tmp_path / "moved" / os.path.basename(path))
+    _train(forker, model_dir)
+    _same_updates(model_dir, straight)

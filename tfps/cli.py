@@ -96,8 +96,8 @@ def _state_of(path):
     its latest checkpoint and the deltas after it); {} without a manifest."""
     import os
     import tensorflow as tf
-    from tfps.state import deltas, manifest
-    checkpoint, chain = (tf.train.latest_checkpoint(path), []) if os.path.isdir(path) else (path, [])
+    from tfps.state import deltas, disk, manifest
+    checkpoint, chain = (disk.latest_checkpoint(path), []) if os.path.isdir(path) else (path, [])
     saved = manifest.read(checkpoint) if checkpoint else None
     if saved is None:
         return {}
@@ -342,7 +342,8 @@ def main(argv=None):
         print(f"tfps: {lines[0] if lines else repr(e)}", file=sys.stderr)
         return 2
     except OSError as e:   # a file or address the user named: one line, not a traceback
-        print(f"tfps: {e}", file=sys.stderr)
+        said = e.strerror if e.filename is None and e.strerror else str(e)
+        print(said if said.startswith("tfps") else f"tfps: {said}", file=sys.stderr)
         return 1
     except Exception as e:  # noqa: BLE001 -- only TF's errors are turned into one line here
         import tensorflow as tf

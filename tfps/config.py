@@ -316,12 +316,18 @@ def validate(cfg):
 
 
 def check_model_dir(path):
-    """Creates model_dir if needed and checks that files can be written there (ConfigError)."""
+    """Checks that model_dir can be written: files in it, or (when it does not exist yet: it is
+    made when the run starts, so that a refused command leaves nothing) its nearest existing parent
+    (ConfigError)."""
     if path is None:
         return
+    where = os.path.abspath(path)
+    while not os.path.exists(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
     try:
-        os.makedirs(path, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".tfps_write_check_"):
+        if not os.path.isdir(where):
+            raise NotADirectoryError(20, f"{where} is not a directory")
+        with tempfile.NamedTemporaryFile(dir=where, prefix=".tfps_write_check_"):
             pass
     except OSError as e:
         raise ConfigError(f"model_dir {path!r} is not writable: {e.strerror or e}") from None

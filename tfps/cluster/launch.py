@@ -43,6 +43,7 @@ from tfps.cluster import netns as netns_lib
 from tfps.cluster.cost import Meter, cost
 from tfps.cluster.ports import cluster_spec, free_ports  # noqa: F401 -- tfps.cluster.launch's names too
 from tfps.cluster.process import Child, exec_argv, fork_task
+from tfps.state.lease import check_free
 
 GRACE_SECS = 120.0   # after the chief exits, how long the other workers and the evaluator may run on
 CONFIG_ERROR_EXIT = 2   # `tfps train`'s exit code for a bad config or a checkpoint that does not fit
@@ -109,11 +110,12 @@ class _Task:
             self.proc.send_signal(signal.SIGTERM)
 
     def reap(self, timeout=10):
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
         self._log.close()
 
 
@@ -178,10 +180,15 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
                          "own link, which only emulated hosts have)")
     if netns:
         netns_lib.check_available(shaping=bandwidth_gbit is not None)
+    if model_dir:   # a job already writing it: refused before any log, pid file or directory is opened
+        check_free(model_dir)
+    names = _task_names(num_ps, num_workers, evaluator)
+    if task_main is not None and preload is not None:
+        preload()   # before the bound: a task starts as a copy of this process
+    check_capacity(len(names) + (1 if latency_ms else 0))
     model_dir = model_dir or tempfile.mkdtemp(prefix="tfps_cluster_")
     log_dir = os.path.join(model_dir, "logs")
     os.makedirs(log_dir, exist_ok=True)
-    names = _task_names(num_ps, num_workers, evaluator)
     network = None
     if netns:
         network, spec = _emulated_hosts(names, latency_ms, bandwidth_gbit, log_dir, printer)
@@ -198,6 +205,68 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
                         f"`ip netns del NAME` removes one (see {log_dir}/netns.log)", flush=True)
 
 
+TASK_THREADS = 64   # threads a running task may start (TF's pools, gRPC): the process bound counts them
+
+
+def check_capacity(num_tasks):
+    """ValueError (one line) when this machine cannot start num_tasks tasks: memory, taking each
+    task as large as this process's own memory now (a task starts as a copy of the launcher with
+    TensorFlow imported, and grows from there), or the kernel's thread limit (TASK_THREADS each)."""
+    per_task = _rss_bytes()
+    available = _meminfo("MemAvailable")
+    if per_task and available and num_tasks * per_task > available:
+        raise ValueError(f"launch: {num_tasks} tasks need about {num_tasks * per_task / 2**30:.1f} GiB "
+                         f"({per_task / 2**20:.0f} MiB each, what a task starts with), and this machine has "
+                         f"{available / 2**30:.1f} GiB available: at most {max(available // per_task, 1)} tasks "
+                         f"(--ps + --workers + evaluator) fit")
+    threads_max = _read_int("/proc/sys/kernel/threads-max")
+    running = _threads_running()
+    if threads_max and running is not None and running + num_tasks * TASK_THREADS > threads_max:
+        raise ValueError(f"launch: {num_tasks} tasks may start about {num_tasks * TASK_THREADS} threads, and this "
+                         f"machine allows {threads_max - running} more (kernel.threads-max {threads_max}): at most "
+                         f"{max((threads_max - running) // TASK_THREADS, 1)} tasks fit")
+
+
+def _rss_bytes():
+    """This process's anonymous resident memory (what a fork of it comes to own as it writes; the
+    libraries' pages stay shared)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _meminfo(key):
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _read_int(path):
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _threads_running():
+    try:
+        with open("/proc/loadavg") as f:   # "0.1 0.2 0.3 running/total last_pid"
+            return int(f.read().split()[3].split("/")[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host, status_every, printer, latency_ms,
          task_main, preload, network):
     argv = ["train"] + (["--config", config] if config else [])
@@ -207,8 +276,6 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
     trainer_spec, relay = _latency_relays(spec, latency_ms, host, log_dir, network)
     if relay is not None:
         relay.on_exit = lambda rusage: meter.exited("latency_relay", rusage)
-    if task_main is not None and preload is not None:
-        preload()
     # A forked task gets the signal dispositions the launcher was started with (SIGINT ignored
     # in a background job stays ignored, as for an exec'd task), not the launcher's own handlers.
     signals = {signal.SIGINT: signal.getsignal(signal.SIGINT), signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
@@ -228,9 +295,15 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
     previous_term = signal.signal(signal.SIGTERM, _interrupt)   # a scheduler's stop: like Ctrl-C
     try:
         for t in tasks:
-            t.start()
+            try:
+                t.start()
+            except OSError as e:   # fork or exec refused: out of processes or memory
+                started = sum(1 for u in tasks if u.proc is not None)
+                failure = (f"tfps launch: could not start {t.name} ({e.strerror or e}: this machine cannot start "
+                           f"another process now); stopping the {started} task(s) already started")
+                break
         last_status = time.time()
-        while True:
+        while failure is None:
             time.sleep(SAMPLE_SECS)
             _sample(meter, tasks, relay, network)
             if chief.proc.poll() == 0:
@@ -248,7 +321,12 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
                     break
                 restarts += 1
                 printer(f"[{t.name}] exited {rc}: restarting it ({restarts} of {max_restarts} restarts)", flush=True)
-                t.start()
+                try:
+                    t.start()
+                except OSError as e:
+                    failure = (f"tfps launch: could not restart {t.name} ({e.strerror or e}: this machine cannot "
+                               f"start another process now); stopping the job")
+                    break
             if failure:
                 break
             if time.time() - last_status >= status_every:
@@ -264,7 +342,8 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
     finally:
         _sample(meter, tasks, relay, network)
         for t in tasks:
-            t.stop()
+            if t.proc is not None:
+                t.stop()
         for t in tasks:
             t.reap()
         if relay is not None:

@@ -109,7 +109,11 @@ def fork_task(task_main, argv, env, log, parent, name, signals, netns_fd=None, c
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, list(signals))
     with warnings.catch_warnings():   # 3.12+: numpy's idle BLAS thread makes fork() warn; the child uses none
         warnings.filterwarnings("ignore", message=".*multi-threaded.*fork", category=DeprecationWarning)
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:   # no process to be had: the launcher's signals as they were
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            raise
     if pid:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         return Child(pid)

@@ -27,7 +27,7 @@ not a row and is not counted; a line of blanks is a malformed row.
 import tensorflow as tf
 
 from tfps.data.lines import line_batches
-from tfps.data.schema import Schema, share
+from tfps.data.schema import Schema, fail_without_rows, int64_range, share
 from tfps.ops.data import check_rows
 
 NUM_INTEGER, NUM_CATEGORICAL = 13, 26
@@ -54,7 +54,8 @@ def _batches(paths, batch_size):
 
 
 def _parse(paths_lines, skip_bad_rows):
-    """Batched: (files [B], line numbers [B], lines [B], reasons [B], pass) -> (features, labels).
+    """Batched: (files [B], line numbers [B], lines [B], reasons [B], pass) -> (features, labels,
+    pass, rows read).
     Empty lines are not rows; malformed rows (and a truncated file's end: a reason) count in
     bad_rows on the first pass over the files only."""
     files, numbers, lines, truncated, epoch = paths_lines
@@ -66,7 +67,7 @@ def _parse(paths_lines, skip_bad_rows):
     padded = fields.to_tensor(default_value="", shape=[None, NUM_FIELDS])
     label_s, int_s, cat_s = padded[:, 0], padded[:, 1:1 + NUM_INTEGER], padded[:, 1 + NUM_INTEGER:]
     label_ok = tf.strings.regex_full_match(label_s, "[01]")
-    int_valid = tf.strings.regex_full_match(int_s, r"(-?[0-9]{1,18})?")   # [B, 13]
+    int_valid = tf.strings.regex_full_match(int_s, r"(-?[0-9]{1,19})?") & int64_range(int_s)   # [B, 13]
     int_ok = tf.reduce_all(int_valid, axis=1)
     ok = count_ok & label_ok & int_ok & whole
     if skip_bad_rows:
@@ -80,7 +81,12 @@ def _parse(paths_lines, skip_bad_rows):
                 f"(label, {NUM_INTEGER} integers, {NUM_CATEGORICAL} categoricals)"]),
                 tf.where(~label_ok, tf.strings.join(["has label '", label_s, "', expected 0 or 1"]),
                          tf.strings.join(["has I", tf.strings.as_string(bad_column + 1), " = '",
-                                          tf.gather(int_s, bad_column, batch_dims=1), "', not an integer"]))))
+                                          tf.gather(int_s, bad_column, batch_dims=1),
+                                          tf.where(tf.strings.regex_full_match(
+                                              tf.gather(int_s, bad_column, batch_dims=1), "-?[0-9]+"),
+                                              "', out of range: an integer field holds an int64, "
+                                              "-9223372036854775808 to 9223372036854775807",
+                                              "', not an integer")]))))
         why = tf.cond(tf.reduce_all(ok), lambda: tf.fill(tf.shape(ok), ""), reasons)
         check = check_rows(ok, files, numbers, why, reader="criteo")
         with tf.control_dependencies([check]):
@@ -96,7 +102,7 @@ def _parse(paths_lines, skip_bad_rows):
     int_ids = tf.bitwise.bitwise_or(tf.bitwise.left_shift(tf.range(NUM_INTEGER, dtype=tf.int64), 32), buckets)
     cat_ids = tf.strings.to_hash_bucket_fast(cat_s, 2**63 - 1)
     features = {"dense": dense, "ids": tf.concat([int_ids, cat_ids], 1), "bad_rows": bad_rows}
-    return features, tf.strings.to_number(label_s, tf.float32)
+    return features, tf.strings.to_number(label_s, tf.float32), epoch, tf.size(lines)
 
 
 def criteo_dataset(paths, batch_size, skip_bad_rows=False, shard_index=0, num_shards=1, repeat=False, start=0):
@@ -121,6 +127,11 @@ def criteo_dataset(paths, batch_size, skip_bad_rows=False, shard_index=0, num_sh
     ds = tf.data.Dataset.range(2**62).flat_map(one_pass) if repeat else one_pass(tf.constant(0, tf.int64))
     ds = share(ds, start, shard_index, num_shards)
     parsed = ds.map(lambda f, n, l, r, e: _parse((f, n, l, r, e), skip_bad_rows), num_parallel_calls=tf.data.AUTOTUNE)
+    if repeat and skip_bad_rows:   # every row skipped: an error after a pass, not an endless skip
+        parsed = fail_without_rows(parsed, "criteo", f"{paths[0]}" + (f" and {len(paths) - 1} more files"
+                                                                      if len(paths) > 1 else ""))
+    else:
+        parsed = parsed.map(lambda f, l, e, rows: (f, l))
     # a batch left without rows is dropped, unless it carries the count of the bad rows it skipped
     parsed = parsed.filter(lambda f, l: tf.logical_or(tf.size(l) > 0, f["bad_rows"] > 0))
     return parsed.prefetch(tf.data.AUTOTUNE)

@@ -26,13 +26,14 @@ import os
 
 import tensorflow as tf
 
-from tfps.data.schema import PAD_ID, Schema, share
+from tfps.data.schema import PAD_ID, Schema, int64_range, share
 from tfps.ops.data import SKIP_HINT, check_rows
 
 ID_FEATURES = ("user_id", "movie_id", "hour", "weekday", "history_len")
 SCHEMA = Schema(num_dense=1, id_features=ID_FEATURES, list_features=("genres",), has_users=True)
 RATINGS_HEADER, MOVIES_HEADER = "userId,movieId,rating,timestamp", "movieId,title,genres"
-_INT = "[0-9]{1,18}"
+_INT = "[0-9]{1,19}"   # and within int64 (int64_range)
+_INT64_MAX = 2**63 - 1
 
 
 def _lines(path, header):
@@ -71,9 +72,12 @@ def ratings_columns(path, skip_bad_rows, hint=SKIP_HINT):
     checks = [(count_ok, tf.strings.join(["has ", tf.strings.as_string(fields.row_lengths()),
                                           " comma-separated fields, expected 4 (userId,movieId,rating,timestamp)"])),
               (tf.strings.regex_full_match(p[:, 0], _INT), "has a userId that is not a non-negative integer"),
+              (int64_range(p[:, 0]), f"has a userId out of range (at most {_INT64_MAX})"),
               (tf.strings.regex_full_match(p[:, 1], _INT), "has a movieId that is not a non-negative integer"),
+              (int64_range(p[:, 1]), f"has a movieId out of range (at most {_INT64_MAX})"),
               (tf.strings.regex_full_match(p[:, 2], r"[0-9]{1,3}(\.[0-9]*)?"), "has a rating that is not a number"),
-              (tf.strings.regex_full_match(p[:, 3], "-?" + _INT), "has a timestamp that is not an integer")]
+              (tf.strings.regex_full_match(p[:, 3], "-?" + _INT), "has a timestamp that is not an integer"),
+              (int64_range(p[:, 3]), f"has a timestamp out of range (an int64: at most {_INT64_MAX})")]
     ok, reason = checks[0][0], tf.fill(tf.shape(count_ok), "")
     for good, why in reversed(checks):
         reason = tf.where(good, reason, why)
@@ -89,11 +93,18 @@ def _movies(path, skip_bad_rows):
     rows, numbers = _lines(path, MOVIES_HEADER)
     movie = tf.strings.regex_replace(rows, ",.*$", "")
     genres = tf.strings.regex_replace(rows, "^.*,", "")
-    ok = tf.strings.regex_full_match(movie, _INT) & tf.strings.regex_full_match(rows, "[^,]*,.*,[^,]*")
+    ok = (tf.strings.regex_full_match(movie, _INT) & int64_range(movie) &
+          tf.strings.regex_full_match(rows, "[^,]*,.*,[^,]*"))
     ok, bad = _check(ok, path, numbers, "is not movieId,title,genres with an integer movieId", skip_bad_rows)
     movie, genres = tf.boolean_mask(movie, ok), tf.boolean_mask(genres, ok)
     genre_ids = tf.strings.to_hash_bucket_fast(tf.strings.split(genres, "|"), 2**63 - 1)
     return tf.strings.to_number(movie, tf.int64), genre_ids, bad
+
+
+def _run_starts(column):
+    """bool [N]: whether each element of a sorted column differs from the one before it (the first
+    always does; [0] for an empty column)."""
+    return tf.concat([[True], tf.not_equal(column[1:], column[:-1])], 0)[:tf.size(column)]
 
 
 def _first_of_runs(new_run):
@@ -106,7 +117,7 @@ def _latest_share(user, fraction):
     """For ratings sorted by (user, time): (bool [N], whether a rating is among its user's last
     floor(fraction * count); bool [N], whether it is its user's first; int64 [N], the index of
     its user's first)."""
-    new_user = tf.concat([[True], tf.not_equal(user[1:], user[:-1])], 0)
+    new_user = _run_starts(user)
     user_start = _first_of_runs(new_user)
     user_index = tf.cumsum(tf.cast(new_user, tf.int64)) - 1
     count = tf.gather(tf.math.bincount(user_index, dtype=tf.int64), user_index)
@@ -119,8 +130,15 @@ def load(directory, split, eval_fraction=0.2, skip_bad_rows=False, validation=Fa
     [N, ?], dense [N, 1], user [N], label [N], bad_rows [] (in both files, whichever split).
     validation: drop each user's last eval_fraction of ratings (the test share, never read),
     then split the rest the same way (for tuning without looking at the test share)."""
-    user, movie, rating, ts, bad_r = ratings_columns(os.path.join(directory, "ratings.csv"), skip_bad_rows)
+    path = os.path.join(directory, "ratings.csv")
+    user, movie, rating, ts, bad_r = ratings_columns(path, skip_bad_rows)
     movie_ids, genre_ids, bad_m = _movies(os.path.join(directory, "movies.csv"), skip_bad_rows)
+    some = tf.debugging.Assert(tf.size(user) > 0, [tf.strings.format(
+        "movielens: nothing to train on in " + path.replace("{", "(").replace("}", ")") + ": {} rating lines read "
+        "and every one was malformed (data.skip_bad_rows: true skips them); fix the data, or set "
+        "data.skip_bad_rows: false to stop at the first bad line", [bad_r])])
+    with tf.control_dependencies([some]):
+        user = tf.identity(user)
     by_time = tf.argsort(ts, stable=True)
     order = tf.gather(by_time, tf.argsort(tf.gather(user, by_time), stable=True))   # by (user, ts)
     user, movie, rating, ts = (tf.gather(t, order) for t in (user, movie, rating, ts))
@@ -128,7 +146,7 @@ def load(directory, split, eval_fraction=0.2, skip_bad_rows=False, validation=Fa
         rest = tf.logical_not(_latest_share(user, eval_fraction)[0])
         user, movie, rating, ts = (tf.boolean_mask(t, rest) for t in (user, movie, rating, ts))
     latest, new_user, user_start = _latest_share(user, eval_fraction)
-    new_time = tf.concat([[True], tf.not_equal(ts[1:], ts[:-1])], 0)
+    new_time = _run_starts(ts)
     earlier = _first_of_runs(new_user | new_time) - user_start           # ratings strictly before
     keep = latest if split == "eval" else tf.logical_not(latest)
     # the movie's genres (none for a movie missing from movies.csv)

@@ -72,3 +72,50 @@ def numpy_batches(make_dataset):
                     yield session.run(batch)
                 except tf.errors.OutOfRangeError:
                     return
+
+
+
+def fail_without_rows(batches, reader, where):
+    """An endless stream of (features, labels, pass number, rows read) as (features, labels),
+    failing once a whole pass over the data held no row to train on: every row malformed and
+    skipped (data.skip_bad_rows), which an endless reader would otherwise skip forever without a
+    word. InvalidArgumentError "READER: nothing to train on in WHERE: a whole pass read N rows,
+    all malformed ...", at the first batch after that pass. A trainer that resumes in the middle
+    of a pass (its first) counts from the next whole one."""
+    import tensorflow as tf
+    where = where.replace("{", "(").replace("}", ")")   # tf.strings.format's placeholders
+
+    def step(state, element):
+        first, current, good, read = state
+        features, labels, epoch, rows = element
+        first = tf.where(first < 0, epoch, first)
+        current = tf.where(current < 0, epoch, current)
+        new = epoch > current
+        message = tf.strings.format(
+            reader + ": nothing to train on in " + where + ": a whole pass read {} rows and every one was malformed "
+            "(data.skip_bad_rows: true skips them); fix the data, or set data.skip_bad_rows: false to stop at the "
+            "first bad row with its line", [read])
+        check = tf.debugging.Assert(tf.logical_not(new & (current > first) & tf.equal(good, 0)), [message])
+        with tf.control_dependencies([check]):
+            labels = tf.identity(labels)
+        good = tf.where(new, tf.constant(0, tf.int64), good) + tf.size(labels, out_type=tf.int64)
+        read = tf.where(new, tf.constant(0, tf.int64), read) + tf.cast(rows, tf.int64)
+        return (first, tf.maximum(current, epoch), good, read), (features, labels)
+
+    unset = tf.constant(-1, tf.int64)
+    return batches.scan((unset, unset, tf.constant(0, tf.int64), tf.constant(0, tf.int64)), step)
+
+
+def int64_range(digits):
+    """bool, same shape as `digits` (strings of at most 19 digits and a sign, checked elsewhere):
+    whether each is within int64 (tf.strings.to_number's range), by comparing a 19-digit number's
+    first 10 and last 9 digits with 2^63's."""
+    import tensorflow as tf
+    negative = tf.strings.regex_full_match(digits, "-.*")
+    magnitude = tf.strings.regex_replace(digits, "^-", "")
+    long = tf.equal(tf.strings.length(magnitude), 19) & tf.strings.regex_full_match(magnitude, "[0-9]*")
+    safe = tf.where(long, magnitude, "0000000000000000000")
+    high = tf.strings.to_number(tf.strings.substr(safe, 0, 10), tf.int64)
+    low = tf.strings.to_number(tf.strings.substr(safe, 10, 9), tf.int64)
+    low_max = tf.where(negative, tf.constant(854775808, tf.int64), tf.constant(854775807, tf.int64))
+    return ~long | (high < 9223372036) | (tf.equal(high, 9223372036) & (low <= low_max))

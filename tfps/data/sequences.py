@@ -55,7 +55,7 @@ def read_movielens(path):
         if next(reader, None) != ["movieId", "title", "genres"]:
             raise ValueError(f"{where}: expected the header movieId,title,genres")
         for row in reader:
-            if len(row) < 3 or not re.fullmatch("[0-9]{1,18}", row[0]):
+            if len(row) < 3 or not re.fullmatch("[0-9]{1,19}", row[0]) or int(row[0]) >= 2**63:
                 raise ValueError(f"{where} line {reader.line_num}: is not movieId,title,genres with an integer movieId")
             ids = [names.setdefault(g, len(names)) % NUM_GENRES for g in row[-1].split("|")]
             genres[int(row[0])] = sorted(set(ids))

@@ -14,6 +14,7 @@ from tfps.runner.hooks import CheckpointSaverHook
 from tfps.runner.job import (batch_fields, batch_words, check_reached, cost_line, export, json_metric,  # noqa: F401
                              nothing_left_if_refused, params_of, pipelined, state_step, table_hooks)
 from tfps.runner.local import run  # noqa: F401
+from tfps.state import disk
 
 
 def serving_input_receiver_fn(schema):
@@ -59,6 +60,10 @@ def with_checked_saver(model_fn, keep_checkpoint_max):
     brings its own saver hook. A saver hook passed to train(hooks=...) is not seen here (both
     would save): give yours in the EstimatorSpec instead."""
     def fn(features, labels, mode, params, config):
+        if mode == tf.estimator.ModeKeys.TRAIN and config.is_chief and disk.index_stale(config.model_dir):
+            # The Estimator restores what the `checkpoint` index names: a model_dir copied without
+            # it would train from step 0 over its own checkpoints (tfps.state.disk).
+            disk.rewrite_index(config.model_dir)
         spec, input_hooks = call_model_fn(model_fn, features, labels, mode, params)
         spec = with_input_hooks(to_estimator_spec(spec), input_hooks)
         if spec.scaffold.saver is None:

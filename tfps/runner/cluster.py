@@ -29,7 +29,7 @@ from tfps.models.zoo import model_fn
 from tfps.runner.evaluation import evaluate_new_checkpoints
 from tfps.runner.graph import default_session_config
 from tfps.runner.hooks import EvalProgressHook, ProgressHook, StepStatsHook
-from tfps.runner.job import (batch_fields, check_reached, cost_line, final_metrics, json_metric,
+from tfps.runner.job import (batch_fields, check_eval_set, check_reached, cost_line, final_metrics, json_metric,
                              nothing_left_if_refused, params_of, pipelined, settings_of, state_step, table_hooks)
 from tfps.runner.task import (CheckpointEvents, PrintPlacement, RecoveryLog, check_address_free, start_server,
                               wait_for_first_checkpoint, watch_ps)
@@ -109,6 +109,8 @@ def _train(cfg, cluster_config, source, lease, printer):
         step = state_step(cfg.model_dir)
         return step - step % len(trainers)
 
+    if cluster_config.is_chief:
+        check_eval_set(cfg, source)
     start = state_step(cfg.model_dir)
     progress = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer, task_rate=True,
                             max_steps=cfg.train.steps)

@@ -14,6 +14,7 @@ from tensorflow.core.protobuf import rewriter_config_pb2
 from tfps.embedding.model_graph import ModelGraph
 from tfps.models.spec import ModeKeys, ModelSpec
 from tfps.pipeline.dataset import PipelineDataset
+from tfps.state import disk
 from tfps.state.saver import StateSaver
 
 
@@ -153,7 +154,8 @@ def build(model_fn, params, mode, settings, input_fn=None, features=None):
 
 
 def latest_checkpoint(model_dir):
-    return tf.train.latest_checkpoint(model_dir)
+    """model_dir's newest whole full checkpoint, with or without its `checkpoint` index file."""
+    return disk.latest_checkpoint(model_dir)
 
 
 def checkpoint_global_step(model_dir):

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from tfps.embedding.variable import embedding_variables
 from tfps.ops import embedding_table as table_ops
-from tfps.state import deltas, manifest as manifests
+from tfps.state import deltas, disk, manifest as manifests
 from tfps.state.deltas import delta_files  # noqa: F401  (the delta files of a model_dir)
 
 
@@ -76,7 +76,7 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
         # The next delta continues the newest cut on disk: the one this session was restored at,
         # or the full checkpoint a saver hook wrote at the session's start (on a cluster other
         # trainers may have moved the global step on since; their rows are in the next delta).
-        self._start_chain(deltas.latest_cut(self._dir)[2] if tf.train.latest_checkpoint(self._dir)
+        self._start_chain(deltas.latest_cut(self._dir)[2] if disk.latest_checkpoint(self._dir)
                           else int(session.run(self._gs)))
 
     def _start_chain(self, step):

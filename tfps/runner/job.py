@@ -8,6 +8,7 @@ import os
 
 import tensorflow as tf
 
+from tfps.data.file_source import split_of
 from tfps.data.sources import example_specs, schema_of
 from tfps.models.common import BAD_ROWS_VARIABLE
 from tfps.models.zoo import model_fn
@@ -18,7 +19,7 @@ from tfps.runner.graph import RunSettings, latest_checkpoint
 from tfps.runner.hooks import EvalProgressHook, EvictionHook
 from tfps.runner import prediction
 from tfps.runner.incremental import IncrementalCheckpoints
-from tfps.state import manifest as manifests
+from tfps.state import disk, manifest as manifests
 from tfps.state.deltas import DeltaRefused, latest_cut
 
 
@@ -55,16 +56,38 @@ def pipelined(input_fn, cfg):
 @contextlib.contextmanager
 def nothing_left_if_refused(model_dir):
     """Runs training; when the restore refuses model_dir's state (another model's, a damaged
-    delta), removes what the session wrote before the refusal (its event file), so that a refused
-    run leaves model_dir as it found it."""
+    delta or checkpoint), removes what the session wrote before the refusal (its event file) and
+    puts back the `checkpoint` index as it was (the trainer rewrites it when it was missing or
+    stale: disk.rewrite_index), so that a refused run leaves model_dir as it found it."""
     before = set(os.listdir(model_dir)) if os.path.isdir(model_dir) else set()
+    index = os.path.join(model_dir, disk.INDEX)
+    try:
+        with open(index, "rb") as f:
+            index_bytes = f.read()
+    except OSError:
+        index_bytes = None
     try:
         yield
-    except (manifests.StateMismatch, DeltaRefused):
+    except (manifests.StateMismatch, DeltaRefused, disk.CheckpointUnreadable):
         for name in set(os.listdir(model_dir)) - before if os.path.isdir(model_dir) else ():
             if name.startswith("events.out.tfevents."):
                 os.remove(os.path.join(model_dir, name))
+        if index_bytes is None:
+            if os.path.exists(index):
+                os.remove(index)
+        else:
+            with open(index, "wb") as f:
+                f.write(index_bytes)
         raise
+
+
+def check_eval_set(cfg, source):
+    """ValueError before training when the eval set is known to be empty (a source that can count
+    it cheaply: MovieLens's split, a Criteo file's lines), instead of after training."""
+    if cfg.data.format in ("movielens", "criteo") and source.eval_size() == 0:
+        raise ValueError(f"the eval set is empty: no examples in {cfg.data.eval_path or cfg.data.path!r} "
+                         f"({split_of(cfg.data) if cfg.data.format == 'movielens' else 'its files have no rows'}): "
+                         f"nothing to evaluate the model on")
 
 
 def state_step(model_dir):
@@ -139,7 +162,9 @@ def final_metrics(cfg, source, printer, evaluation=None, name=None):
     progress = EvalProgressHook(source.eval_size(), printer=printer)
     result, ckpt = (evaluation or runner_evaluation(cfg))(source.eval_input_fn(cfg.eval.batch_size), [progress], name)
     if progress.examples == 0:
-        raise ValueError(f"the eval set is empty: no examples in {cfg.data.eval_path or cfg.data.path!r}")
+        skipped = int(result.get("bad_rows", 0) or 0)
+        raise ValueError(f"the eval set is empty: no examples in {cfg.data.eval_path or cfg.data.path!r}"
+                         + (f" ({skipped} malformed rows read and skipped: data.skip_bad_rows)" if skipped else ""))
     if math.isnan(result["auc"]):
         printer("auc and gauc are undefined: every label of the eval set is the same", flush=True)
     elif "gauc" in result and math.isnan(result["gauc"]):

@@ -6,7 +6,7 @@ import time
 from tfps.data.sources import make_source
 from tfps.models.zoo import model_fn
 from tfps.runner.hooks import ProgressHook
-from tfps.runner.job import (batch_fields, batch_words, check_reached, cost_line, final_metrics,
+from tfps.runner.job import (batch_fields, batch_words, check_eval_set, check_reached, cost_line, final_metrics,
                              nothing_left_if_refused, params_of, pipelined, settings_of, state_step, table_hooks)
 from tfps.runner.training import train
 from tfps.state.lease import Lease
@@ -34,6 +34,7 @@ def _run(cfg, printer):
     cost = cost_line(cfg, source)   # MTGR profiles its graph: once
     if cost:
         printer(cost, flush=True)
+    check_eval_set(cfg, source)
     start_step = state_step(cfg.model_dir)
     if start_step >= cfg.train.steps:
         printer(f"the checkpoint in model_dir is at step {start_step}, train.steps is {cfg.train.steps}: nothing to "

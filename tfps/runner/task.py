@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from tfps.cluster.health import watch_peers
 from tfps.cluster.tf_config import ClusterConfigError
+from tfps.state import disk
 
 FIRST_CHECKPOINT_POLL_SECS = 0.5
 PEER_TIMEOUT_EXIT = 75   # EX_TEMPFAIL: a PS did not answer for cluster.peer_timeout_secs
@@ -40,7 +41,7 @@ def wait_for_first_checkpoint(model_dir, printer, poll_secs=FIRST_CHECKPOINT_POL
     ready. After a PS restart that 30 s poll still applies: workers rejoin up to 30 s after the
     chief has restored."""
     t0 = last = time.time()
-    while not tf.train.latest_checkpoint(model_dir):
+    while not disk.latest_checkpoint(model_dir):
         if time.time() - last >= 30:
             last = time.time()
             printer(f"waiting for the chief's first checkpoint in {model_dir} ({last - t0:.0f} s so far)", flush=True)

@@ -6,11 +6,14 @@ then the summary saver MonitoredTrainingSession adds, then the input's iterator 
 caller's hooks, StopAtStepHook(last_step=max_steps), NanTensorHook on the loss and the spec's
 training_hooks. The chief restores the newest cut of model_dir (its StateSaver checks it
 first); a worker waits until the model is ready on the PS tasks."""
+import os
+
 import tensorflow as tf
 
 from tfps.models.spec import ModeKeys
 from tfps.runner.graph import build, checkpoint_global_step
 from tfps.runner.hooks import CheckpointSaverHook, use_spec
+from tfps.state import disk
 
 
 def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_listeners=(), printer=print):
@@ -20,6 +23,14 @@ def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_list
     start = checkpoint_global_step(settings.model_dir)
     if max_steps is not None and start >= max_steps:
         return None
+    if settings.is_chief and disk.index_stale(settings.model_dir):
+        # TensorFlow's restore goes by the `checkpoint` index: a model_dir copied without it (or
+        # with an old one) would train from step 0 over its own checkpoints.
+        named = tf.train.latest_checkpoint(settings.model_dir)
+        latest = disk.rewrite_index(settings.model_dir)
+        printer(f"{settings.model_dir}: the checkpoint index file "
+                f"{'names ' + os.path.basename(named) if named else 'is missing'}; resuming from the newest whole "
+                f"checkpoint on disk, {os.path.basename(latest)} (index rewritten)", flush=True)
     with tf.Graph().as_default() as graph, graph.device(settings.device_fn):
         spec, scaffold, input_hooks, _ = build(model_fn, params, ModeKeys.TRAIN, settings, input_fn=input_fn)
         use_spec(list(hooks) + list(spec.training_hooks), spec)

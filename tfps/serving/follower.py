@@ -10,7 +10,7 @@ from tfps.embedding.checkpoint_tools import check_tables
 from tfps.embedding.saveable import DTYPES, PARTS
 from tfps.embedding.variable import attached_tables
 from tfps.serving.errors import error_line
-from tfps.state import manifest as manifests
+from tfps.state import disk, manifest as manifests
 from tfps.state.deltas import apply_dense_op, apply_tables_op, checkpoint_step, delta_chain, delta_files
 
 
@@ -88,7 +88,7 @@ class TableFollower:
                          f"applies tables' checkpoints and deltas, so nothing of {self.model_dir} is applied to it")
             return []
         done = []
-        latest = tf.train.latest_checkpoint(self.model_dir)
+        latest = disk.latest_checkpoint(self.model_dir)
         try:   # the global step it holds (on a cluster it can be past the one in its name)
             full_step = self._steps[latest] if latest in self._steps else checkpoint_step(latest) if latest else None
         except ValueError as e:

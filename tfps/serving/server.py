@@ -1,11 +1,14 @@
 """`tfps serve`: the model stores, the gRPC server (grpcio) and the REST server (Werkzeug), together.
 
-Stopping drains (stop(grace)): new requests are refused at once -- gRPC with UNAVAILABLE (grpcio
-stops taking RPCs), REST with 503 UNAVAILABLE until its socket closes, then the connection is
-refused --, the requests the server had begun (their handler entered before the drain) run to
-their answer, and whatever is still running at the grace deadline is cut."""
+Stopping drains (stop(grace)): new requests are refused at once -- gRPC with UNAVAILABLE from the
+server's own handlers while clients keep sending (then grpcio stops, and a connection is refused),
+REST with 503 UNAVAILABLE until its socket closes, then the connection is refused --, the requests
+the server had begun (their handler entered before the drain) run to their answer, and whatever is
+still running at the grace deadline is cut."""
 import concurrent.futures
+import errno
 import gc
+import socket
 import threading
 import time
 
@@ -29,8 +32,39 @@ def settle_memory():
     gc.freeze()
 
 
+REFUSE_QUIET_SECS = 0.25   # the stop: no new request refused for this long, and gRPC stops
+REFUSE_MAX_SECS = 2.0      # the stop refuses new requests for at most this long before gRPC stops
+
+
 class _Handler(WSGIRequestHandler):
     timeout = 30   # seconds a connection may stall (a body never finished) before it is dropped
+
+
+def check_bind(host, ports):
+    """The address `host` names (an IPv4 or IPv6 literal, bracketed or not, or a name), checked by
+    binding each of `ports` [(what, port)] there once: OSError with the OS's errno and a line
+    that says why it cannot be listened on -- the name does not resolve, the address is not one of
+    this machine's, or the port is taken."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        infos = socket.getaddrinfo(bare, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise OSError(e.errno, f"tfps serve: --host {host!r}: the name does not resolve ({e.strerror})") from None
+    family, _, _, _, address = infos[0]
+    for what, port in ports:
+        probe = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as both servers bind
+            probe.bind((address[0], port) + tuple(address[2:]))
+        except OSError as e:
+            why = {errno.EADDRNOTAVAIL: f"{address[0]} is not an address of this machine",
+                   errno.EADDRINUSE: f"port {port} is in use there",
+                   errno.EACCES: f"port {port} needs privileges"}.get(e.errno, e.strerror)
+            raise OSError(e.errno, f"tfps serve: cannot listen on the {what} port {port} of --host {host!r}: "
+                                   f"{why}") from None
+        finally:
+            probe.close()
+    return address[0] if bare != host or ":" in bare else bare
 
 
 class InFlight:
@@ -39,13 +73,24 @@ class InFlight:
 
     def __init__(self):
         self._cond = threading.Condition()
-        self.count, self.draining = 0, False
+        self.count, self.draining, self.last_refused = 0, False, None
 
     def enter(self):
         with self._cond:
             if self.draining:
+                self.last_refused = time.monotonic()
                 raise ServingError("UNAVAILABLE", "the server is shutting down; retry on another replica")
             self.count += 1
+
+    def quiet(self, secs, deadline):
+        """Waits, while draining, until no request has been refused for `secs` (the clients have
+        gone elsewhere), or `deadline`."""
+        while True:
+            with self._cond:
+                wake = min(self.last_refused + secs, deadline)
+            if time.monotonic() >= wake:
+                return
+            time.sleep(max(0.0, wake - time.monotonic()))
 
     def leave(self):
         with self._cond:
@@ -56,7 +101,8 @@ class InFlight:
     def drain(self, deadline):
         """True when no request is left in flight by `deadline` (time.monotonic())."""
         with self._cond:
-            self.draining = True
+            if not self.draining:
+                self.draining, self.last_refused = True, time.monotonic()   # quiet() counts from here
             while self.count and time.monotonic() < deadline:
                 self._cond.wait(deadline - time.monotonic())
             return not self.count
@@ -123,19 +169,22 @@ class ModelServer:
                                           ("grpc.max_send_message_length", max_request_bytes),
                                           ("grpc.so_reuseport", 0)])
         add_services(self._grpc, self)
+        host = check_bind(host, [("gRPC", port)] + ([("REST", rest_api_port)] if rest_api_port is not None else []))
         try:
-            self.port = self._grpc.add_insecure_port(f"{host}:{port}")
+            self.port = self._grpc.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
         except RuntimeError:
             self.port = 0
         if self.port == 0:
             self._grpc.stop(None)
-            raise OSError(f"tfps serve: cannot listen on gRPC port {port} (in use?)")
+            raise OSError(errno.EADDRINUSE, f"tfps serve: cannot listen on gRPC port {port} of {host} (taken "
+                                            f"since it was checked?)")
         try:
             self._rest = make_server(host, rest_api_port, RestApp(self), threaded=True, request_handler=_Handler) \
                 if rest_api_port is not None else None
-        except OSError:
+        except OSError as e:
             self._grpc.stop(None)
-            raise
+            raise OSError(e.errno, f"tfps serve: cannot listen on REST port {rest_api_port} of {host}: "
+                                   f"{e.strerror or e}") from None
         self.batcher = Batcher(max_batch_size, batch_timeout_micros, num_batch_threads) if enable_batching else None
         if self._rest:
             # stop() waits for the requests in flight (in_flight), not for idle keep-alive connections
@@ -169,8 +218,13 @@ class ModelServer:
         answered within `grace` seconds, False when some were cut at the deadline."""
         deadline = time.monotonic() + grace
         self._stop.set()
-        grpc_done = self._grpc.stop(grace)   # new RPCs refused from here; those running are cut at grace
+        # gRPC first keeps taking calls and answers the new ones UNAVAILABLE (in_flight refuses
+        # them) while those begun finish, until clients stop sending (REFUSE_QUIET_SECS without a
+        # new one) or REFUSE_MAX_SECS: grpcio's own stop resets the calls its transport holds but
+        # has not handed over yet, which clients see as CANCELLED and do not retry.
         drained = self.in_flight.drain(deadline)
+        self.in_flight.quiet(REFUSE_QUIET_SECS, min(deadline, time.monotonic() + REFUSE_MAX_SECS))
+        grpc_done = self._grpc.stop(max(0.0, deadline - time.monotonic()))
         if self._rest:
             if self._started:   # shutdown() waits for serve_forever, which only start() runs
                 self._rest.shutdown()

@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from tfps.embedding.checkpoint_tools import table_problems
 from tfps.embedding.saveable import DTYPES
-from tfps.state import manifest as manifests
+from tfps.state import disk, manifest as manifests
 
 ROW_PARTS = ("keys", "values", "slots", "freq", "last_step", "slot_init")
 PARTS = ROW_PARTS + ("removed", "complete", "admission")
@@ -145,20 +145,29 @@ def checkpoint_step(path):
     try:
         return int(tf.train.load_variable(path, "global_step"))
     except (RuntimeError, ValueError, IndexError, tf.errors.OpError) as e:
-        raise ValueError(f"cannot read checkpoint {path}: {str(e).strip().splitlines()[0]}") from None
+        raise disk.unreadable(path, str(e).strip().splitlines()[0]) from None
 
 
 def latest_cut(model_dir):
     """(checkpoint path or None, [(step, prefix)] of its delta chain, step of the newest cut):
-    where a restore of model_dir resumes. ValueError when the chain is broken (see delta_chain)."""
+    where a restore of model_dir resumes, found by its files (disk.latest_checkpoint: with or
+    without the `checkpoint` index). ValueError when the chain is broken (see delta_chain), or
+    DeltaRefused when model_dir holds deltas but no full checkpoint."""
     for _ in range(3):
-        path = tf.train.latest_checkpoint(model_dir)
+        path = disk.latest_checkpoint(model_dir)
         if path is None:
+            orphans = [prefix for _, prefix in delta_files(model_dir)]
+            if orphans:
+                raise DeltaRefused(
+                    f"{model_dir} holds deltas ({', '.join(os.path.basename(p) for p in orphans[:3])}"
+                    f"{', ...' if len(orphans) > 3 else ''}) but no full checkpoint (model.ckpt-*) they continue "
+                    f"from: nothing can resume from them, and training from step 0 would write over them; put "
+                    f"the model's model.ckpt-* files back, or move the deltas out of {model_dir}", orphans)
             return None, [], 0
         try:
             step = checkpoint_step(path)
         except ValueError:
-            if tf.train.latest_checkpoint(model_dir) != path:
+            if disk.latest_checkpoint(model_dir) != path:
                 continue   # rotated away (keep_checkpoint_max) since we listed it
             raise
         chain = delta_chain(model_dir, step, whole=False)

@@ -8,8 +8,9 @@ from tensorflow.python.ops import resources, variables as tf_variables
 from tensorflow.python.training.saving import saveable_object
 
 from tfps.embedding.checkpoint_tools import Saver
+from tfps.errors import error_line
 from tfps.embedding.variable import embedding_variables
-from tfps.state import deltas, manifest as manifests
+from tfps.state import deltas, disk, manifest as manifests
 
 
 class _ManifestSaveable(saveable_object.SaveableObject):
@@ -87,7 +88,10 @@ class StateSaver(Saver):
             self.restored_step = None
             return None
         if ops is not None and save_path is not None and tf.io.gfile.exists(save_path + ".index"):
-            saved = manifests.read(save_path)
+            try:
+                saved = manifests.read(save_path)
+            except (tf.errors.OpError, RuntimeError) as e:
+                raise disk.unreadable(save_path, error_line(e)) from None
             where = f"checkpoint {save_path}"
             if saved is None:
                 raise manifests.StateMismatch(
@@ -96,11 +100,16 @@ class StateSaver(Saver):
             manifests.check(saved, ops["description"], where, self._exact)
             step = deltas.checkpoint_step(save_path)
             model_dir = os.path.dirname(save_path)
-            latest = tf.train.latest_checkpoint(model_dir)
+            latest = disk.latest_checkpoint(model_dir)
             if latest is not None and os.path.abspath(latest) == os.path.abspath(save_path):
                 chain = deltas.delta_chain(model_dir, step, ops["tables"], ops["description"], self._exact)
         apply_tables, apply_dense, placeholder = self._delta_ops(sess.graph) if chain else (None, None, None)
-        out = super().restore(sess, save_path)
+        try:
+            out = super().restore(sess, save_path)
+        except (tf.errors.DataLossError, tf.errors.OutOfRangeError, tf.errors.NotFoundError) as e:
+            if save_path is None or not tf.io.gfile.exists(save_path + ".index"):
+                raise
+            raise disk.unreadable(save_path, error_line(e)) from None
         if chain:
             for _, prefix in chain:
                 sess.run(apply_tables, {placeholder: prefix})
