@@ -73,7 +73,7 @@ def test_a_damaged_or_mismatched_checkpoint_is_one_line(tmp_path, cli):
 def test_the_cli_runs_numpy_blas_on_one_thread():
     # Oracle: threadpoolctl's own report of the loaded BLAS libraries.
     from threadpoolctl import threadpool_info
-    from tfps.cli import single_threaded_blas
+    from tfps.process import single_threaded_blas
     limits = single_threaded_blas()
     try:
         blas = [lib for lib in threadpool_info() if lib["user_api"] == "blas"]

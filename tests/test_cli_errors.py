@@ -109,3 +109,50 @@ def test_an_eval_set_that_is_empty_is_refused_before_training(tmp_path, cli):
     code, _, err = cli("train", "--config", "configs/demo.yaml", *[a for s in sets for a in ("--set", s)])
     assert code == 2, err[-2000:]
     assert not glob.glob(str(tmp_path / "m" / "model.ckpt-*"))
+
+
+def _criteo_files(tmp_path, case):
+    """(training file, eval file, the line the reader stops at or None when only the reader knows)
+    for `case`: a malformed row, or a gzip file cut mid-stream."""
+    import gzip
+    from tfps.data.synthetic import SyntheticConfig, SyntheticCriteo, write_criteo_text
+    clean = tmp_path / "clean.txt"
+    write_criteo_text(SyntheticCriteo(SyntheticConfig()), str(clean), 300)
+    rows = clean.read_text().splitlines()
+    (tmp_path / "eval.txt").write_text("\n".join(rows[:50]) + "\n")
+    if case == "bad_row":
+        rows[40] = "1\t2\t3"                      # line 41: 3 fields
+        train = tmp_path / "train.txt"
+        train.write_text("\n".join(rows) + "\n")
+        return train, 41
+    train = tmp_path / "train.txt.gz"
+    whole = gzip.compress(("\n".join(rows) + "\n").encode())
+    train.write_bytes(whole[:len(whole) // 2])   # cut mid-stream: where exactly, only the reader knows
+    return train, None
+
+
+@pytest.mark.parametrize("case", ["bad_row", "truncated_gzip"])
+def test_an_input_functions_error_is_the_readers_own_line_and_tfs_chain_only_with_verbose(tmp_path, cli, case):
+    """Oracle: the error the Criteo reader raises on the same file read on its own (the
+    structured ReaderError found in it, whose text is the reader's, verbatim)."""
+    import tensorflow as tf
+    from tfps.data.criteo import criteo_dataset
+    from tfps.data.schema import numpy_batches
+    from tfps.errors import ReaderError
+    train, line = _criteo_files(tmp_path, case)
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        list(numpy_batches(lambda: criteo_dataset([str(train)], batch_size=100)))
+    reader = ReaderError.find(raised.value)
+    assert reader is not None and reader.reader == "criteo" and reader.file == str(train) and reader.hint
+    assert str(reader) in raised.value.message              # the reader's words, as it raised them
+    assert reader.line == line if line is not None else 1 <= reader.line <= 300
+    sets = ["data.format=criteo", f"data.path={train}", f"data.eval_path={tmp_path / 'eval.txt'}",
+            "train.batch_size=100", "train.steps=3", "model.hidden_units=[8]", "eval.examples=null"]
+    args = ["train", "--config", "configs/demo.yaml"] + [a for s in sets for a in ("--set", s)]
+    code, _, err = cli(*args, "--set", f"model_dir={tmp_path / 'a'}")
+    assert code == 2 and err.strip().splitlines() == [f"tfps: {reader}"], err[-3000:]
+    code, _, err = cli(*args, "--set", f"model_dir={tmp_path / 'b'}", "--verbose")
+    lines = err.strip().splitlines()
+    assert code == 2 and lines[-1] == f"tfps: {reader}", err[-3000:]
+    # before it, TF's whole message: the reader's words inside a longer chain
+    assert any(str(reader) in x and x != lines[-1] for x in lines[:-1]), err[-3000:]

@@ -10,9 +10,9 @@ from tfps.models.common import dense_layer
 from tfps.cluster.launch import cluster_spec
 from tfps.cluster.placement import replica_device_setter
 from tfps.runner import rpc_stats
-from tfps.embedding.step import TrainingStep
+from tfps.embedding.model_graph import TrainingStep
 from tfps.train.fused import FusedDense
-from tfps.train.push import FusedPush
+from tfps.train.push import FusedPush, PlainPush
 
 STEPS, BATCH = 6, 32
 START = 100   # the global step the session starts at
@@ -28,16 +28,16 @@ def _train(spec, target, fused, optimizer):
             x = tf.compat.v1.placeholder(tf.float32, [BATCH, 4])
             # the step passed explicitly (no graph default): its push policy carries the gradients
             step = TrainingStep(push=FusedPush(FusedDense(anchor=ids.op)) if fused else None)
-            if fused:
-                step.push.fused.install(graph)
-            ev = tfps.get_embedding_variable("e", 4, num_shards=2)
-            rows = tf.reshape(tfps.embedding_lookup(ev, ids, step=step), [BATCH, 12])
-            h = dense_layer(tf.concat([rows, x], 1), 8, "h", activation=tf.nn.relu,
-                            kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=1),
-                            kernel_regularizer=lambda w: 0.01 * tf.reduce_sum(tf.square(w)))
-            logit = dense_layer(h, 1, "out", kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=2))
-            loss = tf.reduce_mean(tf.square(logit)) + tf.add_n(tf.compat.v1.losses.get_regularization_losses())
-            train_op = optimizer().minimize(loss, global_step=gs, step=step)
+            # the model built in the push policy's dense scope (PlainPush's: a null context)
+            with (step.push or PlainPush()).dense_scope():
+                ev = tfps.get_embedding_variable("e", 4, num_shards=2)
+                rows = tf.reshape(tfps.embedding_lookup(ev, ids, step=step), [BATCH, 12])
+                h = dense_layer(tf.concat([rows, x], 1), 8, "h", activation=tf.nn.relu,
+                                kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=1),
+                                kernel_regularizer=lambda w: 0.01 * tf.reduce_sum(tf.square(w)))
+                logit = dense_layer(h, 1, "out", kernel_initializer=tf.compat.v1.glorot_uniform_initializer(seed=2))
+                loss = tf.reduce_mean(tf.square(logit)) + tf.add_n(tf.compat.v1.losses.get_regularization_losses())
+                train_op = optimizer().minimize(loss, global_step=gs, step=step)
             assert not TrainingStep.of(graph).lookups   # nothing went through the graph's own step
             names = sorted(v.op.name for v in tf.compat.v1.global_variables())
         dense = [v for v in tf.compat.v1.trainable_variables()]

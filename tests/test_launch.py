@@ -289,6 +289,7 @@ def test_restarts_are_bounded(tmp_path, forker):
         job.kill()
     assert job.returncode == 1, out[-2000:]
     assert int((tmp_path / "logs" / "ps0.pid").read_text()) == killed     # not restarted
+    assert int((tmp_path / "logs" / "ps0.restarts").read_text()) == 0     # the launcher's own record
 
 
 def test_a_config_error_is_not_restarted(tmp_path, cli, forker):
@@ -299,16 +300,10 @@ def test_a_config_error_is_not_restarted(tmp_path, cli, forker):
     assert code == 0, err[-3000:]
     job = _launch(tmp_path, ["train.steps=200", "model.embedding_dim=16"], "--max-restarts", "3", *LIFECYCLE,
                   forker=forker)
-    chief_pids = set()
-    while job.poll() is None:       # every start of the chief writes its pid
-        try:
-            chief_pids.add(int((tmp_path / "logs" / "chief0.pid").read_text()))
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.1)
-    job.communicate(timeout=60)
+    job.communicate(timeout=600)
     assert job.returncode == 2
-    assert len(chief_pids) == 1
+    # the launcher's record, written at each start of the chief: started once, never restarted
+    assert int((tmp_path / "logs" / "chief0.restarts").read_text()) == 0
 
 
 def test_ctrl_c_or_sigterm_stops_every_task(tmp_path):
@@ -380,13 +375,13 @@ def test_a_frozen_ps_fails_the_job_after_the_peer_timeout(tmp_path, forker):
 def test_unreachable_ps_under_an_outside_tf_config_fails_after_the_peer_timeout(tmp_path, forker):
     spec = cluster_spec(1, 1)                       # nobody serves the PS address
     tf_config = {"cluster": spec, "task": {"type": "chief", "index": 0}}
-    started = time.time()
+    started, peer_timeout = time.time(), 6
     out = forker.run(["train", "--config", "configs/demo.yaml",
-                      *[a for s in SMALL + ["cluster.peer_timeout_secs=6", f"model_dir={tmp_path}"]
+                      *[a for s in SMALL + [f"cluster.peer_timeout_secs={peer_timeout}", f"model_dir={tmp_path}"]
                         for a in ("--set", s)]],
                      f"{tmp_path}.chief", timeout=180, env={"TF_CONFIG": json.dumps(tf_config)})
     assert out.returncode == 75, out.stderr[-2000:]
-    assert time.time() - started < 90
+    assert time.time() - started < 15 * peer_timeout   # the timeout and a start: bounded at 15x the timeout
 
 
 def _tree(model_dir):

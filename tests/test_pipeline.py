@@ -98,11 +98,13 @@ def test_every_gradient_is_applied_once_and_rows_are_at_most_depth_steps_old(tmp
 @pytest.mark.estimator
 def test_an_estimator_of_ones_own_trains_through_the_pipeline(tmp_path):
     """The same checks with a tf.estimator.Estimator (the model_fn through tfps.estimator's adapter)."""
-    from tfps.estimator import estimator_model_fn
+    from tfps.estimator import estimator_model_fn, pipelined_input_fn
     seen = []
     model_fn = _model_fn(seen)
     est = tf.estimator.Estimator(estimator_model_fn(lambda features, labels, mode, params: model_fn(
         features, labels, mode)), model_dir=str(tmp_path))
+    train = est.train
+    est.train = lambda input_fn, *a, **k: train(pipelined_input_fn(input_fn), *a, **k)
     _check_every_gradient_once(est, seen, 3, True)
 
 
@@ -173,13 +175,16 @@ def test_defer_push_by_default_is_on_only_where_dense_variables_live_on_a_ps(on_
     nothing in one process, where no push waits on a network."""
     with tf.Graph().as_default():
         ds = tf.data.Dataset.from_tensor_slices({"ids": np.zeros([4, 3], np.int64), "x": np.ones([4, 2], np.float32)})
-        pipeline = tf.compat.v1.data.make_initializable_iterator(tfps.data.PipelineDataset(ds.batch(2), depth=1))
+        pipeline = tfps.data.PipelineDataset(ds.batch(2), depth=1).pipeline()
+        tfps.ModelGraph.of().step.use(pipeline, pipeline.push)
         batch = pipeline.get_next()
-        ev = tfps.get_embedding_variable("t", 2)
-        with tf.compat.v1.device("/job:ps/task:0" if on_ps else None):
-            w = tf.compat.v1.get_variable("w", [2, 1])
-        loss = tf.reduce_sum(tfps.embedding_lookup(ev, batch["ids"])) + tf.reduce_sum(tf.matmul(batch["x"], w))
-        tfps.train.AdagradOptimizer(0.1).minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+        with pipeline.push.dense_scope():   # where get_variable gives worker copies (as tfps.runner builds)
+            ev = tfps.get_embedding_variable("t", 2)
+            with tf.compat.v1.device("/job:ps/task:0" if on_ps else None):
+                w = tf.compat.v1.get_variable("w", [2, 1])
+            loss = tf.reduce_sum(tfps.embedding_lookup(ev, batch["ids"])) + tf.reduce_sum(tf.matmul(batch["x"], w))
+            tfps.train.AdagradOptimizer(0.1).minimize(loss,
+                                                      global_step=tf.compat.v1.train.get_or_create_global_step())
         assert pipeline.defer_push is on_ps
 
 

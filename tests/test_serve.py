@@ -2,6 +2,7 @@
 versions swap under load with no failed request; bad requests get the right codes and the
 server goes on. Oracle: estimator.predict on the same rows. (--follow and the model's state:
 test_serve_state.py.)"""
+import collections
 import concurrent.futures
 import dataclasses
 import json
@@ -278,6 +279,14 @@ def test_versions_roll_back_retry_and_ignore_what_is_not_a_version(trained, seco
         server.stop()
 
 
+def _wait_for(condition, what, timeout=120):
+    """Waits (polling every 10 ms) until condition() holds; AssertionError naming `what` after timeout s."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
 def test_a_new_version_swaps_in_under_load_with_no_failed_request(trained, second, tmp_path):
     base = tmp_path / "versions"
     base.mkdir()
@@ -289,25 +298,26 @@ def test_a_new_version_swaps_in_under_load_with_no_failed_request(trained, secon
     server = _server(base, poll_secs=0.2, enable_batching=True, max_batch_size=8, batch_timeout_micros=2000)
     stop, answers, failures = threading.Event(), [], []
 
-    def load():
+    def load(i):
         stub = _stub(server.port)
         while not stop.is_set():
             try:
                 got = stub.Predict(_request(rows), timeout=30)
-                answers.append((got.model_spec.version.value, tf.make_ndarray(got.outputs["probabilities"])))
+                answers.append((i, got.model_spec.version.value, tf.make_ndarray(got.outputs["probabilities"])))
             except grpc.RpcError as e:
                 failures.append(e)
-    threads = [threading.Thread(target=load) for _ in range(6)]
+    threads = [threading.Thread(target=load, args=(i,)) for i in range(6)]
     try:
         for t in threads:
             t.start()
-        time.sleep(1.0)
+
+        def answered(version, n):   # every client has n answers of `version` (or failures end the wait)
+            counts = collections.Counter(i for i, v, _ in list(answers) if v == version)
+            return failures or (len(counts) == len(threads) and min(counts.values()) >= n)
+        _wait_for(lambda: answered(first, 3), "every client answered by the first version")
         shutil.copytree(second, base / ".incoming")
         os.rename(base / ".incoming", base / str(first + 1))
-        deadline = time.time() + 60
-        while not any(v == first + 1 for v, _ in answers[-10:]) and time.time() < deadline:
-            time.sleep(0.1)
-        time.sleep(1.0)
+        _wait_for(lambda: answered(first + 1, 3), "every client answered by the new version")
         stop.set()
         for t in threads:
             t.join()
@@ -316,9 +326,9 @@ def test_a_new_version_swaps_in_under_load_with_no_failed_request(trained, secon
         stop.set()
         server.stop()
     assert not failures, failures[:3]
-    versions = [v for v, _ in answers]
+    versions = [v for _, v, _ in answers]
     assert versions[0] == first and versions[-1] == first + 1 and server.store.swaps == 2
-    for version, got in answers:
+    for _, version, got in answers:
         np.testing.assert_allclose(got, want[version][:8], rtol=1e-5, atol=1e-6)
 
 

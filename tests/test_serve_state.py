@@ -19,6 +19,7 @@ from serve_client import _request, _rest, _stub
 from test_serve import SETS, _cfg, _polls, _predict_export, _server, _train, trained  # noqa: F401
 
 pytestmark = pytest.mark.slow
+POLL_SECS = 0.2   # how often the server polls model_dir
 
 
 def test_follow_applies_the_trainers_deltas_to_the_served_tables(trained, tmp_path):
@@ -29,7 +30,7 @@ def test_follow_applies_the_trainers_deltas_to_the_served_tables(trained, tmp_pa
     for path in tf.io.gfile.glob(os.path.join(str(cfg.model_dir), "model.ckpt-40.*")):
         os.rename(path, path.replace("model.ckpt-40", "model.ckpt-39"))
     tf.compat.v1.train.update_checkpoint_state(str(cfg.model_dir), os.path.join(str(cfg.model_dir), "model.ckpt-39"))
-    server = _server(os.path.dirname(trained["export"]), poll_secs=0.2, follow=str(cfg.model_dir))
+    server = _server(os.path.dirname(trained["export"]), poll_secs=POLL_SECS, follow=str(cfg.model_dir))
     stub = _stub(server.port)
     rows = trained["rows"]
 
@@ -41,13 +42,14 @@ def test_follow_applies_the_trainers_deltas_to_the_served_tables(trained, tmp_pa
         inc = IncrementalCheckpoints(str(cfg.model_dir), every_steps=10, printer=lambda *a, **k: None)
         _train(cfg, 70, hooks=[inc], save_checkpoints_steps=None, save_checkpoints_secs=None)
         assert inc.deltas_written == 3
-        written = time.time()   # the last delta: applied within a few polls (0.2 s each; 5 s on a busy machine)
+        # the deltas applied (the follower's own record; the timely part is checked on its lags)
+        deadline = time.monotonic() + 120
         while [s for _, kind, s in server.store.follower.applied if kind == "delta"] != [50, 60, 70]:
-            assert time.time() - written < 5, server.store.follower.applied
+            assert time.monotonic() < deadline, server.store.follower.applied
             time.sleep(0.05)
-        # each delta was applied within a few poll intervals of appearing (0.2 s polls; a busy CI
-        # machine stretches them)
-        assert len(server.store.follower.lags) == 3 and max(server.store.follower.lags) < 2.0, \
+        # each delta was applied within a poll or so of appearing: the follower's measured lag at most
+        # 10 poll intervals (5x and more what one poll and an apply take)
+        assert len(server.store.follower.lags) == 3 and max(server.store.follower.lags) < 10 * POLL_SECS, \
             server.store.follower.lags
         # The oracle: an export of the newest cut (the checkpoint of step 40 and the deltas up to
         # 70: tables, dense variables and global step), cut at step 70.

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import tfps
-from tfps.embedding.step import TrainingStep
+from tfps.embedding.model_graph import ModelGraph, TrainingStep
 
 
 def _train(explicit, steps=5):
@@ -47,7 +47,8 @@ def test_lookups_in_one_step_and_an_optimizer_on_another_is_an_error(graph):
 
 def test_a_pipelined_graph_refuses_a_step_of_its_own(graph):
     ds = tf.data.Dataset.from_tensors(({"ids": tf.constant([1, 2], tf.int64)}, tf.constant([1.0]))).repeat()
-    pipeline = tf.compat.v1.data.make_initializable_iterator(tfps.pipeline.PipelineDataset(ds))
+    pipeline = tfps.pipeline.PipelineDataset(ds).pipeline()
+    ModelGraph.of().step.use(pipeline, pipeline.push)   # what tfps.runner does with an input_fn's PipelineDataset
     features, _ = pipeline.get_next()
     ev = tfps.get_embedding_variable("e", 4)
     w = tf.compat.v1.get_variable("w", [4, 1])

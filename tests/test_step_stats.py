@@ -7,7 +7,7 @@ import tensorflow as tf
 import tfps
 from tfps.cluster.launch import cluster_spec
 from tfps.runner import rpc_stats
-from tfps.runner.hooks import messages_by_task
+from tfps.runner.step_trace import messages_by_task
 
 N, DIM = 1000, 8
 

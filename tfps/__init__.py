@@ -15,12 +15,12 @@ _NAMES = {
                                          "runner", "state", "train")},
     **{name: "tfps.embedding" for name in ("EmbeddingVariable", "embedding_lookup", "embedding_lookup_sparse",
                                            "embedding_variables", "get_embedding_variable",
-                                           "trainable_embedding_variables", "TrainingStep")},
+                                           "trainable_embedding_variables", "TrainingStep", "ModelGraph")},
     "EmbeddingOptions": "tfps.embedding.options",
 }
 __getattr__, __dir__ = attach(__name__, _NAMES)
 
-__all__ = ["EmbeddingOptions", "EmbeddingVariable", "TrainingStep", "embedding_lookup", "embedding_lookup_sparse",
+__all__ = ["EmbeddingOptions", "EmbeddingVariable", "ModelGraph", "TrainingStep", "embedding_lookup", "embedding_lookup_sparse",
            "cluster", "data", "embedding_variables", "estimator", "feature_column", "get_embedding_variable", "ops",
            "pipeline", "runner", "state", "train", "trainable_embedding_variables"]
 

@@ -13,6 +13,9 @@ import os
 import re
 import sys
 
+from tfps.process import (cpu_allocator_in_use, quiet_native_logs, quiet_python_logs, single_threaded_blas,
+                          use_cpu_allocator)
+
 STOP_MARGIN_SECS = 5.0   # tfps serve: how long past --grace_secs a stop may take before it is ended
 # tfps serve's main thread waits for SIGTERM/SIGINT in steps of this: the kernel may hand the signal
 # to any thread (a gRPC or TensorFlow one), and Python runs its handler only when the main thread
@@ -25,8 +28,7 @@ def _train(args):
     cfg = load_config(args.config, args.set)
     use_cpu_allocator(cfg)
     check_model_dir(cfg.model_dir)
-    import tensorflow as tf
-    tf.get_logger().setLevel("ERROR")
+    quiet_python_logs()
     from tfps.cluster.tf_config import parse_tf_config
     cluster = parse_tf_config()
     if cluster is not None:
@@ -57,8 +59,7 @@ def _export(args):
     if cfg.model_dir is None:
         from tfps.config import ConfigError
         raise ConfigError("export needs model_dir (--set model_dir=DIR) holding a trained checkpoint")
-    import tensorflow as tf
-    tf.get_logger().setLevel("ERROR")
+    quiet_python_logs()
     from tfps.runner.job import export
     path = export(cfg, args.export_dir)
     print(json.dumps({"saved_model": path}), flush=True)
@@ -67,7 +68,7 @@ def _export(args):
 
 def _inspect(args):
     import tensorflow as tf
-    tf.get_logger().setLevel("ERROR")
+    quiet_python_logs()
     from tfps.embedding.checkpoint_tools import inspect
     try:
         tables = inspect(args.checkpoint, top=args.top)
@@ -113,8 +114,7 @@ def _state_of(path):
 
 
 def _convert(args):
-    import tensorflow as tf
-    tf.get_logger().setLevel("ERROR")
+    quiet_python_logs()
     from tfps.data.convert import convert
     result = convert(args.kind, args.path, args.to, skip_bad_rows=args.skip_bad_rows, rows_per_file=args.rows_per_file,
                      eval_fraction=args.eval_fraction, sequence_options={
@@ -145,8 +145,7 @@ def _launch(args):
 def _preload_task():
     """What every launched task imports (`tfps train` under a TF_CONFIG), imported once in the
     launcher, whose forks the tasks are. Imports only: no graph, no session, no TF thread."""
-    import tensorflow as tf
-    tf.get_logger().setLevel("ERROR")
+    quiet_python_logs()
     import tfps.runner.cluster  # noqa: F401
     import tfps.models.zoo  # noqa: F401
 
@@ -155,7 +154,7 @@ def _serve(args):
     import signal
     import threading
     import tensorflow as tf
-    tf.get_logger().setLevel("ERROR")
+    quiet_python_logs()
     tf.compat.v1.disable_eager_execution()
     from tfps.serving.models import read_model_config
     from tfps.serving.server import ModelServer, settle_memory
@@ -229,69 +228,29 @@ def _op_error_line(message):
     return error_line(RuntimeError(message))
 
 
-def single_threaded_blas():
-    """NumPy's OpenBLAS keeps a thread per core that spins (sched_yield) after each call; in a
-    trainer, where numpy only makes the input's small products, those threads took a quarter of
-    the chief's CPU samples from TF's threads (perf, 2 cores). TF itself does not use OpenBLAS."""
-    from threadpoolctl import threadpool_limits
-    return threadpool_limits(limits=1, user_api="blas")   # restore_original_limits() undoes it
-
-
-_BFC_VARIABLE = "TF_CPU_ALLOCATOR_USE_BFC"
-
-
-def use_cpu_allocator(cfg):
-    """train.cpu_allocator for this process and the tasks it starts: TensorFlow's switch
-    TF_CPU_ALLOCATOR_USE_BFC, which it reads when it makes its first CPU device (a session, or a
-    PS's tf.distribute.Server), so this runs right after the config is read. BFC keeps freed
-    memory for the next step; with malloc, TF 2.21 handed each step's freed buffers back to the
-    kernel: the chief of `make demo` took ~1,700-2,000 page faults a step (2.15: 1) and 17-22 ms
-    of CPU a step against 12-14 with BFC (docs/cluster.md). The config wins over a different
-    value in the environment, and says so. `serve` (no job config) keeps malloc: its memory over
-    version swaps was measured on it."""
-    want = "true" if cfg.train.cpu_allocator == "bfc" else "false"
-    had = os.environ.get(_BFC_VARIABLE)
-    if had is not None and had.lower() != want:
-        print(f"tfps: train.cpu_allocator={cfg.train.cpu_allocator} overrides {_BFC_VARIABLE}={had} from the "
-              f"environment", file=sys.stderr)
-    os.environ[_BFC_VARIABLE] = want
-
-
-def cpu_allocator_in_use():
-    """The allocator TensorFlow gives this process's CPU tensors, as it names it in a traced step:
-    "bfc" for its BFC allocator (`bfc_cpu_allocator_for_gpu`), "malloc" for TensorFlow's default
-    (`cpu`, or `mklcpu` where oneDNN is on: a CPU with AVX512_VNNI or AMX, whose default allocator
-    serves large tensors from a pool of its own and keeps memory statistics too, so statistics do
-    not tell the two apart)."""
-    import tensorflow as tf
-    graph = tf.Graph()
-    with graph.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [None])
-        y = tf.concat([x, x], 0)
-    metadata = tf.compat.v1.RunMetadata()
-    with tf.compat.v1.Session(graph=graph) as session:
-        session.run(y, {x: [0.0] * 1024}, run_metadata=metadata,
-                    options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
-    names = {m.allocator_name for d in metadata.step_stats.dev_stats for n in d.node_stats for m in n.memory}
-    return "bfc" if any(name.startswith("bfc") for name in names) else "malloc"
-
-
 def main(argv=None):
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_native_logs()
     single_threaded_blas()
     parser = argparse.ArgumentParser(prog="tfps", description="TF1-style PS trainer with hash-table embeddings")
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train and evaluate a model in this process")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--verbose", action="store_true",
+                        help="on an error, also print TensorFlow's whole message (the iterator chain of an input "
+                             "function, the graph's stack) before tfps's one line")
+    train = sub.add_parser("train", parents=[common],
+                          help="train and evaluate a model in this process")
     train.add_argument("--config", help="YAML job config (configs/demo.yaml)")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config field, e.g. --set train.steps=200 (repeatable)")
     train.set_defaults(fn=_train)
-    exp = sub.add_parser("export", help="write a serving SavedModel from the latest checkpoint")
+    exp = sub.add_parser("export", parents=[common],
+                          help="write a serving SavedModel from the latest checkpoint")
     exp.add_argument("--config", help="the YAML job config the model was trained with")
     exp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     exp.add_argument("--export-dir", required=True, help="directory under which the SavedModel is written")
     exp.set_defaults(fn=_export)
-    lau = sub.add_parser("launch", help="run a PS/worker cluster on this machine (one process per task)")
+    lau = sub.add_parser("launch", parents=[common],
+                          help="run a PS/worker cluster on this machine (one process per task)")
     lau.add_argument("--config", help="YAML job config")
     lau.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     lau.add_argument("--ps", type=int, default=2, help="parameter server tasks")
@@ -308,7 +267,8 @@ def main(argv=None):
                      help="how many times in all a dead task (ps, worker, chief, evaluator) is restarted "
                           "before the job fails")
     lau.set_defaults(fn=_launch)
-    con = sub.add_parser("convert", help="write text data (criteo, movielens) as sharded TFRecords")
+    con = sub.add_parser("convert", parents=[common],
+                          help="write text data (criteo, movielens) as sharded TFRecords")
     con.add_argument("--from", dest="kind", required=True, choices=["criteo", "movielens", "movielens_sequences"],
                      help="input layout (movielens_sequences: MTGR's user samples)")
     con.add_argument("path", help="criteo: file, glob or directory; movielens: the directory of ratings.csv")
@@ -320,11 +280,13 @@ def main(argv=None):
     con.add_argument("--history-len", type=int, default=64, help="movielens_sequences: history ratings per sample")
     con.add_argument("--realtime-len", type=int, default=16, help="movielens_sequences: real-time ratings per sample")
     con.set_defaults(fn=_convert)
-    ins = sub.add_parser("inspect", help="per table of a checkpoint: rows, bytes, top ids by frequency")
+    ins = sub.add_parser("inspect", parents=[common],
+                          help="per table of a checkpoint: rows, bytes, top ids by frequency")
     ins.add_argument("checkpoint", help="checkpoint prefix or model directory")
     ins.add_argument("--top", type=int, default=5, help="how many top ids to list per table")
     ins.set_defaults(fn=_inspect)
-    srv = sub.add_parser("serve", help="serve SavedModel versions over TF Serving's gRPC and REST APIs")
+    srv = sub.add_parser("serve", parents=[common],
+                          help="serve SavedModel versions over TF Serving's gRPC and REST APIs")
     srv.add_argument("--model_base_path", help="directory of SavedModel versions DIR/<int>/ "
                      "(what tfps export --export-dir writes)")
     srv.add_argument("--model_name", help="the name clients ask for (with --model_base_path)")
@@ -360,6 +322,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     from tfps.cluster.tf_config import ClusterConfigError
     from tfps.config import ConfigError
+    from tfps.errors import ReaderError
     from tfps.state.lease import LeaseHeld
     try:
         return args.fn(args)
@@ -371,6 +334,8 @@ def main(argv=None):
         return 2
     except ValueError as e:
         lines = str(e).strip().splitlines()
+        if args.verbose and len(lines) > 1:
+            print(f"tfps: {type(e).__name__}: {e}", file=sys.stderr)
         if len(lines) > 1:   # TF's own (a failed restore with its graph trace): its first and telling lines
             cause = _op_error_line(str(e).split("Original error:")[-1])
             lines = [f"{lines[0].strip(chr(39))} ({cause}; is the checkpoint in model_dir from this config, and whole?)"]
@@ -388,10 +353,17 @@ def main(argv=None):
             return 2
         if not isinstance(e, tf.errors.OpError):
             raise
-        # Bad data, a checkpoint that does not fit the config (a variable missing or of another
-        # shape), a damaged file: TF's own words, its one telling line, without the graph's stack.
+        if args.verbose:
+            print(f"tfps: {type(e).__name__}: {e.message or e}", file=sys.stderr)
+        # Bad data: the reader's own line (file, line, what, what to do), out of TF's iterator chain.
+        bad_input = ReaderError.find(e)
+        if bad_input is not None:
+            print(f"tfps: {bad_input}", file=sys.stderr)
+            return 2
+        # A checkpoint that does not fit the config (a variable missing or of another shape), a
+        # damaged file: TF's own words, its one telling line, without the graph's stack.
         first = _op_error_line(e.message or str(e))
-        about_checkpoint = (not first.startswith(("criteo:", "movielens:", "tfrecord:")) and
+        about_checkpoint = (not first.startswith("tfrecord:") and
                             re.search(r"checkpoint|restor", first, re.IGNORECASE) is not None)
         hint = " (is the checkpoint in model_dir from this config, and whole?)" if about_checkpoint else ""
         print(f"tfps: {type(e).__name__}: {first}{hint}", file=sys.stderr)

@@ -16,3 +16,41 @@ def error_line(e):
         return lines[nodes[-1] + 1]
     rest = [line for line in lines if line != "Graph execution error:" and not line.startswith("[[")]
     return rest[0] if rest else lines[0]
+
+
+# The readers whose malformed-row errors (tfps.ops.data.check_rows) a command shows as they are.
+READERS = ("criteo", "movielens")
+_READER_ERROR = re.compile(r"\b(" + "|".join(READERS) + r"): (.+?) line (\d+): (.*)$")
+
+
+def _split_hint(text):
+    """(what, hint) of "WHAT (HINT)": the hint is the last balanced parenthesized group; "" without."""
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(text[i], 0)
+        if depth == 0:
+            if i > 0 and text[i] == "(" and text[i - 1] == " " and text.endswith(")"):
+                return text[:i - 1], text[i + 1:-1]
+            return text, ""
+    return text, ""
+
+
+class ReaderError(ValueError):
+    """A reader's own error about its input, as the reader raised it (tfps.ops.data.check_rows:
+    "READER: FILE line N: WHAT (HINT)"), out of whatever wraps it (TF's iterator chain of the
+    dataset function it ran in). Attributes: reader, file, line, what, hint (what to do, or "")."""
+
+    def __init__(self, reader, file, line, what, hint=""):
+        self.reader, self.file, self.line, self.what, self.hint = reader, file, int(line), what, hint
+        super().__init__(f"{reader}: {file} line {self.line}: {what}" + (f" ({hint})" if hint else ""))
+
+    @classmethod
+    def find(cls, e):
+        """The ReaderError in an exception's message (a TF error from an input function), or None."""
+        message = getattr(e, "message", None) or str(e)
+        for line in message.splitlines():
+            found = _READER_ERROR.search(line.strip())
+            if found:
+                reader, file, number, rest = found.groups()
+                return cls(reader, file, number, *_split_hint(rest))
+        return None

@@ -99,6 +99,8 @@ class _Task:
             self.proc.on_exit = lambda rusage, name=self.name: self._meter.exited(name, rusage)
         with open(self.log_path[:-len(".log")] + ".pid", "w") as f:   # for operators' tools
             f.write(f"{self.proc.pid}\n")
+        with open(self.log_path[:-len(".log")] + ".restarts", "w") as f:   # the launcher's record of them
+            f.write(f"{self.restarts}\n")
 
     @property
     def state(self):

@@ -1,7 +1,7 @@
 """Lookups on EmbeddingVariables: dedup, one probe per distinct id per shard, gather back."""
 import tensorflow as tf
 
-from tfps.embedding.step import TableLookup, TrainingStep
+from tfps.embedding.model_graph import ModelGraph, TableLookup
 from tfps.ops import embedding_table as table_ops
 from tfps.ops.unique_partition_ops import unique_partition_with_counts
 
@@ -46,11 +46,11 @@ def probe(ev, keys, insert, after=None):
 
 def _lookup_flat(ev, keys, insert, step=None):
     """keys int64 [N] -> float32 [N, dim]; adds (unique_ids, unique_values) to `step` (default:
-    the graph's TrainingStep) for training.
+    the graph's ModelGraph's step) for training.
 
     The probe runs here, or -- when the step has a stager (a tfps pipeline) -- ahead, on a later
     batch, and its staged result is read here (tfps.pipeline)."""
-    step = step or TrainingStep.of()
+    step = step or ModelGraph.of().step
     staged = step.stager.stage(ev, keys, insert, probe) if step.stager is not None else None
     uids, inverse, offsets, uvals = staged if staged is not None else probe(ev, keys, insert)
     if insert and ev.trainable:

@@ -16,13 +16,13 @@ from the tagged key and a seed shared by the table, so a merged and an unmerged 
 and train, identically.
 """
 import dataclasses
-import weakref
 import zlib
 
 import tensorflow as tf
 
 from tfps.embedding.initializers import init_spec
 from tfps.embedding.lookup import _lookup_flat, combine_sparse
+from tfps.embedding.model_graph import ModelGraph
 from tfps.embedding.options import EmbeddingOptions
 from tfps.embedding.variable import EmbeddingVariable, get_embedding_variable
 from tfps.ops.unique_partition_ops import MAX_TAG, feature_tag, feature_untag
@@ -44,60 +44,45 @@ class Feature:
         return zlib.crc32(self.name.encode("utf-8")) % MAX_TAG + 1
 
 
-class _Tables:
-    """Per graph: physical tables and which feature tags each already holds."""
+def physical_table(feature, model_graph=None):
+    """(physical EmbeddingVariable, tag) holding `feature`'s rows in the model graph (default: the
+    default graph's); merged tables are shared, kept in model_graph.merged.
 
-    def __init__(self):
-        self.by_group = {}   # group key -> (EmbeddingVariable, {tag: feature name})
-
-    def table_for(self, feature):
-        """(physical EmbeddingVariable, tag) of a feature; merged tables are shared.
-
-        A merged table's name comes from what its rows are (dim, key dtype, initializer), never
-        from where it runs or how it is kept: the shard count is a placement choice (a checkpoint
-        restores into any other), and admission and eviction rules can change between runs. The
-        features of one table share those options (a feature asking for others is refused: give
-        it merge=False). Two features of one table whose tags collide are refused whatever their
-        order (a tag is the feature's identity inside the table)."""
-        spec = init_spec(feature.initializer, feature.dim, feature.name, DEFAULT_SEED)
-        if feature.options.merge:
-            group = (feature.dim, feature.key_dtype.name, spec)
-            name = "tfps_merged/d{}_{}_{:08x}".format(feature.dim, feature.key_dtype.name,
-                                                      zlib.crc32(repr(group).encode()))
-        else:
-            group = ("own", feature.name)
-            name = f"tfps_features/{feature.name}"
-        if group in self.by_group:
-            ev, tags = self.by_group[group]
-            owner = tags.setdefault(feature.tag, feature.name)
-            if owner != feature.name:
-                raise ValueError(
-                    f"features {owner!r} and {feature.name!r} have the same 15-bit tag {feature.tag} and would "
-                    f"share rows in merged table {ev.name!r}; give one of them EmbeddingOptions(merge=False) "
-                    f"or another name")
-            if ev.options.table_key() != feature.options.table_key() or ev.num_shards != feature.options.num_shards:
-                raise ValueError(f"feature {feature.name!r} asks for {feature.options}, but merged table {ev.name!r} "
-                                 f"(features {sorted(tags.values())}) has {ev.options}: the features of one table "
-                                 f"share its options; give {feature.name!r} EmbeddingOptions(merge=False)")
-            return ev, feature.tag
-        with tf.compat.v1.variable_scope(tf.compat.v1.VariableScope(name="", reuse=tf.compat.v1.AUTO_REUSE)):
-            ev = get_embedding_variable(name, feature.dim, initializer=feature.initializer, key_dtype=tf.int64,
-                                        num_shards=feature.options.num_shards, default_seed=DEFAULT_SEED,
-                                        options=feature.options)
-        self.by_group[group] = (ev, {feature.tag: feature.name})
+    A merged table's name comes from what its rows are (dim, key dtype, initializer), never
+    from where it runs or how it is kept: the shard count is a placement choice (a checkpoint
+    restores into any other), and admission and eviction rules can change between runs. The
+    features of one table share those options (a feature asking for others is refused: give
+    it merge=False). Two features of one table whose tags collide are refused whatever their
+    order (a tag is the feature's identity inside the table)."""
+    model_graph = model_graph or ModelGraph.of()
+    groups = model_graph.merged
+    spec = init_spec(feature.initializer, feature.dim, feature.name, DEFAULT_SEED)
+    if feature.options.merge:
+        group = (feature.dim, feature.key_dtype.name, spec)
+        name = "tfps_merged/d{}_{}_{:08x}".format(feature.dim, feature.key_dtype.name,
+                                                  zlib.crc32(repr(group).encode()))
+    else:
+        group = ("own", feature.name)
+        name = f"tfps_features/{feature.name}"
+    if group in groups:
+        ev, tags = groups[group]
+        owner = tags.setdefault(feature.tag, feature.name)
+        if owner != feature.name:
+            raise ValueError(
+                f"features {owner!r} and {feature.name!r} have the same 15-bit tag {feature.tag} and would "
+                f"share rows in merged table {ev.name!r}; give one of them EmbeddingOptions(merge=False) "
+                f"or another name")
+        if ev.options.table_key() != feature.options.table_key() or ev.num_shards != feature.options.num_shards:
+            raise ValueError(f"feature {feature.name!r} asks for {feature.options}, but merged table {ev.name!r} "
+                             f"(features {sorted(tags.values())}) has {ev.options}: the features of one table "
+                             f"share its options; give {feature.name!r} EmbeddingOptions(merge=False)")
         return ev, feature.tag
-
-
-_TABLES = weakref.WeakKeyDictionary()  # graph -> _Tables
-
-
-def _tables():
-    return _TABLES.setdefault(tf.compat.v1.get_default_graph(), _Tables())
-
-
-def physical_table(feature):
-    """(EmbeddingVariable, tag) holding `feature`'s rows in the default graph."""
-    return _tables().table_for(feature)
+    with tf.compat.v1.variable_scope(tf.compat.v1.VariableScope(name="", reuse=tf.compat.v1.AUTO_REUSE)):
+        ev = get_embedding_variable(name, feature.dim, initializer=feature.initializer, key_dtype=tf.int64,
+                                    num_shards=feature.options.num_shards, default_seed=DEFAULT_SEED,
+                                    options=feature.options, model_graph=model_graph)
+    groups[group] = (ev, {feature.tag: feature.name})
+    return ev, feature.tag
 
 
 def _keys(feature, ev, ids):
@@ -108,7 +93,7 @@ def _keys(feature, ev, ids):
     return feature_tag(ids, feature.tag)
 
 
-def lookup_features(requests, insert=True, stats=None, combine=combine_sparse, step=None):
+def lookup_features(requests, insert=True, stats=None, combine=combine_sparse, step=None, model_graph=None):
     """Rows of several features, one fused lookup per physical table.
 
     Args:
@@ -119,15 +104,18 @@ def lookup_features(requests, insert=True, stats=None, combine=combine_sparse, s
         and 'ids_stage2' (distinct keys actually probed) per step.
       combine: how sparse requests are combined (combine_sparse: tf.nn.embedding_lookup_sparse
         rows; combine_padded: one row per example, as feature columns give).
-      step: the tfps.embedding.TrainingStep of the lookups (None: the graph's own).
+      step: the tfps.embedding.TrainingStep of the lookups (None: model_graph's).
+      model_graph: the tfps.embedding.ModelGraph holding the tables (None: the default graph's).
 
     Returns:
       one tensor per request: ids.shape + [dim] for dense ids; [R, dim] for sparse ones.
     """
+    model_graph = model_graph or ModelGraph.of()
+    step = step or model_graph.step
     groups = {}
     for i, req in enumerate(requests):
         feature, ids = req[0], req[1]
-        ev, _ = physical_table(feature)
+        ev, _ = physical_table(feature, model_graph)
         values = ids.values if isinstance(ids, tf.SparseTensor) else tf.reshape(ids, [-1])
         keys = _keys(feature, ev, values)
         groups.setdefault(ev.name, (ev, []))[1].append((i, keys))
@@ -153,14 +141,16 @@ def lookup_features(requests, insert=True, stats=None, combine=combine_sparse, s
     return out
 
 
-def lookup_feature_matrix(features, ids, insert=True, stats=None, step=None):
+def lookup_feature_matrix(features, ids, insert=True, stats=None, step=None, model_graph=None):
     """Rows of F single-valued features given as one matrix: ids [B, F] -> [B, F, dim].
 
     When the features share one physical table (all merge-able alike), the whole matrix is
     tagged column-wise, deduplicated and probed in one pass with no per-feature slicing;
-    otherwise it falls back to lookup_features per column.
+    otherwise it falls back to lookup_features per column. step, model_graph: as for lookup_features.
     """
-    tables = [physical_table(f) for f in features]
+    model_graph = model_graph or ModelGraph.of()
+    step = step or model_graph.step
+    tables = [physical_table(f, model_graph) for f in features]
     if len({ev.name for ev, _ in tables}) == 1 and all(f.key_dtype == tf.int64 for f in features):
         ev = tables[0][0]
         ids = tf.convert_to_tensor(ids)
@@ -176,13 +166,13 @@ def lookup_feature_matrix(features, ids, insert=True, stats=None, step=None):
         out.set_shape(ids.shape.concatenate([ev.dim]))
         return out
     return tf.stack(lookup_features([(f, ids[:, i]) for i, f in enumerate(features)], insert, stats,
-                                    step=step), axis=1)
+                                    step=step, model_graph=model_graph), axis=1)
 
 
-def export_feature(feature):
+def export_feature(feature, model_graph=None):
     """Rows of one logical feature, read out of its (possibly shared) table: dict of ids [N]
     (exact for ids that were in [0, 2^48)), values [N, dim], slots, freq, last_step."""
-    ev, tag = physical_table(feature)
+    ev, tag = physical_table(feature, model_graph)
     exported = ev.export()
     mask, ids = feature_untag(exported["keys"], tag)
     out = {k: tf.boolean_mask(v, mask) for k, v in exported.items() if k not in ("keys", "slot_init", "admission")}

@@ -10,10 +10,10 @@ re-created session's, `tfps export`'s). Before any table changes, one check per 
 the checkpoint's index and refuses it unless every table of the graph is there whole, with its
 dim (a restore is exact for every table or changes none), and each variable checks its parts.
 """
-import weakref
-
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object
+
+from tfps.ops.checkpoint import check_tables
 
 PARTS = ("keys", "values", "slots", "freq", "last_step", "slot_init", "admission")
 DTYPES = {"keys": tf.int64, "values": tf.float32, "slots": tf.float32, "freq": tf.int64,
@@ -44,27 +44,23 @@ class TableSaveable(saveable_object.SaveableObject):
 
     def restore(self, restored_tensors, restored_shapes):
         del restored_shapes
-        check = _check_every_table(restored_tensors[0])
+        check = _check_every_table(restored_tensors[0], self._ev.model_graph)
         with tf.control_dependencies([check] if check is not None else []):
             return self._ev.load(dict(zip(PARTS, restored_tensors)))
 
 
-_CHECKS = weakref.WeakKeyDictionary()   # graph -> {checkpoint prefix tensor name: check op}
-
-
-def _check_every_table(restored):
+def _check_every_table(restored, model_graph):
     """One TfpsCheckTables per Saver restore (per checkpoint prefix tensor), over every table of
-    the graph: each table's import waits for it, so a checkpoint that cannot restore one table
-    exactly restores none. None when `restored` does not come from a RestoreV2 (no prefix)."""
+    the model graph (a tfps.embedding.ModelGraph, which keeps the check): each table's import
+    waits for it, so a checkpoint that cannot restore one table exactly restores none. None when
+    `restored` does not come from a RestoreV2 (no prefix)."""
     if restored.op.type != "RestoreV2":
         return None
-    from tfps.embedding.variable import embedding_variables
-    from tfps.ops.checkpoint import check_tables
     prefix = restored.op.inputs[0]
     graph = restored.graph
-    checks = _CHECKS.setdefault(graph, {})
+    checks = model_graph.restore_checks
     if prefix.name not in checks:
-        tables = embedding_variables(graph)
+        tables = list(model_graph.tables.values())
         with graph.colocate_with(prefix.op), tf.control_dependencies(None):
             checks[prefix.name] = check_tables(prefix, [ev.name for ev in tables], [ev.dim for ev in tables],
                                                name="tfps_check_tables")

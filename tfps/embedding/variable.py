@@ -1,13 +1,13 @@
 """EmbeddingVariable: a dynamic hash-table embedding, sharded over k tables."""
 import dataclasses
 import logging
-import weakref
 
 import tensorflow as tf
 from tensorflow.python.ops import resources
 
 from tfps.embedding import initializers
 from tfps.embedding.lookup import embedding_lookup
+from tfps.embedding.model_graph import ModelGraph
 from tfps.embedding.options import EmbeddingOptions
 from tfps.embedding.saveable import TableSaveable
 from tfps.ops import embedding_table as table_ops
@@ -37,11 +37,6 @@ class _ResourceCollectionWarningFilter(logging.Filter):
 
 tf.get_logger().addFilter(_ResourceCollectionWarningFilter())
 
-# graph -> {full name: EmbeddingVariable}, in creation order. Kept off the graph's collections
-# so that exporting a MetaGraph does not try to serialize Python objects.
-_GRAPH_VARIABLES = weakref.WeakKeyDictionary()
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class TableShard:
     """The (grad, var) 'var' of a table shard in an optimizer's grads_and_vars."""
@@ -69,7 +64,7 @@ class EmbeddingVariable:
     """
 
     def __init__(self, name, embedding_dim, initializer, key_dtype, num_shards, trainable, default_seed=None,
-                 options=None):
+                 options=None, model_graph=None):
         if int(embedding_dim) <= 0:
             raise ValueError(f"get_embedding_variable({name!r}): embedding_dim must be > 0, got {embedding_dim}")
         if int(num_shards) <= 0:
@@ -78,6 +73,7 @@ class EmbeddingVariable:
             raise ValueError(f"get_embedding_variable({name!r}): key_dtype must be tf.int64 or tf.string, "
                              f"got {key_dtype!r}")
         self.name = name
+        self.model_graph = model_graph   # the tfps.embedding.ModelGraph that holds it (restores check its tables)
         self.dim = int(embedding_dim)
         self.key_dtype = key_dtype
         self.num_shards = int(num_shards)
@@ -257,12 +253,8 @@ class EmbeddingVariable:
         return tf.stack(modes)
 
 
-def _registry(graph):
-    return _GRAPH_VARIABLES.setdefault(graph, {})
-
-
 def get_embedding_variable(name, embedding_dim, initializer=None, key_dtype=tf.int64, num_shards=1,
-                           trainable=True, collections=None, default_seed=None, options=None):
+                           trainable=True, collections=None, default_seed=None, options=None, model_graph=None):
     """Gets or creates a hash-table embedding variable, like tf.compat.v1.get_variable.
 
     Honours tf.compat.v1.variable_scope (name prefix, reuse=True/AUTO_REUSE) and device scopes
@@ -280,6 +272,7 @@ def get_embedding_variable(name, embedding_dim, initializer=None, key_dtype=tf.i
       default_seed: seed of the initial values when the initializer names none (default: one
         derived from the variable's name).
       options: tfps.EmbeddingOptions (eviction rules; its num_shards must agree with num_shards).
+      model_graph: the tfps.embedding.ModelGraph that holds it (None: the default graph's).
 
     Returns:
       tfps.EmbeddingVariable. Example:
@@ -289,7 +282,8 @@ def get_embedding_variable(name, embedding_dim, initializer=None, key_dtype=tf.i
     scope = tf.compat.v1.get_variable_scope()
     full_name = f"{scope.name}/{name}" if scope.name else name
     graph = tf.compat.v1.get_default_graph()
-    registry = _registry(graph)
+    model_graph = model_graph or ModelGraph.of(graph)
+    registry = model_graph.tables
     reuse = scope.reuse
     if full_name in registry:
         if reuse is True or reuse == tf.compat.v1.AUTO_REUSE:
@@ -307,7 +301,7 @@ def get_embedding_variable(name, embedding_dim, initializer=None, key_dtype=tf.i
             raise ValueError(f"get_embedding_variable({full_name!r}): options.num_shards={options.num_shards} "
                              f"but num_shards={num_shards}")
         ev = EmbeddingVariable(full_name, embedding_dim, initializer, key_dtype, num_shards, trainable,
-                               default_seed, options)
+                               default_seed, options, model_graph)
     registry[full_name] = ev
     for coll in collections or []:
         graph.add_to_collection(coll, ev)
@@ -316,13 +310,13 @@ def get_embedding_variable(name, embedding_dim, initializer=None, key_dtype=tf.i
 
 
 def embedding_variables(graph=None):
-    """Every EmbeddingVariable of the graph."""
-    return list(_registry(graph or tf.compat.v1.get_default_graph()).values())
+    """Every EmbeddingVariable of the graph (its ModelGraph's tables)."""
+    return list(ModelGraph.of(graph).tables.values())
 
 
 def trainable_embedding_variables(graph=None):
     """The trainable EmbeddingVariables of the graph."""
-    return [ev for ev in embedding_variables(graph) if ev.trainable]
+    return ModelGraph.of(graph).trainable_tables()
 
 
 class AttachedTable(EmbeddingVariable):
@@ -333,6 +327,7 @@ class AttachedTable(EmbeddingVariable):
     def __init__(self, handles):   # pylint: disable=super-init-not-called
         first = handles[0].op
         self.name = first.get_attr("shared_name").decode().rsplit("/shard_", 1)[0]
+        self.model_graph = None
         self.dim = first.get_attr("dim")
         self.key_dtype = tf.int64
         self.num_shards = first.get_attr("num_shards")

@@ -1,7 +1,20 @@
-"""A tfps model_fn (returning a tfps.models.spec.ModelSpec) as a tf.estimator model_fn."""
+"""A tfps model_fn (returning a tfps.models.spec.ModelSpec) as a tf.estimator model_fn, and an
+input_fn returning a tfps PipelineDataset as a tf.estimator input_fn.
+
+tf.estimator calls the input_fn and the model_fn itself, in one graph; the graph's
+tfps.embedding.ModelGraph carries the pipeline from one to the other: pipelined_input_fn puts
+the PipelineDataset's stager and push policy into the ModelGraph's step, and estimator_model_fn
+builds the model in the push policy's dense scope and runs the pipeline's initializer when the
+session starts (as tfps.runner does)."""
+import contextlib
+import inspect
+
 import tensorflow as tf
 
+from tfps.embedding.model_graph import ModelGraph
 from tfps.models.spec import ModelSpec
+from tfps.pipeline.dataset import PipelineDataset
+from tfps.runner.graph import IteratorInitializer
 
 
 def to_estimator_spec(spec):
@@ -16,8 +29,47 @@ def to_estimator_spec(spec):
                                       training_hooks=spec.training_hooks, scaffold=spec.scaffold)
 
 
+def pipelined_input_fn(input_fn):
+    """input_fn as a tf.estimator input_fn; when it returns a tfps PipelineDataset, its pipeline
+    is built, put into the graph's ModelGraph step, and its batch returned (train the model with
+    estimator_model_fn or tfps.estimator.runner.with_checked_saver). input_fn takes any of
+    mode, params, config, as tf.estimator passes them."""
+    names = set(inspect.signature(input_fn).parameters)
+
+    def fn(mode=None, params=None, config=None):
+        given = {"mode": mode, "params": params, "config": config}
+        result = input_fn(**{k: v for k, v in given.items() if k in names})
+        if not isinstance(result, PipelineDataset):
+            return result
+        pipeline = result.pipeline()
+        ModelGraph.of().step.use(pipeline, pipeline.push)
+        return pipeline.get_next()
+    return fn
+
+
+def call_model_fn(model_fn, features, labels, mode, params):
+    """model_fn's result, built in the dense scope of the graph's pipeline (if any), and the hooks
+    that start the pipeline: (spec, hooks)."""
+    step = ModelGraph.of().step
+    with step.push.dense_scope() if step.push is not None else contextlib.nullcontext():
+        spec = model_fn(features, labels, mode, params)
+    if isinstance(spec, ModelSpec):   # the batch's examples, for the progress hooks
+        ModelGraph.of().examples = spec.examples
+    return spec, ((IteratorInitializer(step.stager),) if step.stager is not None else ())
+
+
+def with_input_hooks(spec, hooks):
+    """The EstimatorSpec with `hooks` among those of its mode."""
+    if not hooks:
+        return spec
+    field = {tf.estimator.ModeKeys.TRAIN: "training_hooks", tf.estimator.ModeKeys.EVAL: "evaluation_hooks",
+             tf.estimator.ModeKeys.PREDICT: "prediction_hooks"}[spec.mode]
+    return spec._replace(**{field: tuple(getattr(spec, field)) + tuple(hooks)})
+
+
 def estimator_model_fn(model_fn):
     """model_fn(features, labels, mode, params) -> ModelSpec, as a tf.estimator model_fn."""
     def fn(features, labels, mode, params):
-        return to_estimator_spec(model_fn(features, labels, mode, params))
+        spec, hooks = call_model_fn(model_fn, features, labels, mode, params)
+        return with_input_hooks(to_estimator_spec(spec), hooks)
     return fn

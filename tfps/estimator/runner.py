@@ -5,7 +5,7 @@ tfps.runner; run, export and the helpers below are those (re-exported under thei
 import tensorflow as tf
 
 from tfps.data.sources import schema_of
-from tfps.estimator.adapter import to_estimator_spec
+from tfps.estimator.adapter import call_model_fn, to_estimator_spec, with_input_hooks
 from tfps.models.zoo import model_fn
 from tfps.runner import job
 from tfps.runner.export import sequence_serving_inputs, serving_inputs, write_export_manifest  # noqa: F401
@@ -64,7 +64,8 @@ def with_checked_saver(model_fn, keep_checkpoint_max):
             # The Estimator restores what the `checkpoint` index names: a model_dir copied without
             # it would train from step 0 over its own checkpoints (tfps.state.disk).
             disk.rewrite_index(config.model_dir)
-        spec = to_estimator_spec(model_fn(features, labels, mode, params))
+        spec, input_hooks = call_model_fn(model_fn, features, labels, mode, params)
+        spec = with_input_hooks(to_estimator_spec(spec), input_hooks)
         if spec.scaffold.saver is None:
             saver = state_saver(mode == tf.estimator.ModeKeys.TRAIN, keep_checkpoint_max, config.num_worker_replicas)
             spec = spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=spec.scaffold))

@@ -1,5 +1,5 @@
-"""What every tfps model shares: input embedding, MLP, the head (loss, metrics, training), and
-what the runners read back (LOSS_COLLECTION, TRAIN_EXAMPLES_COLLECTION, EVAL_EXAMPLES_COLLECTION).
+"""What every tfps model shares: input embedding, MLP, the head (loss, metrics, training, and the
+batch's example count the runners read back from the ModelSpec).
 
 A model is logits(rows, dense, model) where rows [B, fields, width] are the embeddings of a
 batch's features (embed_inputs) and dense [B, num_dense] its dense values (dense_input).
@@ -11,19 +11,12 @@ from tfps.config import ConfigError
 from tfps.data.schema import PAD_ID
 from tfps.embedding.lookup import combine_padded
 from tfps.embedding.merged import Feature, lookup_feature_matrix, lookup_features
+from tfps.embedding.model_graph import ModelGraph
 from tfps.embedding.options import EmbeddingOptions
-from tfps.embedding.step import TrainingStep
 from tfps.metrics import streaming_metrics, streaming_sum
 from tfps.models.spec import ModeKeys, ModelSpec, PredictOutput, SERVING_SIGNATURE
 from tfps.state import manifest as manifests
 
-# The training loss (a float32 scalar) a model_fn adds here, for the runners' progress hooks.
-LOSS_COLLECTION = "tfps_training_loss"
-# The examples (labels) of each training batch (int32 scalar), for the progress hooks' rates:
-# batches of a token budget (data.max_tokens) vary in size.
-TRAIN_EXAMPLES_COLLECTION = "tfps_train_batch_examples"
-# The examples of each evaluation batch (int32 scalar), for the eval progress hook.
-EVAL_EXAMPLES_COLLECTION = "tfps_eval_batch_examples"
 BAD_ROWS_VARIABLE = "tfps_bad_rows"   # malformed training rows the readers skipped (global, checkpointed)
 
 
@@ -134,20 +127,21 @@ def padded_to_sparse(padded):
     return tf.SparseTensor(where, tf.gather_nd(padded, where), tf.shape(padded, out_type=tf.int64))
 
 
-def embed_inputs(features, schema, width, options, initializer_stddev=0.02, insert=True):
+def embed_inputs(features, schema, width, options, initializer_stddev=0.02, insert=True, model_graph=None):
     """rows float32 [B, F + L, width]: one row per single-valued feature (schema.id_features,
     the columns of features["ids"]) then the mean row of each list feature (schema.list_features;
     a row with no ids gets zeros). With merged options all of them share one table and one
-    fused, deduplicated lookup."""
+    fused, deduplicated lookup. model_graph: the tfps.embedding.ModelGraph holding the tables
+    and the training step (None: the default graph's)."""
     init = tf.compat.v1.truncated_normal_initializer(stddev=initializer_stddev)
     singles = [Feature(name, width, init, options=options) for name in schema.id_features]
     ids = features["ids"]
     if not schema.list_features:
-        return lookup_feature_matrix(singles, ids, insert=insert)
+        return lookup_feature_matrix(singles, ids, insert=insert, model_graph=model_graph)
     requests = [(f, ids[:, i]) for i, f in enumerate(singles)]
     requests += [(Feature(name, width, init, options=options), padded_to_sparse(features[name]), "mean")
                  for name in schema.list_features]
-    return tf.stack(lookup_features(requests, insert=insert, combine=combine_padded), axis=1)
+    return tf.stack(lookup_features(requests, insert=insert, combine=combine_padded, model_graph=model_graph), axis=1)
 
 
 def dense_input(features, schema):
@@ -168,12 +162,14 @@ def _count_bad_rows(features):
     return counter.assign_add(tf.cast(features["bad_rows"], tf.int64))
 
 
-def model_spec(mode, logits, labels, features, schema, train, stock_tf=False):
+def model_spec(mode, logits, labels, features, schema, train, stock_tf=False, model_graph=None):
     """The ModelSpec (tfps.models.spec) of a binary classifier with logits [B]:
     PREDICT: probabilities and logits (the serving signature);
     EVAL: loss and exact streaming auc, logloss, gauc (when the schema has users) and bad_rows;
-    TRAIN: the config's tfps optimizer (stock_tf: TensorFlow's own); skipped rows are added to
-    BAD_ROWS_VARIABLE."""
+    TRAIN: the config's tfps optimizer (stock_tf: TensorFlow's own) on model_graph's step (None:
+    the default graph's ModelGraph); skipped rows are added to BAD_ROWS_VARIABLE.
+    EVAL and TRAIN specs carry the batch's example count (the labels')."""
+    model_graph = model_graph or ModelGraph.of()
     probs = tf.sigmoid(logits)
     if mode == ModeKeys.PREDICT:
         predictions = {"probabilities": probs, "logits": logits}
@@ -182,26 +178,23 @@ def model_spec(mode, logits, labels, features, schema, train, stock_tf=False):
     # the mean, and 0 for a batch without rows (one that only carries a reader's bad-row count)
     loss = tf.math.divide_no_nan(tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)),
                                  tf.cast(tf.size(labels), tf.float32))
-    tf.compat.v1.add_to_collection(LOSS_COLLECTION, loss)
+    examples = tf.size(labels)
     if mode == ModeKeys.EVAL:
-        tf.compat.v1.add_to_collection(EVAL_EXAMPLES_COLLECTION, tf.size(labels))
         metrics = streaming_metrics(labels, probs, features["user"] if schema.has_users else None)
         if "bad_rows" in features:
             metrics["bad_rows"] = streaming_sum(features["bad_rows"])
-        return ModelSpec(mode, loss=loss, eval_metric_ops=metrics)
-    tf.compat.v1.add_to_collection(TRAIN_EXAMPLES_COLLECTION, tf.size(labels))
+        return ModelSpec(mode, loss=loss, eval_metric_ops=metrics, examples=examples)
     gs = tf.compat.v1.train.get_or_create_global_step()
-    # the step the model's lookups went into (the graph's: a model_fn is handed only features)
     if stock_tf:
         optimizer = make_optimizer(train, tf.compat.v1.train)
-        manifests.record_optimizer(optimizer)   # part of the fingerprint, as tfps's optimizers record theirs
+        manifests.record_optimizer(optimizer, model_graph)   # part of the fingerprint, as tfps's optimizers record theirs
         train_op = optimizer.minimize(loss, global_step=gs)
     else:
-        train_op = make_optimizer(train).minimize(loss, global_step=gs, step=TrainingStep.of())
+        train_op = make_optimizer(train).minimize(loss, global_step=gs, step=model_graph.step)
     counted = _count_bad_rows(features)
     if counted is not None:
         train_op = tf.group(train_op, counted)
-    return ModelSpec(mode, loss=loss, train_op=train_op)
+    return ModelSpec(mode, loss=loss, train_op=train_op, examples=examples)
 
 
 estimator_spec = model_spec   # its name before tfps.runner; returns a ModelSpec (tfps.estimator adapts it)

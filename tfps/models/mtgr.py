@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfps.embedding import embedding_lookup, get_embedding_variable
+from tfps.embedding.model_graph import ModelGraph
 from tfps.data.sequences import SCHEMA, SPEC
 from tfps.models.common import check_dense_shape, model_spec
 from tfps.models.spec import ModeKeys, ModelSpec, PredictOutput, SERVING_SIGNATURE
@@ -29,9 +30,10 @@ from tfps.models.hstu import CANDIDATE, HISTORY, PAD, PROFILE, REALTIME, group_l
 PROFILE_BITS = 40   # profile feature f's value v has key (f << PROFILE_BITS) + v
 
 
-def _table(name, dim, model):
+def _table(name, dim, model, model_graph):
     return get_embedding_variable(
-        name, dim, initializer=tf.compat.v1.truncated_normal_initializer(stddev=model["initializer_stddev"]))
+        name, dim, initializer=tf.compat.v1.truncated_normal_initializer(stddev=model["initializer_stddev"]),
+        model_graph=model_graph)
 
 
 def _mlp(x, units, name):
@@ -52,22 +54,27 @@ def _item_tokens(movie_rows, rating, d):
     return _mlp(tf.concat([movie_rows, tf.expand_dims(rating / 5.0, -1)], -1), [2 * d, d], "item_mlp")
 
 
-def mtgr_logits(features, model, insert):
+def mtgr_logits(features, model, insert, model_graph=None):
     """(logits float32 [B, K], valid bool [B, K]) for a padded batch of samples; a batch without
-    candidates (K = 0) is InvalidArgumentError naming candidate_movie when run."""
+    candidates (K = 0) is InvalidArgumentError naming candidate_movie when run. model_graph: the
+    tfps.embedding.ModelGraph of the tables and lookups (None: the default graph's)."""
     d, e = model["d_model"], model["embedding_dim"]
-    movies = _table("mtgr_movie", e, model)
+    model_graph = model_graph or ModelGraph.of()
+
+    def rows(ev, ids):
+        return embedding_lookup(ev, ids, insert=insert, step=model_graph.step)
+    movies = _table("mtgr_movie", e, model, model_graph)
     profile = features["profile"]                                                   # [B, P]
     p = profile.shape[1]
     keys = profile + (tf.range(p, dtype=tf.int64) * (1 << PROFILE_BITS))[None]
-    profile_tokens = _mlp(embedding_lookup(_table("mtgr_profile", e, model), keys, insert=insert), [d], "profile")
+    profile_tokens = _mlp(rows(_table("mtgr_profile", e, model, model_graph), keys), [d], "profile")
     # history and real-time share the item MLP
-    history = _item_tokens(embedding_lookup(movies, features["history_movie"], insert=insert),
+    history = _item_tokens(rows(movies, features["history_movie"]),
                            features["history_rating"], d)
     with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True):
-        realtime = _item_tokens(embedding_lookup(movies, features["realtime_movie"], insert=insert),
+        realtime = _item_tokens(rows(movies, features["realtime_movie"]),
                                 features["realtime_rating"], d)
-    parts = [embedding_lookup(movies, features["candidate_movie"], insert=insert),
+    parts = [rows(movies, features["candidate_movie"]),
              tf.cast(features["candidate_genres"], tf.float32)]
     if model["cross_features"]:
         parts.append(features["cross"])
@@ -99,20 +106,21 @@ def mtgr_logits(features, model, insert):
         return tf.identity(logits), features["candidate_movie"] > 0
 
 
-def mtgr_model_fn(features, labels, mode, params):
+def mtgr_model_fn(features, labels, mode, params, model_graph=None):
     """tfps model_fn (returns a tfps.models.spec.ModelSpec). params: the JobConfig's `model`
     (d_model, heads, blocks, gln, dynamic_mask, cross_features, embedding_dim,
     initializer_stddev) and `train` sections as dicts. labels are unused (each candidate's label is features["label"]). PREDICT gives
     probabilities and logits [B, K] (padding candidates included, at any value); EVAL and TRAIN
-    see the real candidates only, as one binary classifier (AUC, GAUC by user, logloss)."""
+    see the real candidates only, as one binary classifier (AUC, GAUC by user, logloss).
+    model_graph: as for tfps.models.zoo.model_fn."""
     del labels
-    logits, valid = mtgr_logits(features, params["model"], insert=mode == ModeKeys.TRAIN)
+    logits, valid = mtgr_logits(features, params["model"], insert=mode == ModeKeys.TRAIN, model_graph=model_graph)
     if mode == ModeKeys.PREDICT:
         predictions = {"probabilities": tf.sigmoid(logits), "logits": logits, "valid": valid}
         return ModelSpec(mode, predictions=predictions, export_outputs={SERVING_SIGNATURE: PredictOutput(predictions)})
     users = tf.broadcast_to(features["user"][:, None], tf.shape(valid))
     return model_spec(mode, tf.boolean_mask(logits, valid), tf.boolean_mask(features["label"], valid),
-                          {"user": tf.boolean_mask(users, valid)}, SCHEMA, params["train"])
+                      {"user": tf.boolean_mask(users, valid)}, SCHEMA, params["train"], model_graph=model_graph)
 
 
 def flops_per_sample(model, samples):

@@ -43,6 +43,9 @@ class ModelSpec(typing.NamedTuple):
     training_hooks:  TRAIN: SessionRunHooks of every trainer.
     scaffold:        a tf.compat.v1.train.Scaffold (its saver, if any, is the one the runner
                      saves and restores with), or None.
+    examples:        TRAIN and EVAL: the examples of the step's batch, an int32 scalar (the
+                     runner's progress rates; batches of a token budget vary in size), or None
+                     (each step is the configured batch size).
     """
     mode: str
     predictions: typing.Optional[dict] = None
@@ -52,6 +55,7 @@ class ModelSpec(typing.NamedTuple):
     export_outputs: typing.Optional[dict] = None
     training_hooks: tuple = ()
     scaffold: typing.Any = None
+    examples: typing.Any = None
 
     def checked(self):
         """This spec with export_outputs filled in for PREDICT; ValueError naming what a mode

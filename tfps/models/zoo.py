@@ -4,6 +4,7 @@
 deepfm and wdl keep each feature's first-order weight in its row (width dim + 1); dcn_v2 does not.
 """
 from tfps.data.schema import Schema
+from tfps.embedding.model_graph import ModelGraph
 from tfps.models.common import dense_input, embed_inputs, embedding_options, model_spec, stock_embed_inputs
 from tfps.models.dcn import dcn_v2
 from tfps.models.deepfm import deepfm
@@ -14,12 +15,15 @@ from tfps.models.wdl import wdl
 MODELS = {"deepfm": (deepfm, 1), "wdl": (wdl, 1), "dcn_v2": (dcn_v2, 0)}
 
 
-def model_fn(features, labels, mode, params):
+def model_fn(features, labels, mode, params, model_graph=None):
     """tfps model_fn (returns a tfps.models.spec.ModelSpec; tfps.estimator adapts it). params:
-    the JobConfig's `model` and `train` sections as dicts and 'schema' (tfps.data.schema.Schema.to_params() of the data source)."""
+    the JobConfig's `model` and `train` sections as dicts and 'schema' (tfps.data.schema.Schema.to_params() of the data source).
+    model_graph: the tfps.embedding.ModelGraph the runner hands down (None, as under
+    tf.estimator: the default graph's)."""
     m, schema = params["model"], Schema.from_params(params["schema"])
+    model_graph = model_graph or ModelGraph.of()
     if m["name"] == "mtgr":
-        return mtgr_model_fn(features, labels, mode, params)
+        return mtgr_model_fn(features, labels, mode, params, model_graph=model_graph)
     logits_of, extra = MODELS[m["name"]]
     training = mode == ModeKeys.TRAIN
     if m["stock_tf"]:
@@ -27,6 +31,7 @@ def model_fn(features, labels, mode, params):
                                   m["initializer_stddev"])
     else:
         rows = embed_inputs(features, schema, m["embedding_dim"] + extra, embedding_options(m),
-                            m["initializer_stddev"], insert=training)
+                            m["initializer_stddev"], insert=training, model_graph=model_graph)
     logits = logits_of(rows, dense_input(features, schema), m)
-    return model_spec(mode, logits, labels, features, schema, params["train"], stock_tf=m["stock_tf"])
+    return model_spec(mode, logits, labels, features, schema, params["train"], stock_tf=m["stock_tf"],
+                      model_graph=model_graph)

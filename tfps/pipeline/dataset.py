@@ -8,8 +8,10 @@ class PipelineDataset(tf.compat.v1.data.Dataset):
     """A tf.data.Dataset of (features, labels) batches whose embedding lookups run `depth`
     batches ahead of the step that trains on them (tfps.pipeline.stage).
 
-    Return it from a tf.estimator input_fn around the dataset you would return anyway; the
-    model_fn does not change. Example:
+    Return it from an input_fn around the dataset you would return anyway; the model_fn does
+    not change (for a tf.estimator.Estimator, wrap the input_fn in
+    tfps.estimator.pipelined_input_fn and the model_fn in tfps.estimator.estimator_model_fn).
+    Example:
 
         def input_fn():
             ds = tf.data.TFRecordDataset(files).batch(1024).map(parse)
@@ -27,8 +29,16 @@ class PipelineDataset(tf.compat.v1.data.Dataset):
         on a network) and deeper (at depth 4 and more the demo model needs a smaller learning
         rate with it: see docs/pipeline.md).
 
-    tf.estimator makes its iterator with make_initializable_iterator(), which here builds the
-    pipeline; as a plain dataset (iterated, or transformed further) it is `dataset` unchanged.
+    tfps.runner builds its pipeline (pipeline()) and puts the stager and push policy into the
+    model graph's step; as a plain dataset (iterated, or transformed further) it is `dataset`
+    unchanged. In a graph of your own:
+
+        pipeline = ds.pipeline()                      # the iterator: get_next(), initializer
+        step = tfps.ModelGraph.of().step
+        step.use(pipeline, pipeline.push)
+        features, labels = pipeline.get_next()
+        with pipeline.push.dense_scope():
+            ...build the model and minimize(loss, step=step)...
     """
 
     def __init__(self, dataset, depth=1, fuse_dense=True, defer_push=None):
@@ -54,7 +64,8 @@ class PipelineDataset(tf.compat.v1.data.Dataset):
     def element_spec(self):
         return self._dataset.element_spec
 
-    def _make_initializable_iterator(self, shared_name=None):   # what make_initializable_iterator calls
-        if shared_name:
-            raise ValueError("PipelineDataset: a shared iterator (shared_name) cannot be pipelined")
+    def pipeline(self):
+        """The tfps.pipeline.stage.Pipeline of this dataset in the default graph: the iterator a
+        model trains on (get_next(), initializer), the stager of its lookups and (.push) the push
+        policy of its gradients."""
         return Pipeline(self._dataset, self.depth, self.fuse_dense, self.defer_push)

@@ -11,8 +11,10 @@ model_fn is built once, on it. Each training lookup that model_fn makes
   main graph:      the staged (unique ids, inverse, offsets, rows) of batch t out of that queue
                    -> gather -> the dense model -> gradients pushed to the tables.
 
-The Pipeline is the stager of the graph's tfps.embedding.TrainingStep, with the push policy
-(tfps.train.push) its dataset's settings choose. The embedding graph of a step is built when the
+The Pipeline is a tfps.embedding.Stager; it comes with the push policy (tfps.train.push) its
+dataset's settings choose. Whoever builds the graph (tfps.runner) puts both into the model
+graph's TrainingStep (step.use(pipeline, pipeline.push)) and builds the model inside
+pipeline.push.dense_scope(). The embedding graph of a step is built when the
 optimizer asks for it (carrier()), after the step's pushes exist, so a probe that must read
 after a push is built to (control dependencies), not edited afterwards.
 
@@ -42,7 +44,6 @@ thread (a tf.compat.v1.train.QueueRunner) instead.
 """
 import tensorflow as tf
 
-from tfps.embedding.step import TrainingStep
 from tfps.pipeline.replay import replay, depends_on
 from tfps.train.push import push_policy
 
@@ -67,7 +68,9 @@ class _Stage:
 
 
 class Pipeline:
-    """The iterator of a PipelineDataset: get_next() and initializer, as a tf.data iterator.
+    """The iterator of a PipelineDataset: get_next() and initializer, as a tf.data iterator; and
+    the stager (a tfps.embedding.Stager) of the lookups of a model built on get_next(), with the
+    push policy `push` that carries that model's gradients.
 
     Args:
       dataset: the tf.data.Dataset of (features, labels) batches.
@@ -85,8 +88,6 @@ class Pipeline:
     def __init__(self, dataset, depth, fuse_dense=True, defer_push=None):
         self.check_depth(depth)
         self._first_step = None
-        graph = tf.compat.v1.get_default_graph()
-        step = TrainingStep.of(graph)
         self.depth = depth
         self._spec = dataset.element_spec
         self._specs = tf.nest.flatten(self._spec, expand_composites=True)
@@ -100,9 +101,6 @@ class Pipeline:
                                       [t.dtype for t in self._fresh[0]], [t.shape for t in self._fresh[0]])
         self._staged_names = {t.name for t in self._batch.dequeued}
         self.push = push_policy(fuse_dense, defer_push, depth, anchor=self._batch.dequeued[0].op)
-        step.use(self, self.push)
-        if fuse_dense:
-            self.push.fused.install(graph)
 
     @property
     def defer_push(self):

@@ -20,7 +20,8 @@ _NAMES = {
     "export_saved_model": "tfps.runner.export",
     "predict": "tfps.runner.prediction",
     **{name: "tfps.runner.hooks" for name in ("CheckpointSaverHook", "EvalProgressHook", "EvictionHook", "ProgressHook",
-                                              "StepStatsHook", "rpc_stats", "step_phases")},
+                                              "StepStatsHook")},
+    **{name: "tfps.runner.step_trace" for name in ("rpc_stats", "step_phases")},
     **{name: "tfps.runner.incremental" for name in ("DeltaRestoreHook", "IncrementalCheckpoints")},
 }
 __getattr__, __dir__ = attach(__name__, _NAMES)

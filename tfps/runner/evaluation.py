@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from tfps.models.spec import ModeKeys
 from tfps.runner.graph import build, latest_checkpoint
+from tfps.runner.hooks import use_spec
 
 LOSS_KEY = "loss"
 GLOBAL_STEP_KEY = "global_step"
@@ -23,6 +24,7 @@ def evaluate(model_fn, params, input_fn, settings, checkpoint=None, hooks=(), na
     with tf.Graph().as_default():
         eval_step()
         spec, scaffold, input_hooks, gs = build(model_fn, params, ModeKeys.EVAL, settings, input_fn=input_fn)
+        use_spec(hooks, spec)
         metrics = dict(spec.eval_metric_ops or {})
         for key in (LOSS_KEY, GLOBAL_STEP_KEY):
             if key in metrics:

@@ -1,13 +1,19 @@
-"""What every mode of the runner builds first: the settings of a run, the graph's global step,
-the input tensors of an input_fn, the model_fn's checked ModelSpec and the scaffold whose saver is
+"""What every mode of the runner builds first: the settings of a run, the graph's global step and
+its tfps.embedding.ModelGraph, the input tensors of an input_fn (a PipelineDataset's stager and
+push policy put into the model graph's step), the model_fn's checked ModelSpec (the model_fn is
+handed the ModelGraph when it takes a `model_graph` argument) and the scaffold whose saver is
 tfps.state.StateSaver (the model's manifest on save, a checked restore of the newest cut)."""
+import contextlib
 import dataclasses
+import inspect
 import typing
 
 import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
+from tfps.embedding.model_graph import ModelGraph
 from tfps.models.spec import ModeKeys, ModelSpec
+from tfps.pipeline.dataset import PipelineDataset
 from tfps.state import disk
 from tfps.state.saver import StateSaver
 
@@ -64,28 +70,46 @@ class IteratorInitializer(tf.compat.v1.train.SessionRunHook):
         session.run(self._initializer)
 
 
-def input_tensors(input_fn):
-    """(features, labels or None, hooks) of an input_fn that returns a tf.data.Dataset of
-    (features, labels) (a tfps PipelineDataset included), a (features, labels) pair or features.
-    The input_fn runs on the CPU of the task (in a cluster: the trainer's own)."""
+def input_tensors(input_fn, model_graph=None):
+    """(features, labels or None, hooks, model scope) of an input_fn that returns a
+    tf.data.Dataset of (features, labels), a (features, labels) pair or features. A tfps
+    PipelineDataset's stager and push policy go into model_graph's step (default: the default
+    graph's), and the model scope is the push policy's dense_scope(), which the model is built in
+    (a null context otherwise). The input_fn runs on the CPU of the task (in a cluster: the
+    trainer's own)."""
     with tf.compat.v1.device("/cpu:0"):
         result = input_fn()
-    hooks = []
-    if isinstance(result, tf.data.Dataset):
+    hooks, scope = [], contextlib.nullcontext()
+    if isinstance(result, PipelineDataset):
+        iterator = result.pipeline()
+        (model_graph or ModelGraph.of()).step.use(iterator, iterator.push)
+        scope = iterator.push.dense_scope()
+    elif isinstance(result, tf.data.Dataset):
         iterator = tf.compat.v1.data.make_initializable_iterator(result)
+    if isinstance(result, tf.data.Dataset):
         hooks.append(IteratorInitializer(iterator))
         result = iterator.get_next()
     if isinstance(result, (tuple, list)):
         if len(result) != 2:
             raise ValueError(f"input_fn: a tuple result must be (features, labels), got {len(result)} elements")
-        return result[0], result[1], hooks
-    return result, None, hooks
+        return result[0], result[1], hooks, scope
+    return result, None, hooks, scope
 
 
-def call_model_fn(model_fn, features, labels, mode, params):
+def takes_model_graph(model_fn):
+    """Whether model_fn has a `model_graph` parameter (then the runner hands it the ModelGraph)."""
+    try:
+        return "model_graph" in inspect.signature(model_fn).parameters
+    except (TypeError, ValueError):   # a callable without a signature Python can read
+        return False
+
+
+def call_model_fn(model_fn, features, labels, mode, params, model_graph=None):
     """model_fn's ModelSpec for `mode`, checked (tfps.models.spec.ModelSpec.checked); TypeError
-    when it returns something else (an EstimatorSpec: use tfps.estimator for an Estimator)."""
-    spec = model_fn(features, labels, mode, params)
+    when it returns something else (an EstimatorSpec: use tfps.estimator for an Estimator).
+    model_graph is passed as model_fn(..., model_graph=) when model_fn takes it."""
+    extra = {"model_graph": model_graph} if model_graph is not None and takes_model_graph(model_fn) else {}
+    spec = model_fn(features, labels, mode, params, **extra)
     if not isinstance(spec, ModelSpec):
         raise TypeError(f"model_fn must return a tfps ModelSpec (tfps.runner.ModelSpec), got {type(spec).__name__}")
     if spec.mode != mode:
@@ -113,15 +137,19 @@ def state_saver(train, keep_checkpoint_max, num_worker_replicas):
 
 
 def build(model_fn, params, mode, settings, input_fn=None, features=None):
-    """In the default graph (under settings.device_fn): the seed, the global step, the inputs
-    (input_fn's, or `features` given as tensors) and the model. Returns (spec, scaffold,
-    input hooks, global step)."""
+    """In the default graph (under settings.device_fn): the seed, the global step, the graph's
+    ModelGraph, the inputs (input_fn's, or `features` given as tensors) and the model, built in
+    the input's model scope and handed the ModelGraph. Returns (spec, scaffold, input hooks,
+    global step); the ModelGraph keeps the spec's example count."""
     tf.compat.v1.set_random_seed(settings.seed)
     gs = tf.compat.v1.train.create_global_step()
-    labels, hooks = None, []
+    model_graph = ModelGraph.new()
+    labels, hooks, scope = None, [], contextlib.nullcontext()
     if input_fn is not None:
-        features, labels, hooks = input_tensors(input_fn)
-    spec = call_model_fn(model_fn, features, labels, mode, params)
+        features, labels, hooks, scope = input_tensors(input_fn, model_graph)
+    with scope:
+        spec = call_model_fn(model_fn, features, labels, mode, params, model_graph)
+    model_graph.examples = spec.examples
     return spec, checked_scaffold(spec, mode, settings), hooks, gs
 
 

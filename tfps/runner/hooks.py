@@ -5,7 +5,8 @@ import time
 
 import tensorflow as tf
 
-from tfps.models.common import EVAL_EXAMPLES_COLLECTION, LOSS_COLLECTION, TRAIN_EXAMPLES_COLLECTION
+from tfps.embedding.model_graph import ModelGraph
+from tfps.runner.step_trace import messages_by_task, rpc_stats, step_phases
 
 
 def duration(seconds):
@@ -72,17 +73,33 @@ def _read_text(path):
         return None
 
 
-class ProgressHook(tf.compat.v1.train.SessionRunHook):
+class SpecHook(tf.compat.v1.train.SessionRunHook):
+    """A hook that reads what the model_fn returned: the runner hands it the run's ModelSpec
+    (use_spec) once the model is built, before the session starts."""
+    spec = None
+
+    def use_spec(self, spec):
+        self.spec = spec
+
+
+def use_spec(hooks, spec):
+    """Hands `spec` to every SpecHook of `hooks`."""
+    for hook in hooks:
+        if isinstance(hook, SpecHook):
+            hook.use_spec(spec)
+
+
+class ProgressHook(SpecHook):
     """Prints `step N/M (P%) loss L examples/s X eta T` each time the global step passes a multiple
     of `every_n_steps`, and keeps the rates of the run (M = max_steps, when given).
 
-    The loss is the scalar a model_fn added to LOSS_COLLECTION. On a cluster the global step
+    The loss is the ModelSpec's (the runner hands the spec: use_spec). On a cluster the global step
     counts every worker's steps: `examples/s` is the job's rate, and with task_rate=True the line
     also gives this task's own (`this task Y`). Rates exclude the first logging window (graph
     warm-up). After a session is re-created (a PS restarted) the windows start again.
 
-    Examples are counted per step when the model_fn puts its batch's count in
-    TRAIN_EXAMPLES_COLLECTION (token-budget batches vary in size); other workers' steps are
+    Examples are counted per step when the ModelSpec carries its batch's count (`examples`;
+    token-budget batches vary in size); other workers' steps are
     taken to hold as many as this task's on average. Without it a step is `batch_size` examples.
     """
 
@@ -101,16 +118,11 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
 
     def begin(self):
         self._gs = tf.compat.v1.train.get_global_step()
-        losses = tf.compat.v1.get_collection(LOSS_COLLECTION)
-        if len(losses) != 1:
-            raise ValueError(f"ProgressHook: the model_fn must add exactly one loss to the "
-                             f"'{LOSS_COLLECTION}' collection, found {len(losses)}")
-        self._loss = losses[0]
-        counts = tf.compat.v1.get_collection(TRAIN_EXAMPLES_COLLECTION)
-        if len(counts) > 1:
-            raise ValueError(f"ProgressHook: the model_fn added {len(counts)} batch counts to the "
-                             f"'{TRAIN_EXAMPLES_COLLECTION}' collection; at most one")
-        self._count = counts[0] if counts else tf.constant(self._batch)
+        if self.spec is None or self.spec.loss is None:
+            raise ValueError("ProgressHook: it reads the loss of the run's ModelSpec, and was handed none "
+                             "(tfps.runner.training.train hands it; elsewhere call use_spec(spec) before the session)")
+        self._loss = self.spec.loss
+        self._count = self.spec.examples if self.spec.examples is not None else tf.constant(self._batch)
 
     def after_create_session(self, session, coord):
         step = int(session.run(self._gs))
@@ -168,17 +180,18 @@ class ProgressHook(tf.compat.v1.train.SessionRunHook):
                               "process_cpu_seconds": round(self._last[4] - first[4], 3)}
 
 
-class EvalProgressHook(tf.compat.v1.train.SessionRunHook):
+class EvalProgressHook(SpecHook):
     """Prints how far an evaluation is, at most every `every_secs`: `eval: N of M examples (P%),
-    X examples/s` (`N examples` when the eval set's size is unknown). `examples` holds the count."""
+    X examples/s` (`N examples` when the eval set's size is unknown). `examples` holds the count:
+    the ModelSpec's per batch (the runner hands the spec; without one, the graph's ModelGraph's,
+    which tfps.estimator sets)."""
 
     def __init__(self, total=None, every_secs=10.0, printer=print):
         self._total, self._every, self._print = total, every_secs, printer
         self.examples = 0
 
     def begin(self):
-        sizes = tf.compat.v1.get_collection(EVAL_EXAMPLES_COLLECTION)
-        self._size = sizes[-1] if sizes else None
+        self._size = self.spec.examples if self.spec is not None else ModelGraph.of().examples
         self.examples = 0
 
     def after_create_session(self, session, coord):
@@ -203,107 +216,6 @@ class EvalProgressHook(tf.compat.v1.train.SessionRunHook):
         rate = self.examples / max(now - self._t0, 1e-9)
         of = f" of {self._total} examples ({100 * self.examples / self._total:.0f}%)" if self._total else " examples"
         self._print(f"eval: {self.examples}{of}, {rate:.0f} examples/s", flush=True)
-
-
-def rpc_stats(run_metadata):
-    """Cross-task traffic of one traced distributed step, from its RunMetadata step stats.
-
-    Returns {"recv_tensor_rpcs", "bytes", "bytes_to_ps", "bytes_from_ps", "tasks"}: each
-    RecvTensor entry is one tensor fetched over gRPC from another task (its timeline label
-    reads `[size] ... edge_... from /job:a/... to /job:b/...`, its output the tensor's bytes);
-    "tasks" is how many tasks ran a partition of the step (each one RunGraph call).
-
-    The trace of remote tasks is best effort (a few RecvTensor entries can be missing from one
-    step), so when the step also returned its partition graphs (RunOptions
-    output_partition_graphs) the result holds "messages": the cross-task tensors the step's
-    graph sends, counted from the partitions themselves, the same on every step."""
-    stats = _traced_traffic(run_metadata)
-    if run_metadata.partition_graphs:
-        stats["messages"] = cross_task_messages(run_metadata.partition_graphs)
-    return stats
-
-
-def cross_task_messages(partition_graphs):
-    """How many tensors one run of these partition graphs sends from one task to another: the
-    `_Recv` ops whose sender is on another task (each is one RecvTensor RPC when it runs)."""
-    return sum(c["sent"] for c in messages_by_task(partition_graphs).values())
-
-
-def messages_by_task(partition_graphs):
-    """Per task ('ps0', 'chief0', 'worker1': job and index), the tensors one run of these
-    partition graphs has it send to and receive from other tasks: {task: {"sent", "received"}}."""
-    def task(device):
-        return device.split("/device:")[0]
-
-    def name(task):   # /job:ps/replica:0/task:1 -> ps1
-        parts = dict(p.split(":", 1) for p in task.strip("/").split("/") if ":" in p)
-        return f"{parts.get('job', '?')}{parts.get('task', '0')}"
-    counts = {}
-    for graph in partition_graphs:
-        for node in graph.node:
-            if node.op not in ("_Recv", "_HostRecv"):
-                continue
-            src, dst = task(node.attr["send_device"].s.decode()), task(node.attr["recv_device"].s.decode())
-            if src != dst:
-                counts.setdefault(name(src), {"sent": 0, "received": 0})["sent"] += 1
-                counts.setdefault(name(dst), {"sent": 0, "received": 0})["received"] += 1
-    return counts
-
-
-def _traced_traffic(run_metadata):
-    rpcs = nbytes = to_ps = from_ps = 0
-    tasks = set()
-    for dev in run_metadata.step_stats.dev_stats:
-        tasks.add(dev.device.split("/device:")[0])
-        for node in dev.node_stats:
-            if node.node_name != "RecvTensor":
-                continue
-            size = sum(o.tensor_description.allocation_description.requested_bytes for o in node.output)
-            route = node.timeline_label.rsplit(" from ", 1)[-1].split(" to ")
-            src, dst = route if len(route) == 2 else ("", "")
-            rpcs += 1
-            nbytes += size
-            to_ps += size if "/job:ps/" in dst else 0
-            from_ps += size if "/job:ps/" in src else 0
-    return {"recv_tensor_rpcs": rpcs, "bytes": nbytes, "bytes_to_ps": to_ps, "bytes_from_ps": from_ps,
-            "tasks": len(tasks)}
-
-
-_ROW_SOURCES = ("TfpsTableFind", "TfpsTableLookupUnique")
-
-
-def step_phases(run_metadata):
-    """Where the time of one traced training step went, on the trainer (the task that ran the
-    gradient ops), in milliseconds from the first op it ran:
-
-      embedding_wait_ms: until the embedding rows the dense model needs were there (the last
-        table probe, or the pipeline's dequeue of staged rows);
-      dense_ms:          from then until the last gradient op ended (forward and backward);
-      push_ms:           from then until the step's last op on any task ended (gradients sent
-        and applied, variables read back);
-      embedding_graph_ms: until the last table probe result reached the trainer, whatever
-        waited on it (with the pipeline: the lookups of a later batch, run concurrently);
-      step_ms:           the whole traced step.
-    Returns None when the trace holds no gradient ops."""
-    nodes = [(d.device, n) for d in run_metadata.step_stats.dev_stats for n in d.node_stats]
-    trainer = {dev for dev, n in nodes if n.node_name.startswith("gradients/")}
-    if not trainer:
-        return None
-    mine = [n for dev, n in nodes if dev in trainer]
-    start = min(n.all_start_micros for n in mine)
-    end = max(n.all_start_micros + n.all_end_rel_micros for _, n in nodes)
-
-    def finish(ns):
-        return max((n.all_start_micros + n.all_end_rel_micros for n in ns), default=start)
-    staged = [n for n in mine if n.node_name.startswith("tfps_pipeline_") and n.node_name.endswith("_staged")]
-    probes = [n for n in mine if any(f"_{src}" in n.timeline_label.split(" from ")[0] or n.node_name.startswith(src)
-                                     for src in _ROW_SOURCES)]
-    rows = finish(staged) if staged else finish(probes)
-    grads = finish([n for n in mine if n.node_name.startswith("gradients/")])
-    ms = 1e-3
-    return {"embedding_wait_ms": round((rows - start) * ms, 2), "dense_ms": round(max(grads - rows, 0) * ms, 2),
-            "push_ms": round(max(end - grads, 0) * ms, 2), "embedding_graph_ms": round((finish(probes) - start) * ms, 2),
-            "step_ms": round((end - start) * ms, 2)}
 
 
 class StepStatsHook(tf.compat.v1.train.SessionRunHook):

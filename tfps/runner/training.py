@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from tfps.models.spec import ModeKeys
 from tfps.runner.graph import build, checkpoint_global_step
-from tfps.runner.hooks import CheckpointSaverHook
+from tfps.runner.hooks import CheckpointSaverHook, use_spec
 from tfps.state import disk
 
 
@@ -38,6 +38,7 @@ def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_list
                 f"checkpoint on disk, {os.path.basename(latest)} (index rewritten)", flush=True)
     with tf.Graph().as_default() as graph, graph.device(settings.device_fn):
         spec, scaffold, input_hooks, _ = build(model_fn, params, ModeKeys.TRAIN, settings, input_fn=input_fn)
+        use_spec(list(hooks) + list(spec.training_hooks), spec)
         if not any(s.op.name == "loss" for s in tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)):
             tf.compat.v1.summary.scalar("loss", spec.loss)
         tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.LOSSES, spec.loss)

@@ -17,9 +17,10 @@ import json
 
 import tensorflow as tf
 
+from tfps.embedding.model_graph import ModelGraph
+
 MANIFEST = "tfps_manifest"            # the string tensor of a checkpoint or delta bundle
 EXPORT_MANIFEST = "tfps_manifest.json"   # under a SavedModel's assets.extra/
-OPTIMIZERS = "tfps_optimizers"        # graph collection: one JSON string per tfps optimizer applied
 FORMAT, VERSION = "tfps-state", 1
 
 
@@ -42,13 +43,10 @@ def optimizer_record(optimizer):
     return json.dumps({"class": type(optimizer).__name__, **hyper}, sort_keys=True)
 
 
-def record_optimizer(optimizer, graph=None):
-    """Adds optimizer_record(optimizer) to the graph's OPTIMIZERS collection (once)."""
-    graph = graph or tf.compat.v1.get_default_graph()
-    record = optimizer_record(optimizer)
-    records = graph.get_collection_ref(OPTIMIZERS)
-    if record not in records:
-        records.append(record)
+def record_optimizer(optimizer, model_graph=None):
+    """Adds optimizer_record(optimizer) to the optimizers of the model graph (default: the default
+    graph's tfps.embedding.ModelGraph), once."""
+    (model_graph or ModelGraph.of()).record_optimizer(optimizer_record(optimizer))
 
 
 READY_FLAG = "tfps_state_ready"   # a training graph's readiness flag (tfps.state.saver), never saved
@@ -82,10 +80,10 @@ def saved_as(v):
 
 def describe(graph=None):
     """The description of the model built in `graph` (see the module docstring)."""
-    from tfps.embedding.variable import embedding_variables
     graph = graph or tf.compat.v1.get_default_graph()
+    model_graph = ModelGraph.of(graph)
     tables = {}
-    for ev in embedding_variables(graph):
+    for ev in model_graph.tables.values():
         tables[ev.name] = {"dim": ev.dim, "key_dtype": ev.key_dtype.name,
                            "admit_min_count": ev.options.admit_min_count,
                            "admit_sketch_width": ev.options.admit_sketch_width if ev.options.admit_min_count > 1
@@ -94,7 +92,7 @@ def describe(graph=None):
     for v in dense_variables(graph).values():
         name, _, shape = saved_as(v)
         dense[name] = {"shape": shape, "dtype": v.dtype.base_dtype.name}
-    return {"tables": tables, "dense": dense, "optimizer": sorted(set(graph.get_collection(OPTIMIZERS)))}
+    return {"tables": tables, "dense": dense, "optimizer": sorted(set(model_graph.optimizers))}
 
 
 def fingerprint(description):

@@ -5,12 +5,11 @@ that use it are in tfps.train.push.
 Stock TF sends each dense variable to the worker as its own tensor when an op reads it, and each
 gradient back as its own: 2 messages per variable and step. With a FusedDense:
 
-  read:  once install()ed on a graph (by a PipelineDataset with fuse_dense: the input_fn's dataset
-         is what a tf.estimator user hands tfps before the model_fn runs; documented there),
-         tf.compat.v1.get_variable returns a
-         worker-local copy of each trainable variable (a custom getter on the root variable
-         scope; the real variable is created as usual, on its PS, with its usual name, and stays
-         what checkpoints and exports hold). After a step's updates each
+  read:  inside scope() (entered by whoever builds the graph around the model's code: tfps.runner
+         around a model_fn, when its input is a PipelineDataset with fuse_dense),
+         tf.compat.v1.get_variable returns a worker-local copy of each trainable variable placed
+         on a PS (the real variable is created as usual, on its PS, with its usual name, and
+         stays what checkpoints and exports hold). After a step's updates each
          PS concatenates its variables into one tensor; the worker splits it into the copies the
          next step reads. The copies start from the variables at session start (local init,
          after restore).
@@ -65,16 +64,12 @@ class FusedDense:
         self.copies = {}    # real variable -> its local copy
         self._seen = set()  # names of the variables the getter returned uncopied
 
-    def install(self, graph=None):
-        """Makes variables created through the graph's root variable scope from now on come with
-        copies (a custom getter, chained after any the scope has)."""
-        graph = graph or tf.compat.v1.get_default_graph()
-        with graph.as_default():
-            scope = tf.compat.v1.get_variable_scope()
-            outer = scope.custom_getter
-            scope.set_custom_getter(self._getter if outer is None else
-                                    lambda getter, *a, **k: self._getter(lambda *b, **c: outer(getter, *b, **c),
-                                                                         *a, **k))
+    def scope(self):
+        """A variable scope (the current one, same names) in which tf.compat.v1.get_variable gives
+        the copies: its custom getter runs after any the current scope has. Enter it around the
+        code that builds the model."""
+        return tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), custom_getter=self._getter,
+                                           auxiliary_name_scope=False)
 
     def _getter(self, getter, name, *args, **kwargs):
         # The regularizer's loss must read what the model reads (the copy), or its gradient is lost.

@@ -7,8 +7,8 @@ one row per distinct key (duplicates summed).
 import tensorflow as tf
 from tensorflow.python.training import training_util   # the key of the global step read the hooks fetch
 
-from tfps.embedding.step import TrainingStep
-from tfps.embedding.variable import EmbeddingVariable, TableShard, trainable_embedding_variables
+from tfps.embedding.model_graph import ModelGraph
+from tfps.embedding.variable import EmbeddingVariable, TableShard
 from tfps.state import manifest as manifests
 from tfps.train.push import PlainPush
 
@@ -31,14 +31,15 @@ def _push_of(step):
 
 
 def _step_of(step):
-    """`step`, or the graph's own for None. A step of its own is refused in a graph that reads a
-    PipelineDataset: its lookups are staged, and its dense variables read, through the graph's."""
-    own = TrainingStep.of()
+    """`step`, or the graph's own (its ModelGraph's) for None. A step of its own is refused in a
+    graph that reads a PipelineDataset: its lookups are staged, and its dense variables read,
+    through the graph's."""
+    own = ModelGraph.of().step
     if step is None or step is own:
         return own
     if own.stager is not None or own.push is not None:
         raise ValueError("this graph reads a tfps PipelineDataset: its lookups and dense variables go through the "
-                         "graph's own TrainingStep; pass step=None (or tfps.TrainingStep.of())")
+                         "graph's own TrainingStep; pass step=None (or the model graph's: model_graph.step)")
     return step
 
 
@@ -72,13 +73,14 @@ class TableOptimizerMixin:
             dense = (tf.compat.v1.trainable_variables() +
                      tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_RESOURCE_VARIABLES))
             dense = list(dict.fromkeys(dense))
-            tables = trainable_embedding_variables()
+            tables = ModelGraph.of().trainable_tables()
         else:
             var_list = tf.nest.flatten(var_list)
             dense = [v for v in var_list if not isinstance(v, EmbeddingVariable)]
             tables = [v for v in var_list if isinstance(v, EmbeddingVariable)]
         records = [(r.variable, r) for r in step.lookups_of(tables)]
-        elsewhere = {r.variable.name for r in TrainingStep.of().lookups_of(tables)} if step is not TrainingStep.of() else ()
+        own = ModelGraph.of().step
+        elsewhere = {r.variable.name for r in own.lookups_of(tables)} if step is not own else ()
         if elsewhere:
             raise ValueError(f"lookups of {sorted(elsewhere)} went into the graph's own TrainingStep, not the step "
                              f"passed: hand the same step to every lookup (step=) and to the optimizer")

@@ -1,6 +1,7 @@
 """How a step's gradients travel to the PS: one class per policy, chosen by whoever builds the
-input (tfps.pipeline's PipelineDataset, from the config's pipeline section) and held by the
-graph's tfps.embedding.TrainingStep; a tfps optimizer routes its gradients through it.
+input (tfps.pipeline's PipelineDataset, from the config's pipeline section) and put by whoever
+builds the graph (tfps.runner) into its tfps.embedding.TrainingStep, with the model built inside
+its dense_scope(); a tfps optimizer routes its gradients through it.
 
   PlainPush     each gradient is its own message, as TF sends it; tables stamped with the
                 global step the step reads.
@@ -14,6 +15,7 @@ graph's tfps.embedding.TrainingStep; a tfps optimizer routes its gradients throu
 A policy's route() gets the step's gradients and gives back what to apply, with the stamp of
 each table update; finish() groups the applied updates and adds what else the step runs.
 """
+import contextlib
 import dataclasses
 
 import tensorflow as tf
@@ -47,6 +49,10 @@ class PlainPush:
         """What the model read for `var` (what its gradient is taken with respect to)."""
         return var
 
+    def dense_scope(self):
+        """The scope to build the model in: here nothing changes (a null context)."""
+        return contextlib.nullcontext()
+
     def route(self, dense, tables, global_step, stager):
         del stager
         stamps = []
@@ -70,6 +76,10 @@ class FusedPush(PlainPush):
 
     def source(self, var):
         return self.fused.source(var)
+
+    def dense_scope(self):
+        """The scope whose get_variable gives worker-local copies (tfps.train.fused.FusedDense.scope)."""
+        return self.fused.scope()
 
     def route(self, dense, tables, global_step, stager):
         del stager
