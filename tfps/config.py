@@ -326,6 +326,3 @@ def check_model_dir(path):
     except OSError as e:
         raise ConfigError(f"model_dir {path!r} is not writable: {e.strerror or e}") from None
 
-
-def to_dict(cfg):
-    return dataclasses.asdict(cfg)
