@@ -143,6 +143,7 @@ bench: bench-clean-tree build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths
 	$(REC) bench_mtgr -- $(PY) benchmarks/bench_mtgr.py
 	$(REC) bench_scaling -- $(PY) benchmarks/bench_scaling.py --prefetch-modes
 	$(REC) bench_quality -- $(PY) benchmarks/bench_quality.py --repeats 5
+	$(REC) scaling_model -- $(PY) benchmarks/scaling_model.py
 	$(PY) benchmarks/report.py
 
 # The figures of issue 25 on both TensorFlow lines, one after the other on the same machine:

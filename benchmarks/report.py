@@ -43,6 +43,8 @@ ABOUT = {
     "bench_quality": "tfps tables against collision-free tf.Variable vocabularies (AUC)",
     "bench_serving": "tfps serve (gRPC, batching, REST) against the SavedModel called in-process",
     "bench_mtgr": "MTGR's one-pass scoring against scoring each candidate alone",
+    "scaling_model": "a cost model fit on small clusters (benchmarks/results/scaling/runs.json), checked on held-out runs; "
+                     "predictions to 100 workers, tfps against stock TensorFlow",
 }
 
 
