@@ -28,7 +28,7 @@ CC_BIN  := build/cc
 CC_FLAGS = -std=c++17 -I. -Wall -Wextra -Werror -g1 -O1 -pthread
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test test-compat build setup deps cc-build cc-test py-test bench bench-smoke bench-lines bench-line clean
+.PHONY: demo test test-compat build setup deps cc-build cc-test py-test bench bench-clean-tree bench-smoke bench-lines bench-line clean
 
 # The demo model on a local cluster: 2 PS, a chief and a worker, one process each (gRPC on loopback).
 demo: build
@@ -114,10 +114,14 @@ test-compat: build
 bench-smoke: build
 	$(PY) -m pytest -q -p no:cacheprovider benchmarks/smoke
 
+# Figures come from committed code: a tree with uncommitted changes is refused in one line.
+bench-clean-tree:
+	@python3 benchmarks/record.py --check
+
 # Every benchmark, each recorded (benchmarks/record.py: its output, dated, in benchmarks/results/),
 # then docs/benchmarks.md written from the results. Run it on a quiet machine.
 REC := $(PY) benchmarks/record.py
-bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_op_mix
+bench: bench-clean-tree build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_op_mix
 	$(PY) -m pip install -q -r benchmarks/requirements.txt
 	$(REC) bench_index -- $(CC_BIN)/bench_index
 	$(REC) bench_unique_paths -- $(CC_BIN)/bench_unique_paths
@@ -139,6 +143,7 @@ bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_
 	$(REC) bench_mtgr -- $(PY) benchmarks/bench_mtgr.py
 	$(REC) bench_scaling -- $(PY) benchmarks/bench_scaling.py --prefetch-modes
 	$(REC) bench_quality -- $(PY) benchmarks/bench_quality.py --repeats 5
+	$(REC) scaling_model -- $(PY) benchmarks/scaling_model.py
 	$(PY) benchmarks/report.py
 
 # The figures of issue 25 on both TensorFlow lines, one after the other on the same machine:

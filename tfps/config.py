@@ -224,6 +224,7 @@ def load_config(path=None, overrides=()):
             raise ConfigError(f"config {path} is not valid YAML: {e}") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"config {path} must be a mapping at the top level")
+        _resolve_data_paths(raw, os.path.dirname(os.path.abspath(path)))
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--set expects key.sub=value, got {item!r}")
@@ -237,6 +238,19 @@ def load_config(path=None, overrides=()):
     cfg = build(JobConfig, raw)
     validate(cfg)
     return cfg
+
+
+def _resolve_data_paths(raw, directory):
+    """A config file's relative data.path and data.eval_path name files beside it: they are made
+    absolute from the config's directory (a --set value stays relative to the working directory,
+    as any command-line path). URLs (gs://, hdfs://, ...) are left as they are."""
+    data = raw.get("data")
+    if not isinstance(data, dict):
+        return
+    for key in ("path", "eval_path"):
+        value = data.get(key)
+        if isinstance(value, str) and value and not os.path.isabs(value) and "://" not in value:
+            data[key] = os.path.normpath(os.path.join(directory, value))
 
 
 def validate(cfg):
@@ -332,6 +346,3 @@ def check_model_dir(path):
     except OSError as e:
         raise ConfigError(f"model_dir {path!r} is not writable: {e.strerror or e}") from None
 
-
-def to_dict(cfg):
-    return dataclasses.asdict(cfg)

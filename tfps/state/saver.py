@@ -74,6 +74,12 @@ class StateSaver(Saver):
                     ready=self._ready.initializer if self._ready is not None else None)
         super().build()
 
+    def save(self, sess, save_path, *args, **kwargs):
+        if self.saver_def is None:   # built on first use (a graph of the user's own)
+            with sess.graph.as_default():
+                self.build()
+        return super().save(sess, save_path, *args, **kwargs)
+
     def restore(self, sess, save_path):
         if self.saver_def is None:   # built with defer_build and used directly (Estimator's export)
             with sess.graph.as_default():
