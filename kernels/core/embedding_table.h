@@ -123,9 +123,10 @@ class EmbeddingTable {
                  const std::function<void(int64_t, float*, uint32_t)>& fn, const void* batch = nullptr,
                  size_t batch_bytes = 0);
 
-  // Removes the rows the policy selects (their memory returns to the shard's arena) and
-  // returns how many. `step` is the current global step.
-  int64_t Evict(const EvictPolicy& policy, int64_t step);
+  // Removes the rows the policies select (their memory returns to the shard's arena) and
+  // returns how many: first the rows any row rule selects, then, in turn, those each ranking
+  // rule selects among the rows left (eviction.h). `step` is the current global step.
+  int64_t Evict(const std::vector<EvictionPolicy*>& policies, int64_t step);
 
   // Gives the table k optimizer slots per row, new slot j starting at
   // slot_init[j]. From 0 slots, existing rows are re-laid out. Returns false

@@ -12,36 +12,59 @@
 namespace tfps {
 namespace core {
 
-int64_t EmbeddingTable::Evict(const EvictPolicy& policy, int64_t step) {
+int64_t EmbeddingTable::Evict(const std::vector<EvictionPolicy*>& policies, int64_t step) {
   int64_t evicted = 0;
   removal_.NoteStep(step);
-  Eviction eviction(policy, step, dim_);
-  // The rules, one shard at a time under its exclusive lock: the rows in memory order, then a
-  // doomed row's key is found in the index and erased.
+  std::vector<const EvictionPolicy*> rules;
+  std::vector<EvictionPolicy*> rankings;
+  for (EvictionPolicy* p : policies) {
+    if (p->ranks()) {
+      rankings.push_back(p);
+    } else {
+      rules.push_back(p);
+    }
+  }
+  auto view = [this](float* row) {
+    const uint32_t* meta = Meta(row);
+    return RowView{KeyOfRow(row - kKeyFloats), row, dim_, meta[0], meta[1]};
+  };
+  // The row rules, one shard at a time under its exclusive lock: the rows in memory order,
+  // then a doomed row's key is found in the index and erased.
   std::vector<int64_t> doomed;
-  for (int i = 0; eviction.has_rules() && i < kNumShards; ++i) {
+  for (int i = 0; !rules.empty() && i < kNumShards; ++i) {
     Shard& s = shards_[i];
     ReadLock lock(s.mu, true);
     doomed.clear();
     ForEachRow(s, [&](uint32_t, float* row) {
-      if (eviction.Selects(row, Meta(row))) doomed.push_back(KeyOfRow(row - kKeyFloats));
+      const RowView r = view(row);
+      for (const EvictionPolicy* rule : rules) {
+        if (rule->Selects(r, step)) {
+          doomed.push_back(r.key);
+          break;
+        }
+      }
     });
     for (int64_t key : doomed) RemoveLocked(&s, key, Find(s, HashKey(key), key));
     evicted += static_cast<int64_t>(doomed.size());
   }
-  if (!eviction.has_cap()) return evicted;
-  // The size cap: every row ranked, the lowest dropped until max_rows remain.
-  AllShardsLock lock(*this);
-  for (int i = 0; i < kNumShards; ++i) {
-    ForEachRow(shards_[i], [&](uint32_t, float* row) { eviction.Rank(Meta(row), KeyOfRow(row - kKeyFloats)); });
+  // Each ranking rule (the size cap) with every shard locked: every row left ranked, then
+  // those it selects erased.
+  for (EvictionPolicy* ranking : rankings) {
+    AllShardsLock lock(*this);
+    for (int i = 0; i < kNumShards; ++i) ForEachRow(shards_[i], [&](uint32_t, float* row) { ranking->Rank(view(row)); });
+    ranking->Ranked();
+    for (int i = 0; i < kNumShards; ++i) {
+      Shard& s = shards_[i];
+      doomed.clear();
+      ForEachRow(s, [&](uint32_t, float* row) {
+        const RowView r = view(row);
+        if (ranking->Selects(r, step)) doomed.push_back(r.key);
+      });
+      for (int64_t key : doomed) RemoveLocked(&s, key, Find(s, HashKey(key), key));
+      evicted += static_cast<int64_t>(doomed.size());
+    }
   }
-  const std::vector<int64_t> over = eviction.OverCap();
-  for (int64_t key : over) {
-    const uint64_t h = HashKey(key);
-    Shard& s = shards_[IndexShardOf(h)];
-    RemoveLocked(&s, key, Find(s, h, key));
-  }
-  return evicted + static_cast<int64_t>(over.size());
+  return evicted;
 }
 
 bool EmbeddingTable::EnsureSlots(int k, const float* slot_init, std::string* error) {

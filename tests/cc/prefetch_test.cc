@@ -58,9 +58,8 @@ std::vector<unsigned char> Transcript(PrefetchMode mode) {
     t.Lookup(keys.data(), kBatch, false, true, values.data());  // serving path: no insert
     record(values.data(), values.size() * sizeof(float));
     if (r == 5) {
-      EvictPolicy policy;
-      policy.min_freq = 2;
-      const int64_t evicted = t.Evict(policy, 106);
+      RareRows policy(2);
+      const int64_t evicted = t.Evict({&policy}, 106);
       record(&evicted, sizeof(evicted));
     }
   }

@@ -96,9 +96,8 @@ TEST(TableDeltasCarryTheRemovedKeysOnce) {
   CHECK_EQ(t.Remove(keys.data(), 500), 490);
   // Keys 1000.. updated at step 9; evicting rows not updated since step 6 drops the rest.
   t.Update(keys.data() + 1000, 2000, 9, [](int64_t, float*, uint32_t) {});
-  EvictPolicy age;
-  age.after_steps = 3;
-  CHECK_EQ(t.Evict(age, 10), 500);
+  IdleRows age(3);
+  CHECK_EQ(t.Evict({&age}, 10), 500);
   removed.insert(keys.begin() + 500, keys.begin() + 1000);
   CHECK_EQ(t.Stats().removed_logged, 990);
   TableSnapshot snap;

@@ -79,9 +79,8 @@ TEST(StressFourThreadsMixEveryOperationOnTheParallelPath) {
       if (w % 2 == 0) {
         if (t.Remove(churn.data(), kChurn) > kChurn) bad = true;
       } else {
-        EvictPolicy small;  // churn rows are 0 (norm 0), owned rows >= 10 in every value
-        small.l2_below = 1.f;
-        evicted += t.Evict(small, 1000 + r);
+        SmallRows small(1.f);  // churn rows are 0 (norm 0), owned rows >= 10 in every value
+        evicted += t.Evict({&small}, 1000 + r);
       }
       TableSnapshot snap;
       if (w == 0) {
@@ -102,9 +101,8 @@ TEST(StressFourThreadsMixEveryOperationOnTheParallelPath) {
   CHECK(!bad.load());
   CHECK(evicted.load() > 0);
   // Left: every owned row, and none of the churn rows but those a remove raced with eviction for.
-  EvictPolicy small;
-  small.l2_below = 1.f;
-  t.Evict(small, 0);
+  SmallRows small(1.f);
+  t.Evict({&small}, 0);
   CHECK_EQ(t.size(), kThreads * kOwned);
   TableSnapshot snap;
   t.Export(&snap);
