@@ -13,6 +13,7 @@
 
 #include "kernels/core/config.h"
 #include "kernels/core/embedding_table.h"
+#include "kernels/core/table_snapshots.h"
 #include "kernels/core/unique.h"
 
 namespace py = pybind11;
@@ -25,6 +26,7 @@ using tfps::core::RareRows;
 using tfps::core::SmallRows;
 using tfps::core::InitSpec;
 using tfps::core::TableSnapshot;
+using tfps::core::TableSnapshots;
 
 namespace {
 
@@ -179,11 +181,11 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
           py::arg("step"), py::arg("after_steps") = -1, py::arg("min_freq") = -1, py::arg("l2_below") = -1.f,
           py::arg("max_rows") = -1, py::arg("lru") = false)
       .def("export",
-           [](const EmbeddingTable& t) {
+           [](EmbeddingTable& t) {
              TableSnapshot s;
              {
                py::gil_scoped_release release;
-               t.Export(&s);
+               TableSnapshots(t).Export(&s);
              }
              return SnapshotDict(s);
            })
@@ -212,7 +214,7 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
             s.last_step.assign(last.data(), last.data() + n);
             s.slot_init.assign(slot_init.data(), slot_init.data() + slot_init.size());
             std::string error;
-            if (!t.Import(s, &error)) throw py::value_error(error);
+            if (!TableSnapshots(t).Import(s, &error)) throw py::value_error(error);
           },
           py::arg("snapshot"), "Replaces the contents with an export() dict.")
       .def("stats", [](const EmbeddingTable& t) {

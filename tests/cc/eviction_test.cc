@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/core/embedding_table.h"
+#include "kernels/core/table_snapshots.h"
 #include "kernels/core/eviction.h"
 #include "tests/cc/test_main.h"
 
@@ -179,7 +180,7 @@ TEST(TableEvictionMatchesTheRulesThenTheCap) {
     }
     const Rules p = RandomRules(rng);
     TableSnapshot before;
-    t.Export(&before);
+    TableSnapshots(t).Export(&before);
     std::vector<std::tuple<uint32_t, int64_t>> left;  // (score, key) after the rules
     for (size_t i = 0; i < before.keys.size(); ++i) {
       const std::vector<float> value(before.values.begin() + 3 * i, before.values.begin() + 3 * i + 3);
@@ -195,7 +196,7 @@ TEST(TableEvictionMatchesTheRulesThenTheCap) {
     for (const auto& q : owned) policies.push_back(q.get());
     CHECK_EQ(t.Evict(policies, 90), n - static_cast<int64_t>(want.size()));
     TableSnapshot after;
-    t.Export(&after);
+    TableSnapshots(t).Export(&after);
     CHECK(std::set<int64_t>(after.keys.begin(), after.keys.end()) == want);
   }
 }
@@ -220,7 +221,7 @@ TEST(EvictByRulesAndCapReturnsRowsToThePool) {
   LfuCap cap(50);  // the 50 most updated survive
   CHECK_EQ(t.Evict({&cap}, 1000), 90);
   TableSnapshot snap;
-  t.Export(&snap);
+  TableSnapshots(t).Export(&snap);
   for (int64_t f : snap.freq) CHECK(f >= 7);
   // Re-inserting after eviction reuses the freed rows: no new memory.
   t.Assign(keys.data(), keys.size(), vals.data());

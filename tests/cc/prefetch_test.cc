@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/core/embedding_table.h"
+#include "kernels/core/table_snapshots.h"
 #include "tests/cc/test_main.h"
 
 using namespace tfps::core;
@@ -64,7 +65,7 @@ std::vector<unsigned char> Transcript(PrefetchMode mode) {
     }
   }
   TableSnapshot snap;
-  t.Export(&snap);
+  TableSnapshots(t).Export(&snap);
   // Export walks each shard's rows in id order; the same operations give the same order.
   record(snap.keys.data(), snap.keys.size() * sizeof(int64_t));
   record(snap.values.data(), snap.values.size() * sizeof(float));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/core/embedding_table.h"
+#include "kernels/core/table_snapshots.h"
 #include "kernels/core/removed_log.h"
 #include "tests/cc/test_main.h"
 
@@ -103,12 +104,12 @@ TEST(TableDeltasCarryTheRemovedKeysOnce) {
   TableSnapshot snap;
   std::vector<int64_t> gone;
   bool complete = true;
-  t.ExportDelta(4, &snap, &gone, &complete);
+  TableSnapshots(t).ExportDelta(4, &snap, &gone, &complete);
   CHECK(!complete);
   CHECK(std::set<int64_t>(gone.begin(), gone.end()) == removed);
   CHECK_EQ(gone.size(), removed.size());
   CHECK_EQ(snap.keys.size(), 2000u);  // the rows updated since step 4
-  t.ExportDelta(4, &snap, &gone, &complete);  // the log was emptied
+  TableSnapshots(t).ExportDelta(4, &snap, &gone, &complete);  // the log was emptied
   CHECK(gone.empty());
   CHECK_EQ(t.Stats().removed_logged, 0);
   // Off: nothing is logged.
