@@ -121,11 +121,12 @@ bench-clean-tree:
 # Every benchmark, each recorded (benchmarks/record.py: its output, dated, in benchmarks/results/),
 # then docs/benchmarks.md written from the results. Run it on a quiet machine.
 REC := $(PY) benchmarks/record.py
-bench: bench-clean-tree build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_op_mix
+bench: bench-clean-tree build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_op_mix $(CC_BIN)/bench_floor
 	$(PY) -m pip install -q -r benchmarks/requirements.txt
 	$(REC) bench_index -- $(CC_BIN)/bench_index
 	$(REC) bench_unique_paths -- $(CC_BIN)/bench_unique_paths
 	$(REC) bench_op_mix -- $(CC_BIN)/bench_op_mix
+	$(REC) bench_floor -- $(CC_BIN)/bench_floor --keys 1e6,1e7,1e8
 	$(REC) bench_table -- $(PY) benchmarks/bench_table.py
 	$(REC) bench_unique_partition -- $(PY) benchmarks/bench_unique_partition.py
 	$(REC) bench_step -- $(PY) benchmarks/bench_step.py
