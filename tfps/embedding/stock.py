@@ -155,3 +155,90 @@ def stock_tables(graph=None):
     """{table name: StockTable} of a stock graph (in creation order), or None for another graph."""
     refs = (graph or tf.compat.v1.get_default_graph()).get_collection(_KEY)
     return refs[0] if refs else None
+
+
+class AttachedStockTable:
+    """A StockTable of a graph imported from a stock export (found by its ops' names: no Python
+    object survives the SavedModel), with what `tfps serve --follow` runs on it: load (replace
+    the contents) and apply_delta (remove keys, write rows), in stock ops.
+
+    A delta's row of a key the table holds is written in place (ResourceScatterUpdate); a new key's
+    row is appended to the values variable and its index inserted; a removed key leaves the index
+    (its row stays unreferenced until the next load or export). Every op checks the keys first
+    (none may be a DenseHashTable's reserved key), so a refused delta changes nothing."""
+
+    def __init__(self, name, index, keys, values):
+        from tfps.embedding.options import EmbeddingOptions
+        self.name, self.index, self.keys, self.values = name, index, keys, values
+        self.dim = int(values.op.get_attr("shape").dim[1].size)
+        self.key_dtype, self.num_shards, self.trainable = tf.int64, 1, False
+        self.options = EmbeddingOptions(num_shards=1)
+        self.handles = [index]
+
+    def _read(self, var):
+        dtype = self.keys.op.get_attr("dtype") if var is self.keys else tf.float32
+        return tf.raw_ops.ReadVariableOp(resource=var, dtype=dtype)
+
+    def _checked(self, *keys):
+        bad = tf.add_n([tf.reduce_sum(tf.cast(tf.equal(k, EMPTY_KEY) | tf.equal(k, DELETED_KEY), tf.int32))
+                        for k in keys])
+        return tf.debugging.Assert(tf.equal(bad, 0), [f"table {self.name!r}: a stock table cannot hold keys "
+                                                      f"{EMPTY_KEY} and {DELETED_KEY}"])
+
+    def load(self, exported):
+        """Replaces the contents with an export() dict's keys and values (other parts ignored)."""
+        keys = tf.reshape(tf.convert_to_tensor(exported["keys"], tf.int64), [-1])
+        values = tf.reshape(tf.convert_to_tensor(exported["values"], tf.float32), [-1, self.dim])
+        with tf.control_dependencies([self._checked(keys)]):
+            old = tf.identity(self._read(self.keys))
+            removed = tf.raw_ops.LookupTableRemoveV2(table_handle=self.index, keys=old)
+        with tf.control_dependencies([removed]):
+            assigned = [tf.raw_ops.AssignVariableOp(resource=self.keys, value=keys),
+                        tf.raw_ops.AssignVariableOp(resource=self.values, value=tf.concat(
+                            [tf.zeros([1, self.dim]), values], 0))]
+        with tf.control_dependencies(assigned):
+            return tf.raw_ops.LookupTableInsertV2(table_handle=self.index, keys=keys, values=tf.range(
+                1, tf.size(keys, out_type=tf.int64) + 1))
+
+    def apply_delta(self, delta):
+        """Removes delta["removed"], then writes delta["keys"]' rows delta["values"]."""
+        keys = tf.reshape(tf.convert_to_tensor(delta["keys"], tf.int64), [-1])
+        values = tf.reshape(tf.convert_to_tensor(delta["values"], tf.float32), [-1, self.dim])
+        removed = tf.reshape(tf.convert_to_tensor(delta["removed"], tf.int64), [-1])
+        with tf.control_dependencies([self._checked(keys, removed)]):
+            gone = tf.raw_ops.LookupTableRemoveV2(table_handle=self.index, keys=removed)
+        with tf.control_dependencies([gone]):
+            index = tf.raw_ops.LookupTableFindV2(table_handle=self.index, keys=keys,
+                                                 default_value=tf.constant(0, tf.int64))
+        held = tf.reshape(index, [-1]) > 0
+        update = tf.raw_ops.ResourceScatterUpdate(resource=self.values, indices=tf.boolean_mask(index, held),
+                                                  updates=tf.boolean_mask(values, held))
+        new_keys, new_values = tf.boolean_mask(keys, ~held), tf.boolean_mask(values, ~held)
+        with tf.control_dependencies([update]):
+            current = self._read(self.values)
+            start = tf.shape(current, out_type=tf.int64)[0]
+            grown = [tf.raw_ops.AssignVariableOp(resource=self.values, value=tf.concat([current, new_values], 0)),
+                     tf.raw_ops.AssignVariableOp(resource=self.keys, value=tf.concat([self._read(self.keys), new_keys],
+                                                                                     0))]
+        with tf.control_dependencies(grown):
+            return tf.raw_ops.LookupTableInsertV2(table_handle=self.index, keys=new_keys, values=tf.range(
+                start, start + tf.size(new_keys, out_type=tf.int64)))
+
+    def variables(self):
+        """The names of the variables that hold the table (not dense state)."""
+        return {self.keys.op.name, self.values.op.name}
+
+
+def attached_stock_tables(graph):
+    """[AttachedStockTable] of every stock table `graph` holds (by its ops' names), sorted by name."""
+    ops = {op.name: op for op in graph.get_operations()
+           if op.type in ("MutableDenseHashTableV2", "VarHandleOp")}
+    tables = []
+    for name, op in sorted(ops.items()):
+        if op.type == "MutableDenseHashTableV2" and name.endswith("/stock_index"):
+            table = name[:-len("/stock_index")]
+            keys, values = ops.get(f"{table}/stock_keys"), ops.get(f"{table}/stock_values")
+            if keys is None or values is None:
+                raise ValueError(f"stock table {table!r}: the graph holds its index but not its keys and values")
+            tables.append(AttachedStockTable(table, op.outputs[0], keys.outputs[0], values.outputs[0]))
+    return tables

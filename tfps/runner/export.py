@@ -156,4 +156,4 @@ def write_export_manifest(export_path, checkpoint, export_format="tfps"):
     step = int(tf.train.load_variable(os.path.join(export_path, "variables", "variables"), "global_step"))
     os.makedirs(os.path.join(export_path, "assets.extra"), exist_ok=True)
     with open(os.path.join(export_path, "assets.extra", manifests.EXPORT_MANIFEST), "w") as f:
-        json.dump({**saved, "kind": "export", "step": step, "format": export_format}, f, sort_keys=True)
+        json.dump({**saved, "kind": "export", "step": step, "export_format": export_format}, f, sort_keys=True)
