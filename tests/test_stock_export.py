@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 import ml_tiny
+from stock_check import run_signatures
 from stock_compare import assert_same_scores
 
 pytestmark = [pytest.mark.slow, pytest.mark.compat, pytest.mark.xdist_group("stock_export")]
@@ -96,6 +97,34 @@ def test_stock_export_scores_examples_and_rows_as_the_tfps_export(data, model, c
     rows["examples"] = np.array(held_out + unseen, dtype=object)
     assert_same_scores(paths["tfps"], paths["stock"], rows, tmp_path,
                        signatures=("serving_default", "classification", "regression"))
+    _check_files(paths)
+
+
+def _check_files(paths):
+    """The stock export's graph holds no constant as large as a table (the rows are in
+    variables/), and its warm-up requests are answered as the tfps export answers them."""
+    from tensorflow.core.protobuf import saved_model_pb2
+    from tensorflow_serving.apis import prediction_log_pb2
+    stock_path = paths["stock"]
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(stock_path, "saved_model.pb"), "rb") as f:
+        saved.ParseFromString(f.read())
+    variables = os.path.join(stock_path, "variables", "variables")
+    rows = min(s[0] for n, s in tf.train.list_variables(variables) if n.endswith("/stock_keys"))
+    consts = [tf.make_ndarray(n.attr["value"].tensor).size for n in saved.meta_graphs[0].graph_def.node
+              if n.op == "Const"]
+    assert rows > 100 and max(consts) < rows, (rows, max(consts))
+    records = list(tf.compat.v1.io.tf_record_iterator(os.path.join(stock_path, "assets.extra",
+                                                                   "tf_serving_warmup_requests")))
+    assert len(records) >= 2
+    for record in records:
+        request = prediction_log_pb2.PredictionLog.FromString(record).predict_log.request
+        inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
+        _, got = run_signatures(stock_path, inputs)
+        _, want = run_signatures(paths["tfps"], inputs)
+        np.testing.assert_allclose(got["serving_default"]["probabilities"], want["serving_default"]["probabilities"],
+                                   rtol=0, atol=1e-6)
+        assert len(got["serving_default"]["probabilities"]) == len(next(iter(inputs.values())))
 
 
 def test_stock_export_of_mtgr_scores_as_the_tfps_export(data, cli, tmp_path):

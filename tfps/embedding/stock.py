@@ -110,20 +110,19 @@ def feature_tag(ids, tags):
 
 
 class StockTable:
-    """One table of a stock graph (see the module doc): keys, values, index; lookup() reads it.
-
-    Build it in the graph's name scope of the table (get_embedding_variable does)."""
+    """One table of a stock graph (see the module doc): keys, values, index; lookup() reads it."""
 
     def __init__(self, name, dim, initializer_spec):
         self.name, self.dim, self.initializer_spec = name, int(dim), initializer_spec
-        self.keys = tf.compat.v1.Variable(tf.zeros([0], tf.int64), name="stock_keys", trainable=False,
-                                          shape=tf.TensorShape([None]), use_resource=True)
-        self.values = tf.compat.v1.Variable(tf.zeros([1, self.dim], tf.float32), name="stock_values",
-                                            trainable=False, shape=tf.TensorShape([None, self.dim]),
-                                            use_resource=True)
-        self.index = tf.lookup.experimental.DenseHashTable(
-            tf.int64, tf.int64, default_value=0, empty_key=EMPTY_KEY, deleted_key=DELETED_KEY,
-            checkpoint=False, name="stock_index")
+        with tf.compat.v1.name_scope(None), tf.compat.v1.name_scope(name + "/"):   # NAME/stock_...
+            self.keys = tf.compat.v1.Variable(tf.zeros([0], tf.int64), name="stock_keys", trainable=False,
+                                              shape=tf.TensorShape([None]), use_resource=True)
+            self.values = tf.compat.v1.Variable(tf.zeros([1, self.dim], tf.float32), name="stock_values",
+                                                trainable=False, shape=tf.TensorShape([None, self.dim]),
+                                                use_resource=True)
+            self.index = tf.lookup.experimental.DenseHashTable(
+                tf.int64, tf.int64, default_value=0, empty_key=EMPTY_KEY, deleted_key=DELETED_KEY,
+                checkpoint=False, name="stock_index")
 
     def fill_index(self):
         """The op that (re)fills the index from the keys variable: key i -> row 1 + i."""
