@@ -60,21 +60,21 @@ def mix64(z):
     return tf.bitwise.bitwise_xor(z, _shift_right(z, 31))
 
 
-def _poly(c, x):
-    r = tf.constant(c[7], tf.float64)
-    for coefficient in reversed(c[:7]):
-        r = r * x + coefficient
-    return r
-
-
 def normal_quantile(p):
-    """AS241 Phi^-1(p) of float64 p in (0, 1), both branches in stock ops."""
+    """AS241 Phi^-1(p) of float64 p in (0, 1), in stock ops: the six rational polynomials of its
+    three branches evaluated together (Horner's rule over a [..., 6] stack, as AS241 evaluates
+    each: the same arithmetic per value), then each value's branch picked."""
     q = p - 0.5
     r_mid = 0.180625 - q * q
-    mid = q * _poly(_A, r_mid) / _poly(_B, r_mid)
     r = tf.sqrt(-tf.math.log(tf.where(q < 0, p, 1.0 - p)))
-    tail = tf.where(r <= 5.0, _poly(_C, r - 1.6) / _poly(_D, r - 1.6), _poly(_E, r - 5.0) / _poly(_F, r - 5.0))
-    return tf.where(tf.abs(q) <= 0.425, mid, tf.where(q < 0, -tail, tail))
+    x = tf.stack([r_mid, r_mid, r - 1.6, r - 1.6, r - 5.0, r - 5.0], -1)
+    coefficients = np.stack([_A, _B, _C, _D, _E, _F], -1)   # [8, 6]
+    poly = tf.constant(coefficients[7], tf.float64)
+    for i in range(6, -1, -1):
+        poly = poly * x + coefficients[i]
+    mid, near, far = poly[..., 0] / poly[..., 1], poly[..., 2] / poly[..., 3], poly[..., 4] / poly[..., 5]
+    tail = tf.where(r <= 5.0, near, far)
+    return tf.where(tf.abs(q) <= 0.425, q * mid, tf.where(q < 0, -tail, tail))
 
 
 def init_rows(spec, keys, dim):
@@ -136,7 +136,8 @@ class StockTable:
         index = tf.where(reserved, tf.zeros_like(index), index)
         rows = tf.gather(self.values, index)
         missing = tf.where(tf.equal(index, 0))
-        fresh = init_rows(self.initializer_spec, tf.gather_nd(keys, missing), self.dim)
+        distinct, inverse = tf.unique(tf.gather_nd(keys, missing))   # each missing key's row computed once
+        fresh = tf.gather(init_rows(self.initializer_spec, distinct, self.dim), inverse)
         out = tf.tensor_scatter_nd_update(rows, missing, fresh)
         out.set_shape([None, self.dim])
         return out
