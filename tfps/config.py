@@ -186,8 +186,9 @@ class PipelineSection:
 
 @dataclasses.dataclass
 class ExportSection:
-    format: str = "tfps"                 # tfps export's default --format: stock (stock TensorFlow ops only: the
-                                         # unmodified tensorflow_model_server loads it) | tfps (tfps's table ops)
+    format: str = "stock"                # tfps export's default --format: stock (stock TensorFlow ops only: the
+                                         # unmodified tensorflow_model_server loads it; docs/serving.md) | tfps
+                                         # (tfps's table ops, with the optimizer slots: needs tfps to load)
 
 
 @dataclasses.dataclass
