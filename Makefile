@@ -141,6 +141,7 @@ bench: bench-clean-tree build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths
 	$(REC) bench_stock_step -- $(PY) benchmarks/bench_stock_step.py
 	$(REC) bench_readers -- $(PY) benchmarks/bench_readers.py
 	$(REC) bench_serving -- $(PY) benchmarks/bench_serving.py
+	$(REC) bench_export -- $(PY) benchmarks/bench_export.py
 	$(REC) bench_mtgr -- $(PY) benchmarks/bench_mtgr.py
 	$(REC) bench_scaling -- $(PY) benchmarks/bench_scaling.py --prefetch-modes
 	$(REC) bench_quality -- $(PY) benchmarks/bench_quality.py --repeats 5

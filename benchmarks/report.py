@@ -43,6 +43,7 @@ ABOUT = {
     "bench_readers": "each reader's rate against the demo model's training rate",
     "bench_quality": "tfps tables against collision-free tf.Variable vocabularies (AUC)",
     "bench_serving": "tfps serve (gRPC, batching, REST) against the SavedModel called in-process",
+    "bench_export": "the stock-ops export against the tfps export at 10^5..10^7 rows: size, load, memory, req/s",
     "bench_mtgr": "MTGR's one-pass scoring against scoring each candidate alone",
     "scaling_model": "a cost model fit on small clusters (benchmarks/results/scaling/runs.json), checked on held-out runs; "
                      "predictions to 100 workers, tfps against stock TensorFlow",

@@ -62,7 +62,7 @@ def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path
 
 def _export_serve_and_resume(tmp_path, cli, forker, args, cluster_auc, table, saved, ckpt):
     """Trained on 2 PS: `tfps export` with the same config (one shard) serves the chief's model
-    (loaded in a graph of its own), and training resumes on 3 PS (`tfps launch`) and in one
+    (loaded in a graph of its own), so does its stock export (loaded without tfps), and training resumes on 3 PS (`tfps launch`) and in one
     process (`tfps train`) from the 2-PS checkpoint, with the same variable names and fingerprint.
     Adam's beta powers (beta1 0.99: 0.9 ** 900 is below float32) are saved as one pair whatever the PS count (the other PS tasks hold local
     copies), and each resume continues the saved pair. Oracle: with one trainer, the pair is
@@ -73,6 +73,7 @@ def _export_serve_and_resume(tmp_path, cli, forker, args, cluster_auc, table, sa
     from tfps.data.synthetic import auc
     from tfps.data.sources import eval_set
     from test_serving import score_saved_model
+    from stock_compare import assert_same_scores
     model_dir = tmp_path / "cluster"
     code, out, err = cli("export", "--config", "configs/demo.yaml", *args, "--set", f"model_dir={model_dir}",
                          "--export-dir", str(tmp_path / "export"))
@@ -84,6 +85,14 @@ def _export_serve_and_resume(tmp_path, cli, forker, args, cluster_auc, table, sa
     served = score_saved_model(saved_model, features)
     # The chief scored the same checkpoint on the same sample: the served model gives its AUC.
     assert abs(auc(labels, served) - cluster_auc) < 1e-4, (auc(labels, served), cluster_auc)
+    # The stock export of the 2-PS model, loaded without tfps, scores as the tfps export, ids
+    # never seen included (tests/stock_compare.py).
+    code, out, err = cli("export", "--config", "configs/demo.yaml", *args, "--set", f"model_dir={model_dir}",
+                         "--format", "stock", "--export-dir", str(tmp_path / "stock"))
+    assert code == 0, err[-3000:]
+    rows = {k: v[:64].copy() for k, v in features.items()}
+    rows["ids"][:8] = np.arange(8 * 26).reshape(8, 26) + 2**45
+    assert_same_scores(saved_model, json.loads(out.strip().splitlines()[-1])["saved_model"], rows, tmp_path)
     step = int(ckpt.rsplit("-", 1)[1])
     shutil.copytree(model_dir, tmp_path / "one", ignore=shutil.ignore_patterns("logs"))
     # The resumed run also evicts (on the chief) and writes delta checkpoints: switches that work

@@ -61,7 +61,7 @@ def _export(args):
         raise ConfigError("export needs model_dir (--set model_dir=DIR) holding a trained checkpoint")
     quiet_python_logs()
     from tfps.runner.job import export
-    path = export(cfg, args.export_dir)
+    path = export(cfg, args.export_dir, args.format)
     print(json.dumps({"saved_model": path}), flush=True)
     return 0
 
@@ -264,6 +264,9 @@ def main(argv=None):
     exp.add_argument("--config", help="the YAML job config the model was trained with")
     exp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     exp.add_argument("--export-dir", required=True, help="directory under which the SavedModel is written")
+    exp.add_argument("--format", choices=("stock", "tfps"), default=None,
+                     help="stock: stock TensorFlow ops only (the unmodified tensorflow_model_server loads it); "
+                          "tfps: tfps's table ops (default: export.format of the config)")
     exp.set_defaults(fn=_export)
     lau = sub.add_parser("launch", parents=[common],
                           help="run a PS/worker cluster on this machine (one process per task)")

@@ -185,6 +185,13 @@ class PipelineSection:
 
 
 @dataclasses.dataclass
+class ExportSection:
+    format: str = "stock"                # tfps export's default --format: stock (stock TensorFlow ops only: the
+                                         # unmodified tensorflow_model_server loads it; docs/serving.md) | tfps
+                                         # (tfps's table ops, with the optimizer slots: needs tfps to load)
+
+
+@dataclasses.dataclass
 class JobConfig:
     model_dir: Optional[str] = None      # None: a fresh temporary directory
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
@@ -193,6 +200,7 @@ class JobConfig:
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
     cluster: ClusterSection = dataclasses.field(default_factory=ClusterSection)
     pipeline: PipelineSection = dataclasses.field(default_factory=PipelineSection)
+    export: ExportSection = dataclasses.field(default_factory=ExportSection)
 
 
 def numeric_fields(cls=None, prefix=""):
@@ -270,6 +278,7 @@ def validate(cfg):
          f"data.num_interacting ({cfg.data.num_interacting}) must be <= data.num_categorical "
          f"({cfg.data.num_categorical})"),
         (cfg.model.dcn_structure in ("stacked", "parallel"), "model.dcn_structure must be stacked or parallel"),
+        (cfg.export.format in ("tfps", "stock"), f"export.format must be stock or tfps, got {cfg.export.format!r}"),
         (cfg.data.format in FORMATS, f"data.format must be one of {', '.join(FORMATS)}, got {cfg.data.format!r}"),
         (cfg.data.format == "synthetic" or cfg.data.path, f"data.path must name the {cfg.data.format} data"),
         (cfg.data.format != "criteo" or cfg.data.eval_path, "data.eval_path must name the criteo eval files"),

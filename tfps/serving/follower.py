@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from tfps.embedding.checkpoint_tools import check_tables
 from tfps.embedding.saveable import DTYPES, PARTS
+from tfps.embedding.stock import attached_stock_tables
 from tfps.embedding.variable import attached_tables
 from tfps.serving.errors import error_line
 from tfps.state import disk, manifest as manifests
@@ -39,7 +40,9 @@ class TableFollower:
         if state is not None:
             return state
         with servable.graph.as_default():
-            tables = attached_tables(servable.graph)
+            stock_tables = attached_stock_tables(servable.graph)   # a stock export's (tfps.embedding.stock)
+            tables = attached_tables(servable.graph) + stock_tables
+            stock_variables = {name for t in stock_tables for name in t.variables()}
             prefix = tf.compat.v1.placeholder(tf.string, [], name="tfps_follow_prefix")
             delta = apply_tables_op(tables, prefix)
             parts = [p for p in PARTS if p != "admission"]
@@ -50,7 +53,8 @@ class TableFollower:
                                                     shape_and_slices=[""] * len(parts),
                                                     dtypes=[DTYPES[p] for p in parts])
                 full.append(ev.load(dict(zip(parts, restored))))
-            dense = manifests.dense_variables(servable.graph)
+            dense = {k: v for k, v in manifests.dense_variables(servable.graph).items()
+                     if v.op.name not in stock_variables}
             dense_delta = apply_dense_op(dense, prefix)
             saver = tf.compat.v1.train.Saver(list(dense.values()), sharded=False) if dense else None
         # The step the version was exported at; None: unknown, the first full checkpoint of
