@@ -28,7 +28,7 @@ CC_BIN  := build/cc
 CC_FLAGS = -std=c++17 -I. -Wall -Wextra -Werror -g1 -O1 -pthread
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test test-compat build setup deps cc-build cc-test py-test bench bench-smoke bench-lines bench-line clean
+.PHONY: demo test test-compat build setup deps cc-build cc-test py-test bench bench-clean-tree bench-smoke bench-lines bench-line clean
 
 # The demo model on a local cluster: 2 PS, a chief and a worker, one process each (gRPC on loopback).
 demo: build
@@ -114,14 +114,19 @@ test-compat: build
 bench-smoke: build
 	$(PY) -m pytest -q -p no:cacheprovider benchmarks/smoke
 
+# Figures come from committed code: a tree with uncommitted changes is refused in one line.
+bench-clean-tree:
+	@python3 benchmarks/record.py --check
+
 # Every benchmark, each recorded (benchmarks/record.py: its output, dated, in benchmarks/results/),
 # then docs/benchmarks.md written from the results. Run it on a quiet machine.
 REC := $(PY) benchmarks/record.py
-bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_op_mix
+bench: bench-clean-tree build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_op_mix $(CC_BIN)/bench_floor
 	$(PY) -m pip install -q -r benchmarks/requirements.txt
 	$(REC) bench_index -- $(CC_BIN)/bench_index
 	$(REC) bench_unique_paths -- $(CC_BIN)/bench_unique_paths
 	$(REC) bench_op_mix -- $(CC_BIN)/bench_op_mix
+	$(REC) bench_floor -- $(CC_BIN)/bench_floor --keys 1e6,1e7,1e8
 	$(REC) bench_table -- $(PY) benchmarks/bench_table.py
 	$(REC) bench_unique_partition -- $(PY) benchmarks/bench_unique_partition.py
 	$(REC) bench_step -- $(PY) benchmarks/bench_step.py
@@ -136,9 +141,11 @@ bench: build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths $(CC_BIN)/bench_
 	$(REC) bench_stock_step -- $(PY) benchmarks/bench_stock_step.py
 	$(REC) bench_readers -- $(PY) benchmarks/bench_readers.py
 	$(REC) bench_serving -- $(PY) benchmarks/bench_serving.py
+	$(REC) bench_export -- $(PY) benchmarks/bench_export.py
 	$(REC) bench_mtgr -- $(PY) benchmarks/bench_mtgr.py
 	$(REC) bench_scaling -- $(PY) benchmarks/bench_scaling.py --prefetch-modes
 	$(REC) bench_quality -- $(PY) benchmarks/bench_quality.py --repeats 5
+	$(REC) scaling_model -- $(PY) benchmarks/scaling_model.py
 	$(PY) benchmarks/report.py
 
 # The figures of issue 25 on both TensorFlow lines, one after the other on the same machine:

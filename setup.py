@@ -240,6 +240,22 @@ def install_requires():
     return [f"{tf[0]}=={tf[1]}", *pins, "pyyaml", "threadpoolctl>=3,<4", "grpcio>=1.59,<2", "Werkzeug>=3,<4"]
 
 
+def extras_require():
+    """`pip install tfps[serve]`: the serving API's generated gRPC code that `tfps serve` imports
+    (tensorflow-serving-api, pinned as requirements/serving-<line>.txt pins it for the TensorFlow
+    the wheel is built with). Its own requirement is the `tensorflow` distribution: beside
+    tensorflow-cpu, pip installs that too, at the same version."""
+    from importlib import metadata
+    try:
+        version = metadata.version("tensorflow-cpu")
+    except metadata.PackageNotFoundError:
+        version = metadata.version("tensorflow")
+    line = ".".join(version.split(".")[:2])
+    with open(os.path.join(ROOT, "requirements", f"serving-{line}.txt")) as f:
+        pins = [s.split("#")[0].strip() for s in f if s.split("#")[0].strip()]
+    return {"serve": pins}
+
+
 class _NoOptions(Command):
     user_options = []
 
@@ -290,6 +306,7 @@ if __name__ == "__main__":
         entry_points={"console_scripts": ["tfps = tfps.cli:main"]},
         python_requires=">=3.10",
         install_requires=install_requires(),
+        extras_require=extras_require(),
         cmdclass={"build_ops": BuildOps, "build_py": BuildPyWithOps, "build_file": BuildFile},
         distclass=BinaryDistribution,
     )

@@ -24,13 +24,14 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import report  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MOVIELENS = os.path.join(ROOT, "..", "shared", "data", "movielens-small")   # ml-latest-small
 COST_WIDTH = 64
 
 
 def train(config, sets, seed):
     model_dir = tempfile.mkdtemp(prefix="tfps_bench_mtgr_")
     args = [sys.executable, "-m", "tfps.cli", "train", "--config", config, "--set", f"model_dir={model_dir}",
-            "--set", f"data.seed={seed}", "--set", f"train.seed={seed}"]
+            "--set", f"data.seed={seed}", "--set", f"train.seed={seed}", "--set", f"data.path={MOVIELENS}"]
     for s in sets:
         args += ["--set", s]
     out = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=3600)
@@ -52,7 +53,7 @@ def training_share_ratio():
     """Training ratings of the test split over those of the validation split (each user keeps
     count - floor(eval_fraction count), then that again): the test run trains this much longer, so both
     see the data the same number of times."""
-    ratings = np.loadtxt(os.path.join(ROOT, "..", "shared", "data", "movielens-small", "ratings.csv"),
+    ratings = np.loadtxt(os.path.join(MOVIELENS, "ratings.csv"),
                          delimiter=",", skiprows=1, usecols=0, dtype=np.int64)
     import yaml
     with open(os.path.join(ROOT, MODELS["MTGR"])) as f:
@@ -122,7 +123,7 @@ def batching(steps):
     from tfps.data.balance import balance_by_tokens
     from tfps.data.sequences import movielens_user_samples, sample_dataset, token_count, tokens
     from tfps.models.mtgr import mtgr_model_fn
-    base = movielens_user_samples(os.path.join(ROOT, "..", "shared", "data", "movielens-small"), "train",
+    base = movielens_user_samples(MOVIELENS, "train",
                                   window=8, history_len=1024, realtime_len=16)
     rng = np.random.default_rng(0)
     samples = []

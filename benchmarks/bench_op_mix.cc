@@ -37,9 +37,8 @@ struct TfpsTable {
   }
   void Remove(const int64_t* k, int64_t n) { t.Remove(k, n); }
   void Evict(int64_t step) {
-    EvictPolicy old;
-    old.after_steps = 1000;
-    t.Evict(old, step);
+    IdleRows old(1000);
+    t.Evict({&old}, step);
     t.Stats();
   }
 };

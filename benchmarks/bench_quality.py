@@ -28,7 +28,7 @@ from tfps.data.sources import make_source  # noqa: E402
 from tfps.embedding.lookup import combine_padded  # noqa: E402
 from tfps.estimator import estimator_model_fn  # noqa: E402
 from tfps.estimator.runner import final_metrics, make_estimator  # noqa: E402
-from tfps.models.common import dense_input, estimator_spec, padded_to_sparse  # noqa: E402
+from tfps.models.common import dense_input, model_spec, padded_to_sparse  # noqa: E402
 from tfps.models.deepfm import deepfm  # noqa: E402
 
 CONFIGS = {"wdl": "configs/movielens_wdl.yaml", "deepfm": "configs/movielens_deepfm.yaml",
@@ -62,7 +62,7 @@ def variable_model_fn(vocab):
             rows = tf.nn.embedding_lookup(table, index(len(schema.id_features) + j, sp.values))
             cols.append(combine_padded(rows, sp, None, "mean"))
         logits = deepfm(tf.stack(cols, 1), dense_input(features, schema), m)
-        return estimator_spec(mode, logits, labels, features, schema, params["train"])
+        return model_spec(mode, logits, labels, features, schema, params["train"])
     return fn
 
 

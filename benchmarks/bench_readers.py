@@ -23,7 +23,7 @@ from tfps.data.criteo import criteo_dataset  # noqa: E402
 from tfps.data.movielens import movielens_dataset  # noqa: E402
 from tfps.data.synthetic import SyntheticCriteo, write_criteo_text  # noqa: E402
 from tfps.data.tfrecord import files_of, tfrecord_dataset  # noqa: E402
-from tfps.estimator.runner import run  # noqa: E402
+from tfps.runner.local import run  # noqa: E402
 
 
 def examples_per_sec(make_dataset):

@@ -4,7 +4,12 @@ The benchmark's output goes to the terminal as it comes, and into benchmarks/res
 its lines (the ratios it prints against the built-in or peer it replaces), its final JSON line
 when it ends with one, the date, the commit and the machine. `make bench` runs every benchmark
 this way, then benchmarks/report.py writes docs/benchmarks.md from the results: re-measuring
-changes no prose. Exits with the benchmark's code (a failed run records nothing)."""
+changes no prose. Exits with the benchmark's code (a failed run records nothing).
+
+Figures come from committed code only: with uncommitted changes in the tree (`git status
+--porcelain`, untracked files included; benchmarks/results/, docs/benchmarks.md and the plots
+in docs/, which `make bench` itself writes, aside) it refuses in one line and runs nothing (exit 2).
+`python benchmarks/record.py --check` makes only that check (`make bench` runs it first)."""
 import datetime
 import json
 import os
@@ -22,10 +27,34 @@ def _commit():
     return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
+WRITTEN_BY_BENCH = ("benchmarks/results", "docs/benchmarks.md", "docs/*.png")   # what make bench writes
+
+
+def _dirty():
+    """The `git status --porcelain` lines of the tree, but for what `make bench` writes."""
+    out = subprocess.run(["git", "status", "--porcelain", "--", ".", *[f":!{p}" for p in WRITTEN_BY_BENCH]],
+                         cwd=os.path.dirname(HERE), capture_output=True, text=True)
+    return out.stdout.splitlines()
+
+
+def _refuse_dirty():
+    """Exit code 2 and one line when the tree has uncommitted changes, else 0."""
+    dirty = _dirty()
+    if dirty:
+        print(f"record.py: the tree has {len(dirty)} uncommitted change(s) ({dirty[0].strip()}, ...): figures are "
+              f"recorded from committed code only; commit or stash them first", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv):
+    if argv == ["--check"]:
+        return _refuse_dirty()
     if len(argv) < 3 or argv[1] != "--":
         raise SystemExit("usage: record.py NAME -- CMD [ARGS...]")
     name, cmd = argv[0], argv[2:]
+    if _refuse_dirty():
+        return 2
     started = datetime.datetime.now(datetime.timezone.utc)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     lines = []

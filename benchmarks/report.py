@@ -26,6 +26,7 @@ ABOUT = {
     "bench_index": "the table's index against tbb::concurrent_hash_map and std::unordered_map + mutex (C++)",
     "bench_unique_paths": "the dedup paths (sort, hash, parallel) on uniform and Zipf ids (C++)",
     "bench_op_mix": "lookup-insert, update, remove, evict and stats from 2 threads against std::unordered_map + mutex",
+    "bench_floor": "the table's lookups and applies at 10^6..10^8 keys on 1 and 2 threads against the memory floor (C++)",
     "bench_table": "lookup and insert against tf.lookup DenseHashTable and tf.gather on a Variable",
     "bench_scaling": "lookup and Adagrad apply at 10^5..10^7 keys against DenseHashTable and a Variable; prefetch modes",
     "bench_unique_partition": "fused unique + partition against tf.unique + tf.dynamic_partition",
@@ -42,7 +43,10 @@ ABOUT = {
     "bench_readers": "each reader's rate against the demo model's training rate",
     "bench_quality": "tfps tables against collision-free tf.Variable vocabularies (AUC)",
     "bench_serving": "tfps serve (gRPC, batching, REST) against the SavedModel called in-process",
+    "bench_export": "the stock-ops export against the tfps export at 10^5..10^7 rows: size, load, memory, req/s",
     "bench_mtgr": "MTGR's one-pass scoring against scoring each candidate alone",
+    "scaling_model": "a cost model fit on small clusters (benchmarks/results/scaling/runs.json), checked on held-out runs; "
+                     "predictions to 100 workers, tfps against stock TensorFlow",
 }
 
 
@@ -100,13 +104,19 @@ def tf_lines_section():
             continue
         ratio = "" if higher is None or not x or not y else f"{(y / x if higher else x / y):.2f}x"
         if a["commit"] != b["commit"]:   # the two runs measured different code: say so on the row
-            ratio += f" ({old} at {a['commit']}, {new} at {b['commit']})"
+            ratio += f" ({old} at {_stamp(a['commit'])}, {new} at {_stamp(b['commit'])})"
         out.append(f"| {bench} | {what}: {unit} | {x:g} | {y:g} | {ratio} |\n")
     dates = sorted({r["date"] for r in runs.values()})
-    commits = sorted({r["commit"] for r in runs.values()})
+    commits = sorted({_stamp(r["commit"]) for r in runs.values()})
     out.append(f"\nMeasured {', '.join(dates)}, commit {', '.join(commits)}; each run's full output is in "
                f"benchmarks/results/tf-<line>/.\n")
     return "".join(out)
+
+
+def _stamp(commit):
+    """A result's commit, flagged when the tree it was measured on had uncommitted changes
+    (record.py now refuses those): such a figure is to be re-measured."""
+    return f"{commit} (uncommitted changes: to re-measure)" if commit.endswith("-dirty") else commit
 
 
 def main():
@@ -119,12 +129,12 @@ def main():
                                 r["benchmark"]))
     out = [HEAD]
     for r in results:
-        out.append(f"| [{r['benchmark']}](#{r['benchmark']}) | {r['date']} | {r['commit']} | "
+        out.append(f"| [{r['benchmark']}](#{r['benchmark']}) | {r['date']} | {_stamp(r['commit'])} | "
                    f"{ABOUT.get(r['benchmark'], '')} |\n")
     out.append(tf_lines_section())
     for r in results:
-        out.append(f"\n## {r['benchmark']}\n\n`{r['command']}`, {r['date']}, commit {r['commit']}, "
-                   f"{r['cores']} cores, {r['seconds']} s\n\n```\n")
+        out.append(f"\n## {r['benchmark']}\n\n`{r['command']}`, {r['date']}, commit {_stamp(r['commit'])}, "
+                   f"{r['cores']} cores, {r['seconds']} s\n\n```text\n")
         out.append("\n".join(r["lines"]) + "\n```\n")
     with open(OUT, "w") as f:
         f.write("".join(out))

@@ -6,19 +6,27 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "kernels/core/config.h"
 #include "kernels/core/embedding_table.h"
+#include "kernels/core/table_snapshots.h"
 #include "kernels/core/unique.h"
 
 namespace py = pybind11;
 using tfps::core::EmbeddingTable;
-using tfps::core::EvictPolicy;
+using tfps::core::EvictionPolicy;
+using tfps::core::IdleRows;
+using tfps::core::LfuCap;
+using tfps::core::LruCap;
+using tfps::core::RareRows;
+using tfps::core::SmallRows;
 using tfps::core::InitSpec;
 using tfps::core::TableSnapshot;
+using tfps::core::TableSnapshots;
 
 namespace {
 
@@ -158,23 +166,26 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
           "evict",
           [](EmbeddingTable& t, int64_t step, int64_t after_steps, int64_t min_freq, float l2_below, int64_t max_rows,
              bool lru) {
-            EvictPolicy p;
-            p.after_steps = after_steps;
-            p.min_freq = min_freq;
-            p.l2_below = l2_below;
-            p.max_rows = max_rows;
-            p.lru = lru;
+            // < 0: the rule is off.
+            std::vector<std::unique_ptr<EvictionPolicy>> owned;
+            if (after_steps >= 0) owned.push_back(std::make_unique<IdleRows>(after_steps));
+            if (min_freq >= 0) owned.push_back(std::make_unique<RareRows>(min_freq));
+            if (l2_below >= 0.f) owned.push_back(std::make_unique<SmallRows>(l2_below));
+            if (max_rows >= 0 && lru) owned.push_back(std::make_unique<LruCap>(max_rows));
+            if (max_rows >= 0 && !lru) owned.push_back(std::make_unique<LfuCap>(max_rows));
+            std::vector<EvictionPolicy*> policies;
+            for (const auto& p : owned) policies.push_back(p.get());
             py::gil_scoped_release release;
-            return t.Evict(p, step);
+            return t.Evict(policies, step);
           },
           py::arg("step"), py::arg("after_steps") = -1, py::arg("min_freq") = -1, py::arg("l2_below") = -1.f,
           py::arg("max_rows") = -1, py::arg("lru") = false)
       .def("export",
-           [](const EmbeddingTable& t) {
+           [](EmbeddingTable& t) {
              TableSnapshot s;
              {
                py::gil_scoped_release release;
-               t.Export(&s);
+               TableSnapshots(t).Export(&s);
              }
              return SnapshotDict(s);
            })
@@ -203,7 +214,7 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
             s.last_step.assign(last.data(), last.data() + n);
             s.slot_init.assign(slot_init.data(), slot_init.data() + slot_init.size());
             std::string error;
-            if (!t.Import(s, &error)) throw py::value_error(error);
+            if (!TableSnapshots(t).Import(s, &error)) throw py::value_error(error);
           },
           py::arg("snapshot"), "Replaces the contents with an export() dict.")
       .def("stats", [](const EmbeddingTable& t) {

@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/core/table_snapshots.h"
 #include "kernels/table_resource.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -91,7 +92,7 @@ class TableExportOp : public TableOpKernel {
   using TableOpKernel::TableOpKernel;
   void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     core::TableSnapshot snap;
-    table.Export(&snap);
+    core::TableSnapshots(table).Export(&snap);
     WriteSnapshot(ctx, snap);
   }
 };
@@ -104,7 +105,7 @@ class TableImportOp : public TableOpKernel {
     OP_REQUIRES_OK(ctx, ReadSnapshot(ctx, res.table().dim(), &snap));
     OP_REQUIRES_OK(ctx, res.CheckOwnsKeys(type_string(), snap.keys.data(), static_cast<int64_t>(snap.keys.size())));
     std::string error;
-    OP_REQUIRES(ctx, res.table().Import(snap, &error),
+    OP_REQUIRES(ctx, core::TableSnapshots(res.table()).Import(snap, &error),
                 errors::InvalidArgument(type_string(), ": ", error));
     res.set_initialized();
   }
@@ -120,7 +121,7 @@ class TableExportDeltaOp : public TableOpKernel {
     core::TableSnapshot snap;
     std::vector<int64_t> removed;
     bool complete = false;
-    table.ExportDelta(since.scalar<int64_t>()(), &snap, &removed, &complete);
+    core::TableSnapshots(table).ExportDelta(since.scalar<int64_t>()(), &snap, &removed, &complete);
     WriteSnapshot(ctx, snap);
     CopyOut<int64_t>(ctx, 6, removed, TensorShape({static_cast<int64_t>(removed.size())}));
     Tensor* out = nullptr;
@@ -143,7 +144,7 @@ class TableImportDeltaOp : public TableOpKernel {
                                         removed.shape().DebugString(), " and ", complete.shape().DebugString()));
     std::vector<int64_t> gone(removed.flat<int64_t>().data(), removed.flat<int64_t>().data() + removed.NumElements());
     std::string error;
-    OP_REQUIRES(ctx, res.table().ImportDelta(snap, gone, complete.scalar<bool>()(), &error),
+    OP_REQUIRES(ctx, core::TableSnapshots(res.table()).ImportDelta(snap, gone, complete.scalar<bool>()(), &error),
                 errors::InvalidArgument("TfpsTableImportDelta: ", error));
   }
 };

@@ -2,8 +2,10 @@
 // assign, remove, size, eviction and memory stats. Thin adapters to core::EmbeddingTable.
 #include <algorithm>
 #include <initializer_list>
+#include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "kernels/table_resource.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -142,28 +144,40 @@ class TableSizeOp : public TableOpKernel {
   }
 };
 
+// The op's attributes (< 0: the rule is off) become the core's policies, built per run (a cap
+// holds one eviction's ranks).
 class TableEvictOp : public TableOpKernel {
  public:
   explicit TableEvictOp(OpKernelConstruction* ctx) : TableOpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_after_steps", &policy_.after_steps));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_min_freq", &policy_.min_freq));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_l2_below", &policy_.l2_below));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("max_rows", &policy_.max_rows));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_after_steps", &after_steps_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_min_freq", &min_freq_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_l2_below", &l2_below_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("max_rows", &max_rows_));
     std::string cap;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("cap_policy", &cap));
-    policy_.lru = cap == "lru";
+    lru_ = cap == "lru";
   }
   void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     const Tensor& step = ctx->input(1);
     OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(step.shape()),
                 errors::InvalidArgument("TfpsTableEvict: step must be a scalar, got ", step.shape().DebugString()));
+    std::vector<std::unique_ptr<core::EvictionPolicy>> owned;
+    if (after_steps_ >= 0) owned.push_back(std::make_unique<core::IdleRows>(after_steps_));
+    if (min_freq_ >= 0) owned.push_back(std::make_unique<core::RareRows>(min_freq_));
+    if (l2_below_ >= 0.f) owned.push_back(std::make_unique<core::SmallRows>(l2_below_));
+    if (max_rows_ >= 0 && lru_) owned.push_back(std::make_unique<core::LruCap>(max_rows_));
+    if (max_rows_ >= 0 && !lru_) owned.push_back(std::make_unique<core::LfuCap>(max_rows_));
+    std::vector<core::EvictionPolicy*> policies;
+    for (const auto& p : owned) policies.push_back(p.get());
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    out->scalar<int64_t>()() = table.Evict(policy_, step.scalar<int64_t>()());
+    out->scalar<int64_t>()() = table.Evict(policies, step.scalar<int64_t>()());
   }
 
  private:
-  core::EvictPolicy policy_;
+  int64_t after_steps_ = -1, min_freq_ = -1, max_rows_ = -1;
+  float l2_below_ = -1.f;
+  bool lru_ = false;
 };
 
 // Writes `values` as the op's output 0, an int64 vector.

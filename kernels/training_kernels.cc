@@ -1,8 +1,8 @@
 // Kernels of the fused sparse-apply ops: one probe per key updates value and
-// slots in place under the row's shard lock.
-#include <cmath>
+// slots in place under the row's shard lock; the row math is core/row_update.h.
 #include <string>
 
+#include "kernels/core/row_update.h"
 #include "kernels/table_resource.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
@@ -54,21 +54,10 @@ class ApplyGradientDescentOp : public ApplyOpBase {
   using ApplyOpBase::ApplyOpBase;
   void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     Apply(ctx, table, 0, nullptr, [](float* row, const float* g, int64_t dim, float lr, uint32_t) {
-      for (int64_t j = 0; j < dim; ++j) row[j] -= lr * g[j];
+      core::SgdRow(row, g, dim, lr);
     });
   }
 };
-
-// acc += g^2; value -= lr * g / sqrt(acc), element-wise over dim floats. value and acc are two
-// parts of one row that do not overlap (restrict), so the loop is vectorized (sqrtps, divps:
-// the same IEEE results as scalar code; the build has -fno-math-errno).
-inline void AdagradRow(float* __restrict value, float* __restrict acc, const float* __restrict g, int64_t dim,
-                       float lr) {
-  for (int64_t j = 0; j < dim; ++j) {
-    acc[j] += g[j] * g[j];
-    value[j] -= lr * g[j] / std::sqrt(acc[j]);
-  }
-}
 
 class ApplyAdagradOp : public ApplyOpBase {
  public:
@@ -77,7 +66,7 @@ class ApplyAdagradOp : public ApplyOpBase {
   }
   void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     Apply(ctx, table, 1, &init_acc_, [](float* row, const float* g, int64_t dim, float lr, uint32_t) {
-      AdagradRow(row, row + dim, g, dim, lr);
+      core::AdagradRow(row, row + dim, g, dim, lr);
     });
   }
 
@@ -97,29 +86,20 @@ bool ScalarInput(OpKernelContext* ctx, int index, float* out) {
   return true;
 }
 
-// Lazy Adam: only the rows of the batch move; each row's bias correction uses its own
-// step count t (its number of updates, freq + 1), not the global step:
-//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
-//   value -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps)
-// which is tf.compat.v1.train.AdamOptimizer's update for a row updated at every step.
+// Lazy Adam: only the rows of the batch move; each row's bias correction uses its own step
+// count t (its number of updates, freq + 1), not the global step, which is
+// tf.compat.v1.train.AdamOptimizer's update for a row updated at every step.
 class ApplyAdamOp : public ApplyOpBase {
  public:
   using ApplyOpBase::ApplyOpBase;
   void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
-    float b1, b2, eps;
-    if (!ScalarInput(ctx, 5, &b1) || !ScalarInput(ctx, 6, &b2) || !ScalarInput(ctx, 7, &eps)) return;
+    core::AdamConfig c;
+    if (!ScalarInput(ctx, 5, &c.beta1) || !ScalarInput(ctx, 6, &c.beta2) || !ScalarInput(ctx, 7, &c.epsilon)) return;
     const float zeros[2] = {0.f, 0.f};
-    Apply(ctx, table, 2, zeros, [b1, b2, eps](float* row, const float* g, int64_t dim, float lr, uint32_t updates) {
-      const double t = static_cast<double>(updates) + 1.0;
-      const float lr_t = static_cast<float>(lr * std::sqrt(1.0 - std::pow(static_cast<double>(b2), t)) /
-                                            (1.0 - std::pow(static_cast<double>(b1), t)));
-      float* m = row + dim;
-      float* v = row + 2 * dim;
-      for (int64_t j = 0; j < dim; ++j) {
-        m[j] += (g[j] - m[j]) * (1.f - b1);
-        v[j] += (g[j] * g[j] - v[j]) * (1.f - b2);
-        row[j] -= lr_t * m[j] / (std::sqrt(v[j]) + eps);
-      }
+    Apply(ctx, table, 2, zeros, [c](float* row, const float* g, int64_t dim, float lr, uint32_t updates) {
+      const int64_t t = static_cast<int64_t>(updates) + 1;
+      const float lr_t = core::AdamStepSize(lr, core::AdamBetaPower(c.beta1, t), core::AdamBetaPower(c.beta2, t));
+      core::AdamRow(row, row + dim, row + 2 * dim, g, dim, lr_t, c);
     });
   }
 };
@@ -132,22 +112,10 @@ class ApplyFtrlOp : public ApplyOpBase {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("initial_accumulator_value", &init_[0]));
   }
   void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
-    float l1, l2, lr_power;
-    if (!ScalarInput(ctx, 5, &l1) || !ScalarInput(ctx, 6, &l2) || !ScalarInput(ctx, 7, &lr_power)) return;
-    Apply(ctx, table, 2, init_, [l1, l2, lr_power](float* row, const float* g, int64_t dim, float lr, uint32_t) {
-      float* accum = row + dim;
-      float* linear = row + 2 * dim;
-      for (int64_t j = 0; j < dim; ++j) {
-        const float new_accum = accum[j] + g[j] * g[j];
-        const bool half = lr_power == -0.5f;
-        const float p_new = half ? std::sqrt(new_accum) : std::pow(new_accum, -lr_power);
-        const float p_old = half ? std::sqrt(accum[j]) : std::pow(accum[j], -lr_power);
-        linear[j] += g[j] - (p_new - p_old) / lr * row[j];
-        const float quadratic = p_new / lr + 2.f * l2;
-        const float sign = linear[j] > 0.f ? 1.f : (linear[j] < 0.f ? -1.f : 0.f);
-        row[j] = std::fabs(linear[j]) > l1 ? (sign * l1 - linear[j]) / quadratic : 0.f;
-        accum[j] = new_accum;
-      }
+    core::FtrlConfig c;
+    if (!ScalarInput(ctx, 5, &c.l1) || !ScalarInput(ctx, 6, &c.l2) || !ScalarInput(ctx, 7, &c.lr_power)) return;
+    Apply(ctx, table, 2, init_, [c](float* row, const float* g, int64_t dim, float lr, uint32_t) {
+      core::FtrlRow(row, row + dim, row + 2 * dim, g, dim, lr, c);
     });
   }
 

@@ -67,6 +67,38 @@ def test_inspect_lists_tables_and_top_ids(tmp_path, cli):
     assert code == 2 and "cannot read checkpoint" in err
 
 
+def test_inspect_breaks_a_merged_table_down_per_feature(tmp_path, cli):
+    """Two features merged in one table; oracle: per feature, its distinct ids (rows) and the
+    sum over steps of its distinct ids in each batch (one update per id per step)."""
+    from tfps.embedding.merged import Feature, lookup_features
+    batches = {"user": ([1, 2, 3, 3], [1, 4], [2]), "item": ([7, 7, 8], [9, 10, 11], [7])}
+    features = [Feature(name, 3) for name in batches]
+    with tf.Graph().as_default():
+        ids = {name: tf.compat.v1.placeholder(tf.int64, [None]) for name in batches}
+        rows = lookup_features([(f, ids[f.name]) for f in features])
+        loss = tf.add_n([tf.reduce_sum(r) for r in rows])
+        train = tfps.train.GradientDescentOptimizer(0.1).minimize(loss)
+        with tf.compat.v1.Session() as s:
+            for step in range(3):
+                s.run(train, {ids[n]: batches[n][step] for n in batches})
+            tf.compat.v1.train.Saver().save(s, str(tmp_path / "model"))
+    (t,) = inspect(str(tmp_path), feature_names=["user", "item", "unused"])
+    assert t["table"].startswith("tfps_merged/") and t["dim"] == 3
+    got = {f["feature"]: (f["tag"], f["rows"], f["updates"]) for f in t["features"]}
+    want = {f.name: (f.tag, len(set().union(*batches[f.name])), sum(len(set(b)) for b in batches[f.name]))
+            for f in features}
+    assert got == want
+    assert sum(f["rows"] for f in t["features"]) == t["rows"]
+    (unnamed,) = inspect(str(tmp_path))   # without names: the tags alone
+    assert {(f["tag"], f["feature"]) for f in unnamed["features"]} == {(f.tag, None) for f in features}
+    code, out, err = cli("inspect", str(tmp_path))
+    assert code == 0, err[-2000:]
+    assert json.loads(out.strip().splitlines()[-1])["tables"][0]["features"] == unnamed["features"]
+    code, out, err = cli("inspect", str(tmp_path), "--config", "configs/demo.yaml")   # C1..C26: none of these
+    assert code == 0, err[-2000:]
+    assert json.loads(out.strip().splitlines()[-1])["tables"][0]["features"] == unnamed["features"]
+
+
 def test_checkpoints_taken_while_training_are_consistent(tmp_path):
     """Adagrad with gradient 1 on every row: after t updates a row's accumulator is 0.1 + t and
     its value v0 - lr * sum_k 1/sqrt(0.1 + k). A checkpoint saved while another thread trains

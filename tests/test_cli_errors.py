@@ -1,6 +1,7 @@
 """tfps.cli's one-line errors: the telling line of TF's multi-line messages; bad launches, bad
 TF_CONFIGs and user errors answered with exit code 2 and one line naming what is wrong (in
 this process: they end before any training)."""
+import glob
 import json
 import socket
 
@@ -8,6 +9,7 @@ import pytest
 
 from tfps.cluster.launch import cluster_spec
 from tfps.cli import _op_error_line
+from tfps.state import disk
 
 
 def test_the_reason_of_a_remote_and_a_local_graph_error_is_found():
@@ -61,6 +63,52 @@ def test_user_errors_are_one_line(tmp_path, cli):
         code, _, err = cli(args[0], "--config", "configs/demo.yaml", *args[1:])
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith("tfps: "), (args, err[-2000:])
+
+
+def _all_bad(tmp_path, reader):
+    """(config overrides) of a data set of `reader` whose every row is malformed."""
+    if reader == "criteo":
+        path = tmp_path / "bad.txt"
+        path.write_text("1\t2\n" * 40 + "x\t" * 39 + "y\n")
+        return ["data.format=criteo", f"data.path={path}", f"data.eval_path={path}"]
+    if reader == "tfrecord":   # an empty file: nothing to read at all
+        path = tmp_path / "empty.tfrecord"
+        path.write_bytes(b"")
+        return ["data.format=tfrecord", f"data.path={path}", f"data.eval_path={path}",
+                "data.features=[{name: x, type: float}]"]
+    directory = tmp_path / "ml"
+    directory.mkdir()
+    (directory / "ratings.csv").write_text("userId,movieId,rating,timestamp\n" + "a,b,c,d\n" * 30)
+    (directory / "movies.csv").write_text("movieId,title,genres\n1,Toy Story (1995),Comedy\n")
+    return [f"data.format={reader}", f"data.path={directory}"]
+
+
+@pytest.mark.parametrize("reader", ["criteo", "movielens", "movielens_sequences", "tfrecord"])
+@pytest.mark.parametrize("skip", [True, False])
+def test_an_input_with_nothing_to_train_on_is_an_error_not_a_hang(tmp_path, cli, reader, skip):
+    """Every row malformed (or no row at all), with and without data.skip_bad_rows: `tfps train`
+    ends with exit 2 (an error, not an endless skip) having trained no step (at most the
+    initial checkpoint of step 0 is written)."""
+    model = "mtgr" if reader == "movielens_sequences" else "deepfm"
+    sets = _all_bad(tmp_path, reader) + [f"model.name={model}", f"data.skip_bad_rows={str(skip).lower()}",
+                                         "train.steps=20", f"model_dir={tmp_path / 'm'}"]
+    code, _, err = cli("train", "--config", "configs/demo.yaml", *[a for s in sets for a in ("--set", s)])
+    assert code == 2, err[-2000:]
+    assert {step for step, _ in disk.full_checkpoints(str(tmp_path / "m"))} <= {0}
+
+
+def test_an_eval_set_that_is_empty_is_refused_before_training(tmp_path, cli):
+    """MovieLens with one good rating (every user's latest share rounds down to nothing): the
+    empty eval set is an error before any step is trained (no checkpoint written)."""
+    directory = tmp_path / "ml"
+    directory.mkdir()
+    (directory / "ratings.csv").write_text("userId,movieId,rating,timestamp\n1,1,4.0,100\n" + "a,b,c,d\n" * 5)
+    (directory / "movies.csv").write_text("movieId,title,genres\n1,Toy Story (1995),Comedy\n")
+    sets = ["data.format=movielens", f"data.path={directory}", "data.skip_bad_rows=true", "train.steps=20",
+            f"model_dir={tmp_path / 'm'}"]
+    code, _, err = cli("train", "--config", "configs/demo.yaml", *[a for s in sets for a in ("--set", s)])
+    assert code == 2, err[-2000:]
+    assert not glob.glob(str(tmp_path / "m" / "model.ckpt-*"))
 
 
 def _criteo_files(tmp_path, case):

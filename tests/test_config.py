@@ -218,3 +218,16 @@ def test_a_positive_hyper_parameter_that_float32_makes_zero_is_refused(field):
         with pytest.raises(ConfigError, match=re.escape(field)):
             load_config("configs/demo.yaml", [f"{field}={tiny}"])
     load_config("configs/demo.yaml", [f"{field}={float(np.finfo(np.float32).tiny)}"])   # the smallest normal is fine
+
+
+def test_a_config_files_data_paths_are_relative_to_it_and_set_ones_to_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "ml.yaml").write_text("data:\n  format: movielens\n  path: ../data/ml\n")
+    (tmp_path / "conf" / "cr.yaml").write_text("data:\n  format: criteo\n  path: day_*.gz\n"
+                                               "  eval_path: /abs/eval.txt\n")
+    monkeypatch.chdir(tmp_path / "conf")
+    assert load_config("ml.yaml").data.path == str(tmp_path / "data" / "ml")
+    cfg = load_config(str(tmp_path / "conf" / "cr.yaml"))
+    assert (cfg.data.path, cfg.data.eval_path) == (str(tmp_path / "conf" / "day_*.gz"), "/abs/eval.txt")
+    assert load_config("ml.yaml", ["data.path=here"]).data.path == "here"
+    assert load_config("ml.yaml", ["data.path=gs://b/ml"]).data.path == "gs://b/ml"

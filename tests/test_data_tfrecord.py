@@ -161,3 +161,21 @@ def test_the_sequence_records_that_end_early_are_an_error_naming_the_file(tmp_pa
     with pytest.raises(tf.errors.InvalidArgumentError) as err:
         read_samples(lambda: tfrecord_samples(str(tmp_path)))
     assert str(path) in err.value.message and "truncated" in err.value.message
+
+
+@pytest.mark.parametrize("bad", [{"price": [float("nan")]}, {"price": [float("inf")]}, {"label": [float("nan")]}])
+def test_a_record_with_a_nan_or_infinite_float_is_an_error_naming_its_file_and_record(tmp_path, bad):
+    """Record 8 of the second file holds a NaN or infinity: reading stops there with the file and
+    the record's number (not later as a NaN loss), after the records before it."""
+    first, second = tmp_path / "a.tfrecord", tmp_path / "b.tfrecord"
+    _record_file(first)
+    records = [_example(**{"label": [1.0], "price": [i + 0.5], "pos": [i], **(bad if i == 7 else {})})
+               .SerializeToString() for i in range(12)]
+    with tf.io.TFRecordWriter(str(second)) as w:
+        for r in records:
+            w.write(r)
+    with pytest.raises(tf.errors.InvalidArgumentError) as err:
+        _read(lambda: tfrecord_dataset([str(first), str(second)], 4, SPECS))
+    assert f"{second} line 8:" in err.value.message   # TfpsCheckRows' position: file and record number
+    got = _read(lambda: tfrecord_dataset([str(first)], 4, SPECS))   # a clean file reads as before
+    assert _cat(got, "ids")[:, 0].tolist() == list(range(20))

@@ -256,6 +256,26 @@ print(json.dumps(result))
     assert got == {"error": "ResourceExhausted", "rows": 200000, "row_bytes": 8 + 4 * 1024 + 8}, got   # key, value, meta
 
 
+def test_a_table_wider_than_the_machine_is_resource_exhausted_not_killed(graph):
+    """Rows of 2^22 floats (16 MiB each): a batch of ids whose rows would take more than the
+    machine's whole memory is ResourceExhausted (the OOM killer's kill -9 before the guard, since
+    the arena's mapping is only address space until rows are written); the table keeps what it
+    had and takes rows again once they fit."""
+    with open("/proc/meminfo") as f:
+        total = int(f.readline().split()[1]) * 1024
+    dim = 1 << 22
+    h = et.table_handle(dim, "constant", 0.5, shared_name="wide")
+    ids = tf.compat.v1.placeholder(tf.int64, [None])
+    find, size = et.table_find(h, ids), et.table_size(h)
+    with tf.compat.v1.Session() as s:
+        s.run(tf.reduce_sum(find), {ids: [1, 2]})
+        with pytest.raises(tf.errors.ResourceExhaustedError):
+            s.run(tf.reduce_sum(find), {ids: np.arange(10, 10 + total // (4 * dim) + 1)})
+        assert s.run(size) == 2
+        np.testing.assert_array_equal(s.run(find, {ids: [3]}), np.full([1, dim], 0.5, np.float32))
+        assert s.run(size) == 3
+
+
 def test_scatter_add_rows_out_of_memory_is_resource_exhausted():
     """The parallel path's per-thread buffers come from TF's allocator: under an address-space
     limit that leaves room for the 600 MB output but not for the buffers beside it, the op fails

@@ -47,7 +47,9 @@ def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path
     assert metrics["traffic_per_step"]["recv_tensor_rpcs"] > 0 and metrics["traffic_per_step"]["tasks"] == 3
     # The checkpoint holds the merged table under one name, whatever the PS count, with every shard's rows.
     ckpt = tf.train.latest_checkpoint(str(tmp_path / "cluster"))
-    assert int(ckpt.rsplit("-", 1)[1]) >= 800   # async workers may overshoot by a step or two
+    # train.steps ends at that step: the workers stop early and the chief trains the last steps
+    assert int(ckpt.rsplit("-", 1)[1]) == tf.train.load_variable(ckpt, "global_step") == 800
+    assert tasks["chief0"]["local_steps"] + tasks["worker0"]["local_steps"] == 800
     keys = {n: s for n, s in tf.train.list_variables(ckpt) if n.endswith("-keys")}
     assert len(keys) == 1 and list(keys.values())[0][0] > 0
     table = list(keys)[0][:-len("-keys")]
@@ -60,7 +62,7 @@ def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path
 
 def _export_serve_and_resume(tmp_path, cli, forker, args, cluster_auc, table, saved, ckpt):
     """Trained on 2 PS: `tfps export` with the same config (one shard) serves the chief's model
-    (loaded in a graph of its own), and training resumes on 3 PS (`tfps launch`) and in one
+    (loaded in a graph of its own), so does its stock export (loaded without tfps), and training resumes on 3 PS (`tfps launch`) and in one
     process (`tfps train`) from the 2-PS checkpoint, with the same variable names and fingerprint.
     Adam's beta powers (beta1 0.99: 0.9 ** 900 is below float32) are saved as one pair whatever the PS count (the other PS tasks hold local
     copies), and each resume continues the saved pair. Oracle: with one trainer, the pair is
@@ -71,6 +73,7 @@ def _export_serve_and_resume(tmp_path, cli, forker, args, cluster_auc, table, sa
     from tfps.data.synthetic import auc
     from tfps.data.sources import eval_set
     from test_serving import score_saved_model
+    from stock_compare import assert_same_scores
     model_dir = tmp_path / "cluster"
     code, out, err = cli("export", "--config", "configs/demo.yaml", *args, "--set", f"model_dir={model_dir}",
                          "--export-dir", str(tmp_path / "export"))
@@ -82,6 +85,14 @@ def _export_serve_and_resume(tmp_path, cli, forker, args, cluster_auc, table, sa
     served = score_saved_model(saved_model, features)
     # The chief scored the same checkpoint on the same sample: the served model gives its AUC.
     assert abs(auc(labels, served) - cluster_auc) < 1e-4, (auc(labels, served), cluster_auc)
+    # The stock export of the 2-PS model, loaded without tfps, scores as the tfps export, ids
+    # never seen included (tests/stock_compare.py).
+    code, out, err = cli("export", "--config", "configs/demo.yaml", *args, "--set", f"model_dir={model_dir}",
+                         "--format", "stock", "--export-dir", str(tmp_path / "stock"))
+    assert code == 0, err[-3000:]
+    rows = {k: v[:64].copy() for k, v in features.items()}
+    rows["ids"][:8] = np.arange(8 * 26).reshape(8, 26) + 2**45
+    assert_same_scores(saved_model, json.loads(out.strip().splitlines()[-1])["saved_model"], rows, tmp_path)
     step = int(ckpt.rsplit("-", 1)[1])
     shutil.copytree(model_dir, tmp_path / "one", ignore=shutil.ignore_patterns("logs"))
     # The resumed run also evicts (on the chief) and writes delta checkpoints: switches that work
@@ -93,7 +104,7 @@ def _export_serve_and_resume(tmp_path, cli, forker, args, cluster_auc, table, sa
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     resumed = tf.train.latest_checkpoint(str(model_dir))
     final_step = int(resumed.rsplit("-", 1)[1])
-    assert final_step >= step + 100
+    assert final_step == tf.train.load_variable(resumed, "global_step") == step + 100
     from tfps.runner.incremental import delta_files
     deltas = delta_files(str(model_dir), after_step=step)
     assert deltas and tf.train.load_checkpoint(deltas[0][1]).has_tensor(f"{table}-delta-keys")

@@ -1,4 +1,5 @@
-"""A built wheel carries the op library and works away from the source tree."""
+"""A built wheel carries the op library and works away from the source tree; `tfps[serve]`
+brings the serving API `tfps serve` imports."""
 import json
 import os
 import subprocess
@@ -38,6 +39,14 @@ def test_wheel_installs_and_runs_a_lookup_away_from_the_source_tree(tmp_path):
         assert "tfps/_tfps_ops.so" in names and any(n.startswith("tfps/_core.") for n in names)
         import tensorflow as tf
         assert json.loads(z.read("tfps/_build_info.json"))["tensorflow"] == tf.__version__
+        (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        meta = z.read(meta).decode()
+    # pip install tfps[serve]: the serving API at the version this venv runs `tfps serve` with
+    from importlib import metadata
+    serving = metadata.version("tensorflow-serving-api")
+    assert "Provides-Extra: serve" in meta.splitlines()
+    assert any(line.startswith(f"Requires-Dist: tensorflow-serving-api=={serving}") and 'extra == "serve"' in line
+               for line in meta.splitlines()), meta
     site = tmp_path / "site"
     out = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
                           str(wheel)], capture_output=True, text=True, timeout=600)

@@ -65,3 +65,31 @@ print("ESTIMATOR", "tensorflow_estimator" in sys.modules)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "ESTIMATOR False" in out.stdout, out.stdout[-2000:]
     assert len(os.listdir(tmp_path / "e")) == 1
+
+
+def _tiny_model_fn(features, labels, mode, params):
+    import tfps
+    emb = tfps.get_embedding_variable("ids", embedding_dim=4)
+    logits = tf.reduce_sum(tfps.embedding_lookup(emb, features["ids"]), 1)
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+    gs = tf.compat.v1.train.get_or_create_global_step()
+    return ModelSpec(mode, loss=loss, train_op=tfps.train.AdagradOptimizer(0.1).minimize(loss, global_step=gs))
+
+
+def _tiny_input_fn():
+    ids = tf.data.Dataset.range(10**6).map(lambda i: i % 50)
+    return tf.data.Dataset.zip(({"ids": ids}, ids.map(lambda i: tf.cast(i % 2, tf.float32)))).batch(32)
+
+
+def test_train_of_a_program_of_ones_own_logs_its_progress_on_the_tfps_runner_logger(tmp_path, caplog):
+    """Without a ProgressHook, tfps.runner.train logs `step N loss L` every save_summary_steps;
+    oracle: the steps logged are the multiples up to max_steps, and the last loss is train's."""
+    import logging
+    from tfps.runner import train
+    settings = RunSettings(str(tmp_path), save_checkpoints_steps=20, save_summary_steps=5)
+    with caplog.at_level(logging.INFO, logger="tfps.runner"):
+        last = train(_tiny_model_fn, {}, _tiny_input_fn, settings, max_steps=20)
+    records = [r for r in caplog.records if r.name == "tfps.runner"]
+    assert [r.args[0] for r in records] == [5, 10, 15, 20]
+    assert records[-1].args[1] == pytest.approx(last)
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("-20")

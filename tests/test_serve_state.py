@@ -22,15 +22,20 @@ pytestmark = pytest.mark.slow
 POLL_SECS = 0.2   # how often the server polls model_dir
 
 
-def test_follow_applies_the_trainers_deltas_to_the_served_tables(trained, tmp_path):
+@pytest.mark.parametrize("export_format", ["tfps", "stock"])
+def test_follow_applies_the_trainers_deltas_to_the_served_tables(trained, tmp_path, export_format):
+    """Either export format: a stock export's tables take the deltas through stock insert and
+    remove ops (tfps.embedding.stock), and serve what a tfps export of the same cut serves."""
     cfg = _cfg(tmp_path / "model")
+    served_export = trained["export"] if export_format == "tfps" else export(
+        trained["cfg"], str(tmp_path / "stock"), "stock")
     shutil.copytree(trained["cfg"].model_dir, cfg.model_dir)
     # On a cluster the saver names a checkpoint by a global step it read before the save, so it
     # can hold a later one: the chain continues from the step it holds, not from its name.
     for path in tf.io.gfile.glob(os.path.join(str(cfg.model_dir), "model.ckpt-40.*")):
         os.rename(path, path.replace("model.ckpt-40", "model.ckpt-39"))
     tf.compat.v1.train.update_checkpoint_state(str(cfg.model_dir), os.path.join(str(cfg.model_dir), "model.ckpt-39"))
-    server = _server(os.path.dirname(trained["export"]), poll_secs=POLL_SECS, follow=str(cfg.model_dir))
+    server = _server(os.path.dirname(served_export), poll_secs=POLL_SECS, follow=str(cfg.model_dir))
     stub = _stub(server.port)
     rows = trained["rows"]
 
@@ -59,7 +64,7 @@ def test_follow_applies_the_trainers_deltas_to_the_served_tables(trained, tmp_pa
         oracle = _predict_export(cut, rows)
         assert np.abs(oracle - trained["want"]).max() > 1e-3   # the deltas change the scores
         np.testing.assert_allclose(served(), oracle, rtol=1e-5, atol=1e-6)
-        assert server.store.loaded()[int(os.path.basename(trained["export"]))].state()["step"] == 70
+        assert server.store.loaded()[int(os.path.basename(served_export))].state()["step"] == 70
         # A damaged delta (its index without its data) is refused; the served tables stay.
         with open(os.path.join(cfg.model_dir, "delta-80.index"), "wb") as f:
             f.write(b"\x00" * 64)
@@ -96,6 +101,7 @@ def test_follow_of_another_model_changes_nothing(trained, tmp_path):
             _polls(server, 3)
             after = tf.make_ndarray(stub.Predict(_request(trained["rows"]), timeout=30).outputs["probabilities"])
             assert server.store.follower.applied == []
+            assert version in server.store.follower.mismatch   # and it says so, though nothing is newer
             np.testing.assert_array_equal(after, before)
             np.testing.assert_allclose(before, trained["want"], rtol=1e-5, atol=1e-6)
             assert server.store.loaded()[version].state()["step"] == 40

@@ -362,5 +362,39 @@ def test_a_truncated_checkpoint_is_refused_naming_it_and_leaves_model_dir_as_it_
     os.makedirs(tmp_path / "moved")
     for path in tf.io.gfile.glob(newest + ".*"):
         os.rename(path, tmp_path / "moved" / os.path.basename(path))
+    os.makedirs(os.path.join(model_dir, "model.ckpt-1250_temp"))   # a save a kill -9 cut short
     _train(forker, model_dir)
     _same_updates(model_dir, straight)
+    from tfps.state import disk
+    assert disk.abandoned_saves(model_dir) == []   # removed by the resume that holds the lease
+
+
+def test_a_state_saver_builds_itself_on_first_save_in_a_graph_of_ones_own(tmp_path):
+    """saver.save with no build() first (the README's own-graph flow); oracle: a fresh graph's
+    StateSaver restores the same rows, dense values and step, and the checkpoint has a manifest."""
+    def graph():
+        train, ids = _model(), tf.constant([1, 2, 3], tf.int64)
+        with tf.compat.v1.variable_scope("", reuse=True):
+            ev, w = tfps.get_embedding_variable("emb", 4), tf.compat.v1.get_variable("w")
+        return train, [tfps.embedding_lookup(ev, ids, insert=False), w.read_value(),
+                       tf.compat.v1.train.get_global_step().read_value()]
+
+    with tf.Graph().as_default():
+        train, read = graph()
+        saver = tfps.state.StateSaver()
+        with tf.compat.v1.Session() as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(3):
+                s.run(train)
+            want = s.run(read)
+            path = saver.save(s, str(tmp_path / "model.ckpt"), global_step=tf.compat.v1.train.get_global_step())
+    assert manifests.read(path) is not None
+    with tf.Graph().as_default():
+        _, read = graph()
+        saver = tfps.state.StateSaver()
+        with tf.compat.v1.Session() as s:
+            saver.restore(s, path)
+            got = s.run(read)
+    assert got[2] == want[2] == 3
+    for a, b in zip(got[:2], want[:2]):
+        np.testing.assert_array_equal(a, b)

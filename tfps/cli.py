@@ -61,7 +61,7 @@ def _export(args):
         raise ConfigError("export needs model_dir (--set model_dir=DIR) holding a trained checkpoint")
     quiet_python_logs()
     from tfps.runner.job import export
-    path = export(cfg, args.export_dir)
+    path = export(cfg, args.export_dir, args.format)
     print(json.dumps({"saved_model": path}), flush=True)
     return 0
 
@@ -70,16 +70,32 @@ def _inspect(args):
     import tensorflow as tf
     quiet_python_logs()
     from tfps.embedding.checkpoint_tools import inspect
+    names, embedding_dim = (), None
+    if args.config:   # names the features of merged tables, and gives the model's embedding_dim
+        from tfps.config import load_config
+        from tfps.data.sources import schema_of
+        cfg = load_config(args.config)
+        schema, embedding_dim = schema_of(cfg), cfg.model.embedding_dim
+        names = tuple(schema.id_features) + tuple(schema.list_features)
     try:
-        tables = inspect(args.checkpoint, top=args.top)
+        tables = inspect(args.checkpoint, top=args.top, feature_names=names)
     except (tf.errors.OpError, ValueError, RuntimeError, IndexError) as e:
         raise ValueError(f"cannot read checkpoint {args.checkpoint!r}: {str(e).strip().splitlines()[0]}") from None
     if not tables:
         print(f"no tfps tables in {args.checkpoint}", flush=True)
     for t in tables:
         top = ", ".join(f"{k}:{f}" for k, f in t["top_ids_by_freq"])
-        print(f"{t['table']}: {t['rows']} rows, dim {t['dim']}, {t['slots']} slots, "
+        dim = (f"dim {t['dim']} (embedding_dim {embedding_dim} + 1: the first-order weight)"
+               if embedding_dim is not None and t["dim"] == embedding_dim + 1 else f"dim {t['dim']}")
+        print(f"{t['table']}: {t['rows']} rows, {dim}, {t['slots']} slots, "
               f"{t['bytes'] / 2**20:.2f} MiB; top ids (id:updates) {top}", flush=True)
+        order = {n: i for i, n in enumerate(names)}
+        for f in sorted(t.get("features", []), key=lambda f: (order.get(f["feature"], len(order)), f["tag"])):
+            print(f"  tag {f['tag']:>5} {f['feature'] or '?':<16} {f['rows']} rows, {f['updates']} updates", flush=True)
+    if any("features" in t for t in tables):
+        print("(tag: a merged table's key is (tag << 48) | id, the tag a feature's own (crc32 of its name); "
+              + ("? is a tag no feature of the config has)" if args.config else
+                 "--config names the features and gives the model's embedding_dim)"), flush=True)
     state = _state_of(args.checkpoint)
     if state:
         print(f"model fingerprint {state['fingerprint']}; tables above are {state['checkpoint']}"
@@ -248,6 +264,9 @@ def main(argv=None):
     exp.add_argument("--config", help="the YAML job config the model was trained with")
     exp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     exp.add_argument("--export-dir", required=True, help="directory under which the SavedModel is written")
+    exp.add_argument("--format", choices=("stock", "tfps"), default=None,
+                     help="stock: stock TensorFlow ops only (the unmodified tensorflow_model_server loads it); "
+                          "tfps: tfps's table ops (default: export.format of the config)")
     exp.set_defaults(fn=_export)
     lau = sub.add_parser("launch", parents=[common],
                           help="run a PS/worker cluster on this machine (one process per task)")
@@ -284,6 +303,7 @@ def main(argv=None):
                           help="per table of a checkpoint: rows, bytes, top ids by frequency")
     ins.add_argument("checkpoint", help="checkpoint prefix or model directory")
     ins.add_argument("--top", type=int, default=5, help="how many top ids to list per table")
+    ins.add_argument("--config", help="the model's YAML config: names the features of merged tables")
     ins.set_defaults(fn=_inspect)
     srv = sub.add_parser("serve", parents=[common],
                           help="serve SavedModel versions over TF Serving's gRPC and REST APIs")

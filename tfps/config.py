@@ -185,6 +185,13 @@ class PipelineSection:
 
 
 @dataclasses.dataclass
+class ExportSection:
+    format: str = "stock"                # tfps export's default --format: stock (stock TensorFlow ops only: the
+                                         # unmodified tensorflow_model_server loads it; docs/serving.md) | tfps
+                                         # (tfps's table ops, with the optimizer slots: needs tfps to load)
+
+
+@dataclasses.dataclass
 class JobConfig:
     model_dir: Optional[str] = None      # None: a fresh temporary directory
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
@@ -193,6 +200,7 @@ class JobConfig:
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
     cluster: ClusterSection = dataclasses.field(default_factory=ClusterSection)
     pipeline: PipelineSection = dataclasses.field(default_factory=PipelineSection)
+    export: ExportSection = dataclasses.field(default_factory=ExportSection)
 
 
 def numeric_fields(cls=None, prefix=""):
@@ -224,6 +232,7 @@ def load_config(path=None, overrides=()):
             raise ConfigError(f"config {path} is not valid YAML: {e}") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"config {path} must be a mapping at the top level")
+        _resolve_data_paths(raw, os.path.dirname(os.path.abspath(path)))
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--set expects key.sub=value, got {item!r}")
@@ -237,6 +246,19 @@ def load_config(path=None, overrides=()):
     cfg = build(JobConfig, raw)
     validate(cfg)
     return cfg
+
+
+def _resolve_data_paths(raw, directory):
+    """A config file's relative data.path and data.eval_path name files beside it: they are made
+    absolute from the config's directory (a --set value stays relative to the working directory,
+    as any command-line path). URLs (gs://, hdfs://, ...) are left as they are."""
+    data = raw.get("data")
+    if not isinstance(data, dict):
+        return
+    for key in ("path", "eval_path"):
+        value = data.get(key)
+        if isinstance(value, str) and value and not os.path.isabs(value) and "://" not in value:
+            data[key] = os.path.normpath(os.path.join(directory, value))
 
 
 def validate(cfg):
@@ -256,6 +278,7 @@ def validate(cfg):
          f"data.num_interacting ({cfg.data.num_interacting}) must be <= data.num_categorical "
          f"({cfg.data.num_categorical})"),
         (cfg.model.dcn_structure in ("stacked", "parallel"), "model.dcn_structure must be stacked or parallel"),
+        (cfg.export.format in ("tfps", "stock"), f"export.format must be stock or tfps, got {cfg.export.format!r}"),
         (cfg.data.format in FORMATS, f"data.format must be one of {', '.join(FORMATS)}, got {cfg.data.format!r}"),
         (cfg.data.format == "synthetic" or cfg.data.path, f"data.path must name the {cfg.data.format} data"),
         (cfg.data.format != "criteo" or cfg.data.eval_path, "data.eval_path must name the criteo eval files"),
@@ -332,6 +355,3 @@ def check_model_dir(path):
     except OSError as e:
         raise ConfigError(f"model_dir {path!r} is not writable: {e.strerror or e}") from None
 
-
-def to_dict(cfg):
-    return dataclasses.asdict(cfg)

@@ -105,3 +105,17 @@ def test_the_stock_step_benchmark_compares_one_process_and_the_cluster_at_both_l
         assert result[k]["extra_cpu_ms_per_step"] == [round(cluster["cpu_ms_per_step"] - one["cpu_ms_per_step"], 2)]
     extra = {k: result[k]["extra_cpu_ms_per_step"][0] for k in ("1", "16")}
     assert result["loop_ratio"] == [round(extra["16"] / extra["1"], 3)]
+
+
+def test_the_export_benchmark_measures_both_formats():
+    """benchmarks/bench_export.py --quick (10^5 rows): both formats exported, loaded in fresh
+    processes (the stock one without tfps) and served; the stock export carries no optimizer slot,
+    so it is smaller on disk than the tfps one, and its graph does not hold the rows."""
+    (cell,) = _run("benchmarks/bench_export.py", "--quick", timeout=900)
+    assert cell["n"] == 10**5
+    stock, tfps = cell["stock"], cell["tfps"]
+    assert stock["tfps_loaded"] is False and tfps["tfps_loaded"] is True
+    assert stock["disk_bytes"] < tfps["disk_bytes"] and stock["pb_bytes"] < cell["table_bytes"] / 10
+    for fmt in (stock, tfps):
+        assert fmt["load_s"] > 0 and fmt["loaded_bytes"] > 0 and fmt["peak_bytes"] >= fmt["loaded_bytes"]
+        assert all(fmt["rps"][b] > 0 for b in ("1", "64", "1024")), fmt["rps"]

@@ -91,6 +91,11 @@ constexpr int64_t kStreamMinBytes = int64_t{4} << 20;
 // Dedup tables of skewed batches are sized for EstimateDistinct / this (the sampled
 // estimate runs 2-3x high on skewed ids; a low guess costs one doubling).
 constexpr int64_t kSkewedSizeDivisor = 2;
+// A table's rows may not take the machine's memory below this share of it (memory_guard.h):
+// the growth that would is ResourceExhausted instead of the OOM killer's kill -9.
+constexpr double kMemoryReserveFraction = 0.05;
+// The machine's available memory is read again once this much has been granted since.
+constexpr int64_t kMemoryRecheckBytes = int64_t{64} << 20;
 
 }  // namespace core
 }  // namespace tfps

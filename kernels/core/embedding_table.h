@@ -17,9 +17,9 @@
 // call (the arena may move once the lock is released; the callback must not call back into
 // the table). Lookups only read rows (no write under the shared
 // lock); freq and last_step change only in Update(), under the exclusive lock.
-// EnsureSlots() and Import() take the layout lock and then every shard lock exclusively;
-// exports hold the layout lock shared and take the shard locks one at a time, so a snapshot
-// has one row layout while training goes on. Methods that allocate throw std::bad_alloc when
+// EnsureSlots() and ReplaceRows() take the layout lock and then every shard lock exclusively;
+// VisitShards() (exports) holds the layout lock shared and takes the shard locks one at a time,
+// so a snapshot has one row layout while training goes on. Methods that allocate throw std::bad_alloc when
 // memory runs out (kernels turn it into ResourceExhausted); every lock is a scoped guard, and
 // rows and index room are allocated before the table changes, so the table stays as it was.
 #ifndef TFPS_KERNELS_CORE_EMBEDDING_TABLE_H_
@@ -67,19 +67,22 @@ struct TableStats {
   int64_t side_bytes = 0;
 };
 
-// Everything Export() returns; Import() takes the same.
-struct TableSnapshot {
+// The row layout of a table: value dim, optimizer slots per row and their initial values.
+struct RowLayout {
   int64_t dim = 0;
   int num_slots = 0;
-  std::vector<int64_t> keys;
-  std::vector<float> values;     // [n, dim]
-  std::vector<float> slots;      // [n, num_slots * dim]
-  std::vector<int64_t> freq;     // [n]
-  std::vector<int64_t> last_step;// [n]
   std::vector<float> slot_init;  // [num_slots]
 };
 
+// A row's meta as the visit API reads and writes it (stored clamped to [0, 2^32 - 1]).
+struct RowMeta {
+  int64_t freq = 0;       // training updates
+  int64_t last_step = 0;  // global step of the last update
+};
+
 class EmbeddingTable {
+  struct Shard;  // one index shard (below)
+
  public:
   // admit_min_count: a key gets a row only once training lookups have seen it this many
   // times (1: at once). Until then it reads as a missing key and its updates are dropped.
@@ -123,37 +126,59 @@ class EmbeddingTable {
                  const std::function<void(int64_t, float*, uint32_t)>& fn, const void* batch = nullptr,
                  size_t batch_bytes = 0);
 
-  // Removes the rows the policy selects (their memory returns to the shard's arena) and
-  // returns how many. `step` is the current global step.
-  int64_t Evict(const EvictPolicy& policy, int64_t step);
+  // Removes the rows the policies select (their memory returns to the shard's arena) and
+  // returns how many: first the rows any row rule selects, then, in turn, those each ranking
+  // rule selects among the rows left (eviction.h). `step` is the current global step.
+  int64_t Evict(const std::vector<EvictionPolicy*>& policies, int64_t step);
 
   // Gives the table k optimizer slots per row, new slot j starting at
   // slot_init[j]. From 0 slots, existing rows are re-laid out. Returns false
   // (and sets *error) when the table already has a different nonzero count.
   bool EnsureSlots(int k, const float* slot_init, std::string* error);
 
-  // Every row, each copied under its shard lock (value, slots and meta of one row come from
-  // one moment), all in one row layout.
-  void Export(TableSnapshot* snap) const;
-  // Replaces the contents with the snapshot; false and *error (table unchanged) when its parts
-  // do not fit together, its dim is not the table's, or a key appears twice.
-  bool Import(const TableSnapshot& snap, std::string* error);
+  // The locked visit API (snapshots and deltas are built on it: table_snapshots.h).
+  //
+  // One index shard under its lock, handed to a VisitShards() callback; valid during it.
+  class LockedShard {
+   public:
+    // Calls fn(key, row, meta) for every row of the shard, in memory order; row = [value dim |
+    // slots num_slots * dim], read only.
+    void ForEachRow(const std::function<void(int64_t, const float*, const RowMeta&)>& fn) const;
+    // In an exclusive visit: appends the keys removed at or after since_step to *keys and
+    // empties the shard's removed-keys log; true when the log had overflowed (RemovedLog::Take).
+    bool TakeRemoved(int64_t since_step, std::vector<int64_t>* keys);
+
+   private:
+    friend class EmbeddingTable;
+    LockedShard(const EmbeddingTable& t, Shard& s, bool exclusive) : t_(t), s_(s), exclusive_(exclusive) {}
+    const EmbeddingTable& t_;
+    Shard& s_;
+    const bool exclusive_;
+  };
+  // Holds the row layout fixed (the layout lock, shared), calls begin(layout) once, then
+  // fn(shard) for each index shard in turn under its lock (exclusive with `exclusive`), so each
+  // row is seen whole at one moment while training goes on in the other shards. (const: an
+  // exclusive visit may empty the removed-keys logs, which are not contents.)
+  void VisitShards(bool exclusive, const std::function<void(const RowLayout&)>& begin,
+                   const std::function<void(LockedShard&)>& fn) const;
+  // Calls fn(i, row, meta) under the exclusive lock of keys[i]'s shard for every key present
+  // (row = [value | slots]); the meta fn leaves is stored (clamped). Missing keys are skipped.
+  // Returns the number of rows visited.
+  int64_t ModifyRows(const int64_t* keys, int64_t n,
+                     const std::function<void(int64_t, float*, RowMeta*)>& fn);
+  // Replaces the contents with n rows of `layout`: key keys[i], its [value | slots] and meta
+  // written by fill(i, row). Built aside first: false and *error (table unchanged) when a key
+  // appears twice; running out of memory (std::bad_alloc) leaves the table as it was too. The
+  // admission sketch and the removed-keys log are kept.
+  bool ReplaceRows(const RowLayout& layout, const int64_t* keys, int64_t n,
+                   const std::function<RowMeta(int64_t, float*)>& fill, std::string* error);
 
   // Incremental checkpoints. Remove and Evict log the keys they drop, stamped with the latest
-  // step the table has seen (updates, evictions, imported rows), only while tracking is on
-  // (SetTrackRemoved(true)); turning it off drops the log. `step` (the caller's current step)
-  // is the earliest stamp from now on.
+  // step the table has seen (updates, evictions, imported rows: NoteStep), only while tracking
+  // is on (SetTrackRemoved(true)); turning it off drops the log. `step` (the caller's current
+  // step) is the earliest stamp from now on.
   void SetTrackRemoved(bool on, int64_t step = 0);
-  // ExportDelta: the rows updated at or after since_step (their last_step) and the keys removed
-  // at or after it, and -- in the same critical section per shard, so that no removal falls
-  // between a delta and the next -- empties the log. When the log outgrew kMaxRemovedPerShard
-  // in some shard, the delta is complete instead (*complete = true): every row, no removed
-  // keys, and importing it replaces the table.
-  void ExportDelta(int64_t since_step, TableSnapshot* snap, std::vector<int64_t>* removed, bool* complete);
-  // Applies a delta: removes `removed`, then inserts or overwrites the snapshot's rows (or, when
-  // complete, replaces the contents). Validates everything before the first change.
-  bool ImportDelta(const TableSnapshot& snap, const std::vector<int64_t>& removed, bool complete,
-                   std::string* error);
+  void NoteStep(int64_t step) { removal_.NoteStep(step); }
   // Forgets the removed keys logged so far.
   void ResetRemoved();
 
@@ -267,16 +292,8 @@ class EmbeddingTable {
   uint32_t* Meta(float* row) const {
     return reinterpret_cast<uint32_t*>(row + dim_ * (1 + num_slots_));
   }
-  // Every row (or, with updated_only, those updated at or after since_step), each copied under
-  // its shard lock, with the layout lock held shared by the caller. With take_removed, each
-  // shard's removed keys stamped at or after since_step go to *removed, its log is emptied and
-  // *overflowed says whether it had overflowed (the shard lock then exclusive).
-  // (const: with take_removed it empties the removed-keys logs, which are not contents.)
-  void ExportRowsLocked(int64_t since_step, bool updated_only, TableSnapshot* snap, bool take_removed,
-                        std::vector<int64_t>* removed, bool* overflowed) const;
   void LockAll() const;
   void UnlockAll() const;
-  static bool CheckSnapshot(const TableSnapshot& snap, int64_t dim, std::string* error);
 
   const int64_t dim_;
   const InitSpec init_;

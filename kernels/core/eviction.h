@@ -1,7 +1,15 @@
-// Eviction: which rows a policy removes. The rules look at one row at a time (its value and
-// its meta: freq, last_step); the size cap ranks every row left and drops the lowest. The
-// table scans its rows in memory order under the shard locks and erases what this selects.
-// Not thread-safe (one eviction's state); holds no table memory.
+// Eviction: which rows a table drops, one rule per class behind one interface
+// (EvictionPolicy), as DeepRec's eviction policies.
+//
+// Two kinds of rule. A row rule looks at one row at a time (its value, update count and last
+// update step): IdleRows, RareRows, SmallRows. A ranking rule needs every row first: the size
+// caps LfuCap and LruCap rank the rows left and drop the lowest. EmbeddingTable::Evict runs
+// the row rules shard by shard under each shard's lock (a row goes if any of them selects it),
+// then each ranking rule in turn with every shard locked: Rank() over every row left,
+// Ranked(), then Selects() over them again.
+//
+// Thread-safety: a policy holds no table memory; the row rules are immutable (one may serve
+// concurrent evictions), a ranking rule holds one eviction's ranks (one eviction at a time).
 #ifndef TFPS_KERNELS_CORE_EVICTION_H_
 #define TFPS_KERNELS_CORE_EVICTION_H_
 
@@ -12,45 +20,98 @@
 namespace tfps {
 namespace core {
 
-// Which rows Evict() removes; a field < 0 is off. A row goes if any rule says so.
-struct EvictPolicy {
-  int64_t after_steps = -1;   // step - last_step > after_steps (not updated for that long)
-  int64_t min_freq = -1;      // freq < min_freq (fewer training updates)
-  float l2_below = -1.f;      // ||value||_2 < l2_below
-  int64_t max_rows = -1;      // then keep at most this many rows, dropping the least
-  bool lru = false;           //   frequently (LFU, default) or least recently (LRU) updated
+// A row as the policies see it, valid for the call it is passed to.
+struct RowView {
+  int64_t key = 0;
+  const float* value = nullptr;  // [dim]
+  int64_t dim = 0;
+  uint32_t freq = 0;       // training updates so far
+  uint32_t last_step = 0;  // global step of the last update
 };
 
-class Eviction {
+class EvictionPolicy {
  public:
-  // The policy at global step `step`, for rows of `dim` values.
-  Eviction(const EvictPolicy& policy, int64_t step, int64_t dim) : policy_(policy), step_(step), dim_(dim) {}
+  virtual ~EvictionPolicy() = default;
+  // Whether the rule ranks every row before it selects (Rank, Ranked, then Selects).
+  virtual bool ranks() const { return false; }
+  virtual void Rank(const RowView&) {}
+  virtual void Ranked() {}
+  // Whether the row goes at global step `step`.
+  virtual bool Selects(const RowView& row, int64_t step) const = 0;
+};
 
-  bool has_rules() const { return policy_.after_steps >= 0 || policy_.min_freq >= 0 || policy_.l2_below >= 0.f; }
-  bool has_cap() const { return policy_.max_rows >= 0; }
-
-  // Whether a rule selects the row: value [dim], meta = {freq, last_step}.
-  bool Selects(const float* value, const uint32_t* meta) const {
-    if (policy_.after_steps >= 0 && step_ - static_cast<int64_t>(meta[1]) > policy_.after_steps) return true;
-    if (policy_.min_freq >= 0 && static_cast<int64_t>(meta[0]) < policy_.min_freq) return true;
-    if (policy_.l2_below >= 0.f) {
-      double sq = 0;
-      for (int64_t j = 0; j < dim_; ++j) sq += static_cast<double>(value[j]) * value[j];
-      if (sq < static_cast<double>(policy_.l2_below) * policy_.l2_below) return true;
-    }
-    return false;
+// Rows not updated for more than after_steps steps: step - last_step > after_steps.
+class IdleRows final : public EvictionPolicy {
+ public:
+  explicit IdleRows(int64_t after_steps);  // >= 0, else std::invalid_argument
+  bool Selects(const RowView& row, int64_t step) const override {
+    return step - static_cast<int64_t>(row.last_step) > after_steps_;
   }
 
-  // The cap: Rank() every row left, then OverCap() gives the keys of the rows beyond max_rows
-  // with the lowest (freq or last_step, key), in no particular order, and forgets the ranks.
-  void Rank(const uint32_t* meta, int64_t key) { score_.push_back({meta[policy_.lru ? 1 : 0], key}); }
-  std::vector<int64_t> OverCap();
+ private:
+  const int64_t after_steps_;
+};
+
+// Rows with fewer than min_freq training updates.
+class RareRows final : public EvictionPolicy {
+ public:
+  explicit RareRows(int64_t min_freq);  // >= 0, else std::invalid_argument
+  bool Selects(const RowView& row, int64_t) const override { return static_cast<int64_t>(row.freq) < min_freq_; }
 
  private:
-  const EvictPolicy policy_;
-  const int64_t step_;
-  const int64_t dim_;
-  std::vector<std::pair<uint32_t, int64_t>> score_;  // (freq or last_step, key)
+  const int64_t min_freq_;
+};
+
+// Rows whose value has an L2 norm below l2_below (summed in double).
+class SmallRows final : public EvictionPolicy {
+ public:
+  explicit SmallRows(float l2_below);  // >= 0, else std::invalid_argument
+  bool Selects(const RowView& row, int64_t) const override;
+
+ private:
+  const double l2_below_;
+};
+
+// The size cap: keeps at most max_rows rows, dropping those of the lowest (Score, key); the
+// subclasses say what the score is. Selects() is valid after Ranked(), for the rows ranked.
+class RowCap : public EvictionPolicy {
+ public:
+  explicit RowCap(int64_t max_rows);  // >= 0, else std::invalid_argument
+  bool ranks() const final { return true; }
+  void Rank(const RowView& row) final { ranks_.emplace_back(Score(row), row.key); }
+  // Finds the (score, key) below which the rows go, and forgets the ranks.
+  void Ranked() final;
+  bool Selects(const RowView& row, int64_t) const final {
+    return drops_all_ || (drops_ && std::make_pair(Score(row), row.key) < first_kept_);
+  }
+
+ protected:
+  virtual uint32_t Score(const RowView& row) const = 0;
+
+ private:
+  const int64_t max_rows_;
+  std::vector<std::pair<uint32_t, int64_t>> ranks_;  // (score, key) of every row ranked
+  bool drops_ = false;      // some rows go: those below first_kept_
+  bool drops_all_ = false;  // every row goes (max_rows 0)
+  std::pair<uint32_t, int64_t> first_kept_{0, 0};
+};
+
+// The cap by update count: the least frequently updated rows go (LFU).
+class LfuCap final : public RowCap {
+ public:
+  using RowCap::RowCap;
+
+ protected:
+  uint32_t Score(const RowView& row) const override { return row.freq; }
+};
+
+// The cap by last update: the least recently updated rows go (LRU).
+class LruCap final : public RowCap {
+ public:
+  using RowCap::RowCap;
+
+ protected:
+  uint32_t Score(const RowView& row) const override { return row.last_step; }
 };
 
 }  // namespace core

@@ -8,6 +8,8 @@
 #include <new>
 #include <stdexcept>
 
+#include "kernels/core/memory_guard.h"
+
 namespace tfps {
 namespace core {
 namespace {
@@ -69,6 +71,8 @@ void RowArena::Allocate(int64_t k, uint32_t* ids) {
   const int64_t recycled = std::min(k, free_count_);
   const int64_t fresh = k - recycled;
   if (static_cast<int64_t>(used_) + fresh > kMaxRowsPerShard) throw std::bad_alloc();
+  // The rows written below take real memory: refused when the machine has not got it.
+  if (!MemoryAvailableFor(fresh * stride_ * static_cast<int64_t>(sizeof(float)))) throw std::bad_alloc();
   // Room first (either may throw; the live bits may grow without harm), then nothing throws.
   live_.resize((static_cast<size_t>(used_) + static_cast<size_t>(fresh) + 63) / 64, 0);
   Reserve(static_cast<int64_t>(used_) + fresh);

@@ -1,15 +1,19 @@
-// Unit tests of Eviction (eviction.h) against each rule written out by hand and a sort of
-// all rows, and of eviction in the table.
+// Unit tests of the eviction policies (eviction.h), each against its rule written out by hand
+// (the caps against a sort of all rows), and of eviction in the table.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <memory>
 #include <random>
 #include <set>
+#include <stdexcept>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "kernels/core/embedding_table.h"
+#include "kernels/core/table_snapshots.h"
 #include "kernels/core/eviction.h"
 #include "tests/cc/test_main.h"
 
@@ -17,8 +21,25 @@ using namespace tfps::core;
 
 namespace {
 
-EvictPolicy RandomPolicy(std::mt19937_64& rng) {
-  EvictPolicy p;
+// What a test asks for, as the op's attributes say it (< 0: off), and the policies it makes.
+struct Rules {
+  int64_t after_steps = -1, min_freq = -1, max_rows = -1;
+  float l2_below = -1.f;
+  bool lru = false;
+
+  std::vector<std::unique_ptr<EvictionPolicy>> Make() const {
+    std::vector<std::unique_ptr<EvictionPolicy>> p;
+    if (after_steps >= 0) p.push_back(std::make_unique<IdleRows>(after_steps));
+    if (min_freq >= 0) p.push_back(std::make_unique<RareRows>(min_freq));
+    if (l2_below >= 0.f) p.push_back(std::make_unique<SmallRows>(l2_below));
+    if (max_rows >= 0 && lru) p.push_back(std::make_unique<LruCap>(max_rows));
+    if (max_rows >= 0 && !lru) p.push_back(std::make_unique<LfuCap>(max_rows));
+    return p;
+  }
+};
+
+Rules RandomRules(std::mt19937_64& rng) {
+  Rules p;
   if (rng() % 2) p.after_steps = static_cast<int64_t>(rng() % 50);
   if (rng() % 2) p.min_freq = static_cast<int64_t>(rng() % 20);
   if (rng() % 2) p.l2_below = static_cast<float>(rng() % 300) * 0.01f;
@@ -27,8 +48,8 @@ EvictPolicy RandomPolicy(std::mt19937_64& rng) {
   return p;
 }
 
-// The rules as the policy states them.
-bool Doomed(const EvictPolicy& p, int64_t step, const std::vector<float>& value, uint32_t freq, uint32_t last) {
+// The row rules as stated.
+bool Doomed(const Rules& p, int64_t step, const std::vector<float>& value, uint32_t freq, uint32_t last) {
   double sq = 0;
   for (float v : value) sq += static_cast<double>(v) * v;
   return (p.after_steps >= 0 && step - static_cast<int64_t>(last) > p.after_steps) ||
@@ -36,50 +57,107 @@ bool Doomed(const EvictPolicy& p, int64_t step, const std::vector<float>& value,
          (p.l2_below >= 0.f && std::sqrt(sq) < static_cast<double>(p.l2_below));
 }
 
+RowView View(int64_t key, const std::vector<float>& value, uint32_t freq, uint32_t last) {
+  return RowView{key, value.data(), static_cast<int64_t>(value.size()), freq, last};
+}
+
 }  // namespace
 
-TEST(EvictionRulesSelectWhatThePolicySays) {
+TEST(EachRowRuleSelectsWhatItStates) {
   std::mt19937_64 rng(8);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (int trial = 0; trial < 200; ++trial) {
-    const EvictPolicy p = RandomPolicy(rng);
+    const int64_t after = static_cast<int64_t>(rng() % 50), min_freq = static_cast<int64_t>(rng() % 20);
+    const float l2 = static_cast<float>(rng() % 300) * 0.01f;
+    const IdleRows idle(after);
+    const RareRows rare(min_freq);
+    const SmallRows small(l2);
+    CHECK(!idle.ranks() && !rare.ranks() && !small.ranks());
     const int64_t step = 40 + static_cast<int64_t>(rng() % 40), dim = 1 + static_cast<int64_t>(rng() % 5);
-    const Eviction eviction(p, step, dim);
-    CHECK_EQ(eviction.has_rules(), p.after_steps >= 0 || p.min_freq >= 0 || p.l2_below >= 0.f);
-    CHECK_EQ(eviction.has_cap(), p.max_rows >= 0);
     for (int r = 0; r < 50; ++r) {
       std::vector<float> value(dim);
       for (float& v : value) v = u(rng);
-      const uint32_t meta[2] = {static_cast<uint32_t>(rng() % 25), static_cast<uint32_t>(rng() % 80)};
-      CHECK_EQ(eviction.Selects(value.data(), meta), Doomed(p, step, value, meta[0], meta[1]));
+      const auto freq = static_cast<uint32_t>(rng() % 25), last = static_cast<uint32_t>(rng() % 80);
+      const RowView row = View(r, value, freq, last);
+      Rules only;
+      only.after_steps = after;
+      CHECK_EQ(idle.Selects(row, step), Doomed(only, step, value, freq, last));
+      only = Rules();
+      only.min_freq = min_freq;
+      CHECK_EQ(rare.Selects(row, step), Doomed(only, step, value, freq, last));
+      only = Rules();
+      only.l2_below = l2;
+      CHECK_EQ(small.Selects(row, step), Doomed(only, step, value, freq, last));
     }
   }
 }
 
-TEST(EvictionCapDropsTheLowestRanked) {
+TEST(RowRulesAtTheirBoundaries) {
+  const std::vector<float> v34 = {3.f, 4.f};  // norm 5
+  // Idle for exactly after_steps steps stays; one more goes.
+  CHECK(!IdleRows(10).Selects(View(1, v34, 0, 90), 100));
+  CHECK(IdleRows(10).Selects(View(1, v34, 0, 89), 100));
+  CHECK(!IdleRows(0).Selects(View(1, v34, 0, 100), 100));
+  // freq equal to min_freq stays; min_freq 0 selects nothing.
+  CHECK(!RareRows(3).Selects(View(1, v34, 3, 0), 0));
+  CHECK(RareRows(3).Selects(View(1, v34, 2, 0), 0));
+  CHECK(!RareRows(0).Selects(View(1, v34, 0, 0), 0));
+  // A norm equal to l2_below stays; l2_below 0 selects nothing, not even a zero row.
+  CHECK(!SmallRows(5.f).Selects(View(1, v34, 0, 0), 0));
+  CHECK(SmallRows(5.0001f).Selects(View(1, v34, 0, 0), 0));
+  CHECK(!SmallRows(0.f).Selects(View(1, std::vector<float>{0.f, 0.f}, 0, 0), 0));
+}
+
+TEST(PoliciesRefuseNegativeSettings) {
+  auto refused = [](auto make) {
+    try {
+      make();
+    } catch (const std::invalid_argument&) {
+      return true;
+    }
+    return false;
+  };
+  CHECK(refused([] { IdleRows p(-1); }));
+  CHECK(refused([] { RareRows p(-2); }));
+  CHECK(refused([] { SmallRows p(-0.5f); }));
+  CHECK(refused([] { SmallRows p(std::numeric_limits<float>::quiet_NaN()); }));
+  CHECK(refused([] { LfuCap p(-1); }));
+  CHECK(refused([] { LruCap p(-1); }));
+  CHECK(!refused([] { LruCap p(0); }));
+}
+
+TEST(CapsDropTheLowestRanked) {
   // Oracle: every (score, key) sorted; the first size - max_rows go. Scores repeat, so ties
-  // are broken by key.
+  // are broken by key. LfuCap ranks by freq, LruCap by last_step.
   std::mt19937_64 rng(9);
+  const std::vector<float> value = {1.f};
   for (int trial = 0; trial < 100; ++trial) {
-    EvictPolicy p;
-    p.max_rows = static_cast<int64_t>(rng() % 300);
-    p.lru = rng() % 2;
-    Eviction eviction(p, 100, 1);
+    const bool lru = trial % 2;
+    const int64_t max_rows = trial % 10 == 0 ? 0 : static_cast<int64_t>(rng() % 300);
+    LfuCap lfu(max_rows);
+    LruCap lru_cap(max_rows);
+    RowCap& cap = lru ? static_cast<RowCap&>(lru_cap) : lfu;
+    CHECK(cap.ranks());
     const int n = static_cast<int>(rng() % 400);
     std::vector<std::pair<uint32_t, int64_t>> ranked;
+    std::vector<RowView> rows;
     for (int i = 0; i < n; ++i) {
-      const uint32_t meta[2] = {static_cast<uint32_t>(rng() % 10), static_cast<uint32_t>(rng() % 10)};
-      const int64_t key = static_cast<int64_t>(i) * 13 - 2000;
-      eviction.Rank(meta, key);
-      ranked.emplace_back(meta[p.lru ? 1 : 0], key);
+      const auto freq = static_cast<uint32_t>(rng() % 10), last = static_cast<uint32_t>(rng() % 10);
+      rows.push_back(View(static_cast<int64_t>(i) * 13 - 2000, value, freq, last));
+      cap.Rank(rows.back());
+      ranked.emplace_back(lru ? last : freq, rows.back().key);
     }
+    cap.Ranked();
     std::sort(ranked.begin(), ranked.end());
     std::set<int64_t> want;
-    for (int64_t i = 0; i < n - p.max_rows; ++i) want.insert(ranked[i].second);
-    const std::vector<int64_t> got = eviction.OverCap();
-    CHECK_EQ(got.size(), want.size());
-    CHECK(std::set<int64_t>(got.begin(), got.end()) == want);
-    CHECK(eviction.OverCap().empty());  // the ranks are forgotten
+    for (int64_t i = 0; i < n - max_rows; ++i) want.insert(ranked[i].second);
+    std::set<int64_t> got;
+    for (const RowView& r : rows) {
+      if (cap.Selects(r, 100)) got.insert(r.key);
+    }
+    CHECK(got == want);
+    cap.Ranked();  // the ranks are forgotten: nothing over the cap now
+    for (const RowView& r : rows) CHECK(!cap.Selects(r, 100));
   }
 }
 
@@ -100,9 +178,9 @@ TEST(TableEvictionMatchesTheRulesThenTheCap) {
       const int updates = static_cast<int>(rng() % 15);
       for (int k = 0; k < updates; ++k) t.Update(&keys[i], 1, static_cast<int64_t>(rng() % 80), [](int64_t, float*, uint32_t) {});
     }
-    const EvictPolicy p = RandomPolicy(rng);
+    const Rules p = RandomRules(rng);
     TableSnapshot before;
-    t.Export(&before);
+    TableSnapshots(t).Export(&before);
     std::vector<std::tuple<uint32_t, int64_t>> left;  // (score, key) after the rules
     for (size_t i = 0; i < before.keys.size(); ++i) {
       const std::vector<float> value(before.values.begin() + 3 * i, before.values.begin() + 3 * i + 3);
@@ -113,9 +191,12 @@ TEST(TableEvictionMatchesTheRulesThenTheCap) {
     const size_t drop = p.max_rows >= 0 && static_cast<int64_t>(left.size()) > p.max_rows ? left.size() - p.max_rows : 0;
     std::set<int64_t> want;
     for (size_t i = drop; i < left.size(); ++i) want.insert(std::get<1>(left[i]));
-    CHECK_EQ(t.Evict(p, 90), n - static_cast<int64_t>(want.size()));
+    const auto owned = p.Make();
+    std::vector<EvictionPolicy*> policies;
+    for (const auto& q : owned) policies.push_back(q.get());
+    CHECK_EQ(t.Evict(policies, 90), n - static_cast<int64_t>(want.size()));
     TableSnapshot after;
-    t.Export(&after);
+    TableSnapshots(t).Export(&after);
     CHECK(std::set<int64_t>(after.keys.begin(), after.keys.end()) == want);
   }
 }
@@ -131,25 +212,21 @@ TEST(EvictByRulesAndCapReturnsRowsToThePool) {
     for (size_t u = 0; u < i % 10; ++u) t.Update(&keys[i], 1, static_cast<int64_t>(i), [](int64_t, float*, uint32_t) {});
   }
   const int64_t reserved = t.Stats().bytes_reserved;
-  EvictPolicy freq;
-  freq.min_freq = 3;  // drops i % 10 in {0, 1, 2}
-  CHECK_EQ(t.Evict(freq, 1000), 300);
-  EvictPolicy age;
-  age.after_steps = 200;  // at step 1000: drops last_step < 800
-  const int64_t old = t.Evict(age, 1000);
+  RareRows freq(3);  // drops i % 10 in {0, 1, 2}
+  CHECK_EQ(t.Evict({&freq}, 1000), 300);
+  IdleRows age(200);  // at step 1000: drops last_step < 800
+  const int64_t old = t.Evict({&age}, 1000);
   CHECK_EQ(old, 560);  // i < 800 with i % 10 >= 3
   CHECK_EQ(t.size(), 140);
-  EvictPolicy cap;
-  cap.max_rows = 50;  // LFU: the 50 most updated survive
-  CHECK_EQ(t.Evict(cap, 1000), 90);
+  LfuCap cap(50);  // the 50 most updated survive
+  CHECK_EQ(t.Evict({&cap}, 1000), 90);
   TableSnapshot snap;
-  t.Export(&snap);
+  TableSnapshots(t).Export(&snap);
   for (int64_t f : snap.freq) CHECK(f >= 7);
   // Re-inserting after eviction reuses the freed rows: no new memory.
   t.Assign(keys.data(), keys.size(), vals.data());
   CHECK_EQ(t.size(), 1000);
   CHECK_EQ(t.Stats().bytes_reserved, reserved);
-  EvictPolicy l2;
-  l2.l2_below = 2.f;  // all values are (1, 1): norm 1.41
-  CHECK_EQ(t.Evict(l2, 1000), 1000);
+  SmallRows l2(2.f);  // all values are (1, 1): norm 1.41
+  CHECK_EQ(t.Evict({&l2}, 1000), 1000);
 }

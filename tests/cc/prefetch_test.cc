@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/core/embedding_table.h"
+#include "kernels/core/table_snapshots.h"
 #include "tests/cc/test_main.h"
 
 using namespace tfps::core;
@@ -58,14 +59,13 @@ std::vector<unsigned char> Transcript(PrefetchMode mode) {
     t.Lookup(keys.data(), kBatch, false, true, values.data());  // serving path: no insert
     record(values.data(), values.size() * sizeof(float));
     if (r == 5) {
-      EvictPolicy policy;
-      policy.min_freq = 2;
-      const int64_t evicted = t.Evict(policy, 106);
+      RareRows policy(2);
+      const int64_t evicted = t.Evict({&policy}, 106);
       record(&evicted, sizeof(evicted));
     }
   }
   TableSnapshot snap;
-  t.Export(&snap);
+  TableSnapshots(t).Export(&snap);
   // Export walks each shard's rows in id order; the same operations give the same order.
   record(snap.keys.data(), snap.keys.size() * sizeof(int64_t));
   record(snap.values.data(), snap.values.size() * sizeof(float));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/core/embedding_table.h"
+#include "kernels/core/table_snapshots.h"
 #include "kernels/core/removed_log.h"
 #include "tests/cc/test_main.h"
 
@@ -96,20 +97,19 @@ TEST(TableDeltasCarryTheRemovedKeysOnce) {
   CHECK_EQ(t.Remove(keys.data(), 500), 490);
   // Keys 1000.. updated at step 9; evicting rows not updated since step 6 drops the rest.
   t.Update(keys.data() + 1000, 2000, 9, [](int64_t, float*, uint32_t) {});
-  EvictPolicy age;
-  age.after_steps = 3;
-  CHECK_EQ(t.Evict(age, 10), 500);
+  IdleRows age(3);
+  CHECK_EQ(t.Evict({&age}, 10), 500);
   removed.insert(keys.begin() + 500, keys.begin() + 1000);
   CHECK_EQ(t.Stats().removed_logged, 990);
   TableSnapshot snap;
   std::vector<int64_t> gone;
   bool complete = true;
-  t.ExportDelta(4, &snap, &gone, &complete);
+  TableSnapshots(t).ExportDelta(4, &snap, &gone, &complete);
   CHECK(!complete);
   CHECK(std::set<int64_t>(gone.begin(), gone.end()) == removed);
   CHECK_EQ(gone.size(), removed.size());
   CHECK_EQ(snap.keys.size(), 2000u);  // the rows updated since step 4
-  t.ExportDelta(4, &snap, &gone, &complete);  // the log was emptied
+  TableSnapshots(t).ExportDelta(4, &snap, &gone, &complete);  // the log was emptied
   CHECK(gone.empty());
   CHECK_EQ(t.Stats().removed_logged, 0);
   // Off: nothing is logged.

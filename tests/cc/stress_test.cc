@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/core/embedding_table.h"
+#include "kernels/core/table_snapshots.h"
 #include "tests/cc/test_main.h"
 
 using namespace tfps::core;
@@ -79,17 +80,16 @@ TEST(StressFourThreadsMixEveryOperationOnTheParallelPath) {
       if (w % 2 == 0) {
         if (t.Remove(churn.data(), kChurn) > kChurn) bad = true;
       } else {
-        EvictPolicy small;  // churn rows are 0 (norm 0), owned rows >= 10 in every value
-        small.l2_below = 1.f;
-        evicted += t.Evict(small, 1000 + r);
+        SmallRows small(1.f);  // churn rows are 0 (norm 0), owned rows >= 10 in every value
+        evicted += t.Evict({&small}, 1000 + r);
       }
       TableSnapshot snap;
       if (w == 0) {
         std::vector<int64_t> removed;
         bool complete = false;
-        t.ExportDelta(1000, &snap, &removed, &complete);
+        TableSnapshots(t).ExportDelta(1000, &snap, &removed, &complete);
       } else {
-        t.Export(&snap);
+        TableSnapshots(t).Export(&snap);
       }
       if (!SnapshotConsistent(snap)) bad = true;
       const TableStats st = t.Stats();
@@ -102,12 +102,11 @@ TEST(StressFourThreadsMixEveryOperationOnTheParallelPath) {
   CHECK(!bad.load());
   CHECK(evicted.load() > 0);
   // Left: every owned row, and none of the churn rows but those a remove raced with eviction for.
-  EvictPolicy small;
-  small.l2_below = 1.f;
-  t.Evict(small, 0);
+  SmallRows small(1.f);
+  t.Evict({&small}, 0);
   CHECK_EQ(t.size(), kThreads * kOwned);
   TableSnapshot snap;
-  t.Export(&snap);
+  TableSnapshots(t).Export(&snap);
   CHECK(SnapshotConsistent(snap));
   CHECK_EQ(snap.num_slots, 1);
   for (size_t i = 0; i < snap.keys.size(); ++i) {
@@ -134,7 +133,7 @@ TEST_ASAN_ONLY(RemovedLogIsBoundedAndOnlyKeptWhenTracked, "one thread, 4M remova
   TableSnapshot snap;
   std::vector<int64_t> removed;
   bool complete = true;
-  t.ExportDelta(0, &snap, &removed, &complete);
+  TableSnapshots(t).ExportDelta(0, &snap, &removed, &complete);
   CHECK(!complete);
   CHECK_EQ(static_cast<int64_t>(removed.size()), 1000);
   // Past the bound the log is dropped and the next delta is complete (every row).
@@ -144,17 +143,17 @@ TEST_ASAN_ONLY(RemovedLogIsBoundedAndOnlyKeptWhenTracked, "one thread, 4M remova
     t.Remove(keys.data(), keys.size() - 5);
     CHECK(t.Stats().removed_logged <= 64 * kMaxRemovedPerShard);
   }
-  t.ExportDelta(1 << 30, &snap, &removed, &complete);
+  TableSnapshots(t).ExportDelta(1 << 30, &snap, &removed, &complete);
   CHECK(complete);
   CHECK(removed.empty());
   CHECK_EQ(static_cast<int64_t>(snap.keys.size()), 5);
   TableSnapshot full;
-  t.Export(&full);
+  TableSnapshots(t).Export(&full);
   EmbeddingTable u(2, spec);
   std::vector<float> junk(100 * 2);
   u.Lookup(keys.data() + 1000, 100, true, false, junk.data());
   std::string error;
-  CHECK(u.ImportDelta(snap, removed, complete, &error));  // replaces: the 100 others are gone
+  CHECK(TableSnapshots(u).ImportDelta(snap, removed, complete, &error));  // replaces: the 100 others are gone
   CHECK_EQ(u.size(), 5);
   t.ResetRemoved();
   CHECK_EQ(t.Stats().removed_logged, 0);

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "kernels/core/embedding_table.h"
+#include "kernels/core/table_snapshots.h"
 #include "kernels/core/prefetch.h"
 #include "tests/cc/test_main.h"
 
@@ -154,7 +155,7 @@ TEST(TableSlotsUpdateExportImport) {
   const int64_t missing = 99;
   CHECK_EQ(t.Update(&missing, 1, 9, [](int64_t, float*, uint32_t) {}), 0);
   TableSnapshot snap;
-  t.Export(&snap);
+  TableSnapshots(t).Export(&snap);
   CHECK_EQ(snap.keys.size(), 3u);
   CHECK_EQ(snap.num_slots, 1);
   std::map<int64_t, int> at;
@@ -165,9 +166,9 @@ TEST(TableSlotsUpdateExportImport) {
   CHECK(snap.freq[at[10]] == 1 && snap.freq[at[30]] == 0 && snap.last_step[at[10]] == 9 &&
         snap.last_step[at[30]] == 0);
   EmbeddingTable u(2, spec);
-  CHECK(u.Import(snap, &error));
+  CHECK(TableSnapshots(u).Import(snap, &error));
   TableSnapshot again;
-  u.Export(&again);
+  TableSnapshots(u).Export(&again);
   std::map<int64_t, int> at2;
   for (size_t i = 0; i < again.keys.size(); ++i) at2[again.keys[i]] = static_cast<int>(i);
   for (int64_t k : keys) {
@@ -176,7 +177,7 @@ TEST(TableSlotsUpdateExportImport) {
     CHECK(snap.freq[at[k]] == again.freq[at2[k]]);
   }
   EmbeddingTable wrong(3, spec);
-  CHECK(!wrong.Import(snap, &error));
+  CHECK(!TableSnapshots(wrong).Import(snap, &error));
   snap.freq.pop_back();
-  CHECK(!u.Import(snap, &error));
+  CHECK(!TableSnapshots(u).Import(snap, &error));
 }

@@ -134,9 +134,10 @@ def messages_per_step(trainers, names):
     return {name: round(v, 1) for name, v in out.items()}
 
 
-NO_LINK = ("no link per task on loopback: every task talks over lo, which counts all of them together, and "
-           "TensorFlow's gRPC keeps no per-task byte counts (run with cluster.netns for these; traffic_per_step "
-           "has a traced step's tensor bytes)")
+# Why a field is null, in the JSON's `unavailable` (docs/cluster.md says more): short, since
+# four fields share it. On loopback every task talks over lo, which counts them all together,
+# and TensorFlow's gRPC keeps no per-task byte counts.
+NO_LINK = "no per-task link on loopback (cluster.netns has one)"
 
 
 def cost(meter, window, names, trainers, emulation=()):
@@ -167,11 +168,10 @@ def cost(meter, window, names, trainers, emulation=()):
         unavailable.update({f"{k}_per_step": NO_LINK for k in ("bytes_sent", "bytes_received", "packets_sent",
                                                                 "packets_received")})
     if any(v is None for v in messages.values()):
-        unavailable["messages_per_step"] = ("a trainer traced no step (traffic_per_step), so no partition graph "
-                                            "counts the tensors")
+        unavailable["messages_per_step"] = "a trainer traced no step (traffic_per_step)"
     cpus = [t["cpu_s_per_1k_examples"] for t in tasks.values()]
     if t0 is None or t1 is None:
-        unavailable["cpu_s_per_1k_examples"] = "the chief reported no steady window (steady_window)"
+        unavailable["cpu_s_per_1k_examples"] = "the chief reported no steady_window"
     out = {"window": {"seconds": _round(t1 - t0) if t0 and t1 else None, "global_steps": steps,
                       "examples": examples},
            "tasks": tasks,

@@ -1,8 +1,9 @@
 """`tfps launch`: a real PS/worker cluster on this machine, one process per task.
 
 Each task is `tfps train` with its own TF_CONFIG (gRPC servers on free loopback ports); logs go
-to MODEL_DIR/logs/<task>.log, the task's current pid to <task>.pid. While the job runs, one
-status line per task is printed every few seconds.
+to MODEL_DIR/logs/<task>.log (each line stamped with the time), the task's current pid to
+<task>.pid. While the job runs, a task's status (its state and the last line of its log) is
+printed when it changes, checked every few seconds.
 
 Given a `task_main` (what `tfps launch` passes: the CLI's main, with TensorFlow and the training
 modules imported beforehand by `preload`), each task is a fork of the launcher that runs
@@ -42,7 +43,7 @@ import time
 from tfps.cluster import netns as netns_lib
 from tfps.cluster.cost import Meter, cost
 from tfps.cluster.ports import cluster_spec, free_ports  # noqa: F401 -- tfps.cluster.launch's names too
-from tfps.cluster.process import Child, exec_argv, fork_task
+from tfps.cluster.process import Child, exec_argv, fork_task, untimestamped
 from tfps.state.lease import check_free
 
 GRACE_SECS = 120.0   # after the chief exits, how long the other workers and the evaluator may run on
@@ -55,7 +56,7 @@ def _last_line(path, json_only=False):
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 16384))
-            lines = f.read().decode(errors="replace").strip().splitlines()
+            lines = [untimestamped(line) for line in f.read().decode(errors="replace").strip().splitlines()]
     except OSError:
         return ""
     if json_only:
@@ -89,10 +90,11 @@ class _Task:
         if self._task_main is not None:
             self.proc = fork_task(self._task_main, self._argv, self._env, self._log, os.getpid(),
                                   f"tfps-{self.name}", self._signals, netns_fd=netns_fd,
-                                  close_fds=self._network.private_fds if self._network else ())
+                                  close_fds=self._network.private_fds if self._network else (), timestamps=True)
         else:
             netns_path = os.path.join(netns_lib.NETNS_DIR, self._network.netns_of(self.name)) if self._network else None
-            popen = subprocess.Popen(exec_argv(os.getpid(), "tfps.cli", self._argv, netns_path), env=self._env,
+            popen = subprocess.Popen(exec_argv(os.getpid(), "tfps.cli", self._argv, netns_path, timestamps=True),
+                                     env=self._env,
                                      stdout=self._log, stderr=subprocess.STDOUT)
             self.proc = Child(popen.pid, popen)
         if self._meter is not None:
@@ -304,7 +306,7 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
                 failure = (f"tfps launch: could not start {t.name} ({e.strerror or e}: this machine cannot start "
                            f"another process now); stopping the {started} task(s) already started")
                 break
-        last_status = time.time()
+        last_status, shown = time.time(), {}
         while failure is None:
             time.sleep(SAMPLE_SECS)
             _sample(meter, tasks, relay, network)
@@ -333,8 +335,7 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
                 break
             if time.time() - last_status >= status_every:
                 last_status = time.time()
-                for t in tasks:
-                    printer(f"[{t.name}] {t.state}: {_last_line(t.log_path)[:110]}", flush=True)
+                _print_status(tasks, shown, printer)
         if failure is None:
             code = 0
             _wait_for_others(tasks, printer, lambda: _sample(meter, tasks, relay, network))
@@ -364,14 +365,16 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
         metrics["cost"] = cost(meter, metrics.get("steady_window") or {}, [t.name for t in tasks], trainers,
                                emulation=["latency_relay"] if relay is not None else [])
         for name, s in metrics["tasks"].items():
-            printer(f"[{name}] " + ", ".join(f"{k} {v}" for k, v in s.items() if k != "task"), flush=True)
+            printer(f"[{name}] " + ", ".join(_task_words(k, v) for k, v in s.items() if k != "task"), flush=True)
         _print_cost(metrics["cost"], printer)
-        if "auc" in metrics:
-            quality = ", ".join(f"{k} {metrics[k]}" for k in ("auc", "gauc", "logloss", "oracle_auc", "bad_rows")
-                                if metrics.get(k) is not None)
-            printer(f"{quality}; {metrics.get('examples_per_sec') or 0:.0f} examples/s over the cluster (steady)",
-                    flush=True)
+        quality = ", ".join(f"{k} {metrics[k]}" for k in ("auc", "gauc", "logloss", "oracle_auc", "bad_rows")
+                            if metrics.get(k) is not None)
+        printer(f"the job: {metrics.get('examples_per_sec') or 0:.0f} examples/s over all trainers in the chief's "
+                f"steady window (examples_per_sec; each task's own rate is above)"
+                f"{'; ' + quality if quality else ''}", flush=True)
         final = json.dumps(metrics)
+    printer(f"model_dir {model_dir}: the checkpoints (tfps export, tfps inspect), each task's log in logs/; "
+            f"TensorBoard: tensorboard --logdir {model_dir}", flush=True)
     printer(final or _last_line(chief.log_path), flush=True)
     return code
 
@@ -387,6 +390,27 @@ def _sample(meter, tasks, relay, network):
         meter.sample("latency_relay", relay.pid)
     if network is not None:
         meter.sample_links(network.counters())
+
+
+def _print_status(tasks, shown, printer):
+    """Each task's state and the last line of its log, whole, when they changed since shown
+    {task name: what was printed}. A finished task's last line is its JSON: said as finished
+    (its figures come in the summary at the end)."""
+    for t in tasks:
+        line = _last_line(t.log_path)
+        status = f"{t.state}: {'finished' if line.startswith('{') and line.endswith('}') else line}"
+        if shown.get(t.name) != status:
+            shown[t.name] = status
+            printer(f"[{t.name}] {status}", flush=True)
+
+
+_TASK_WORDS = {"local_steps": "steps run by this task", "task_examples_per_sec": "examples/s of its own",
+               "global_step": "global step", "cpu_allocator": "CPU allocator"}
+
+
+def _task_words(key, value):
+    return f"{value} {_TASK_WORDS[key]}" if key in ("local_steps", "task_examples_per_sec") else \
+        f"{_TASK_WORDS.get(key, key)} {value}"
 
 
 def _print_cost(c, printer):

@@ -1,8 +1,14 @@
 """A task's process for `tfps launch`: started exec'd (subprocess.Popen) or forked (fork_task),
 dying with the launcher (prctl PR_SET_PDEATHSIG) and, with emulated hosts, in its own network
-namespace; reaped with os.wait4, so that the launcher gets each run's rusage (Child.on_exit)."""
+namespace; reaped with os.wait4, so that the launcher gets each run's rusage (Child.on_exit).
+With timestamps (what the launcher asks), every line the task's Python code writes to its log
+starts with the time (timestamped)."""
 import argparse
+import datetime
+import io
+import logging
 import os
+import re
 import runpy
 import signal
 import subprocess
@@ -31,20 +37,86 @@ def die_with_parent(parent):
     return set_up
 
 
-def exec_argv(parent, module, args, netns_path=None):
+def exec_argv(parent, module, args, netns_path=None, timestamps=False):
     """The command line of an exec'd task: `python -m <module> <args>`, started through this
     module's main(), which makes it die with `parent` and, with netns_path, moves it into that
     network namespace before the module runs. No preexec_fn: a fork of the launcher that runs
     Python (or the C library's fork handlers) before its exec can hang when the launcher has
-    threads (gRPC's, TensorFlow's); without one, subprocess execs from vfork."""
+    threads (gRPC's, TensorFlow's); without one, subprocess execs from vfork. timestamps: each
+    line the task writes starts with the time (timestamped)."""
     return ([sys.executable, "-m", "tfps.cluster.process", "--parent", str(parent)]
-            + (["--netns", netns_path] if netns_path else []) + ["--", module, *args])
+            + (["--netns", netns_path] if netns_path else []) + (["--timestamps"] if timestamps else [])
+            + ["--", module, *args])
+
+
+STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} ")   # what a task's log line starts with
+
+
+class _Stamped(io.TextIOBase):
+    """A text stream that starts every line written to it with the local time (`2026-12-06
+    02:50:01.123 `, STAMP) and passes it on to `stream`."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self._stream, self._line_start = stream, True
+
+    def write(self, text):
+        pieces = []
+        for piece in text.splitlines(keepends=True):
+            if self._line_start:
+                pieces.append(datetime.datetime.now().isoformat(" ", "milliseconds") + " ")
+            pieces.append(piece)
+            self._line_start = piece.endswith(("\n", "\r"))
+        self._stream.write("".join(pieces))
+        return len(text)
+
+    def flush(self):
+        self._stream.flush()
+
+    def fileno(self):
+        return self._stream.fileno()
+
+    def isatty(self):
+        return False
+
+    @property
+    def encoding(self):
+        return self._stream.encoding
+
+
+def timestamped(own_fds=False):
+    """Makes sys.stdout and sys.stderr stamp each line with the time (a task's log), and points
+    the logging handlers that write to them (TensorFlow's, made at its import) at the stamped
+    streams. own_fds (a forked task): they write to fds 1 and 2 themselves, whatever the
+    launcher's sys.stdout was (a test's capture, say). Native code writing to fd 1 or 2 directly
+    keeps its own format."""
+    replaced = {}
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        stream = getattr(sys, name)
+        if not isinstance(stream, _Stamped):
+            target = (io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8",
+                                       errors="backslashreplace", line_buffering=True) if own_fds else stream)
+            replaced[id(stream)] = _Stamped(target)
+            setattr(sys, name, replaced[id(stream)])
+    loggers = [logging.getLogger()] + [v for v in logging.Logger.manager.loggerDict.values()
+                                       if isinstance(v, logging.Logger)]
+    for logger in loggers:
+        for handler in logger.handlers:
+            stream = getattr(handler, "stream", None)
+            if isinstance(handler, logging.StreamHandler) and id(stream) in replaced:
+                handler.setStream(replaced[id(stream)])
+
+
+def untimestamped(line):
+    """A task's log line without its time stamp."""
+    return STAMP.sub("", line, count=1)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="runs a module of tfps as a task of a launcher (exec_argv)")
     parser.add_argument("--parent", type=int, required=True, help="the launcher's pid: SIGKILL when it dies")
     parser.add_argument("--netns", help="the network namespace (a file under /run/netns) to run in")
+    parser.add_argument("--timestamps", action="store_true", help="start each line written with the time")
     parser.add_argument("module")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -55,6 +127,8 @@ def main(argv=None):
         fd = os.open(args.netns, os.O_RDONLY | os.O_CLOEXEC)
         enter_netns(fd)   # one thread here: every thread and socket of the task is in it
         os.close(fd)
+    if args.timestamps:
+        timestamped()
     sys.argv = [args.module, *args.args]
     runpy.run_module(args.module, run_name="__main__", alter_sys=True)
 
@@ -95,7 +169,8 @@ class Child:
         self.send_signal(signal.SIGKILL)
 
 
-def fork_task(task_main, argv, env, log, parent, name, signals, netns_fd=None, close_fds=(), err=None):
+def fork_task(task_main, argv, env, log, parent, name, signals, netns_fd=None, close_fds=(), err=None,
+              timestamps=False):
     """Forks a child that runs task_main(argv) with env as its environment and log as its stdout
     and stderr, and exits with its code (1 and the traceback for an exception). `signals`:
     {signal: the disposition the child gets} (what the launcher itself was started with), set
@@ -103,7 +178,8 @@ def fork_task(task_main, argv, env, log, parent, name, signals, netns_fd=None, c
     The child's name (ps, top) is `name`. With netns_fd, the child moves into that network
     namespace first (it has one thread then: every thread it starts is there too); close_fds are
     the launcher's that it must not keep (the netns keeper's pipe). err: a file of its own for the
-    child's stderr (default: log)."""
+    child's stderr (default: log). timestamps: each line the child's Python code writes starts
+    with the time (timestamped)."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()   # else the child would print the launcher's buffered lines again
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, list(signals))
@@ -135,6 +211,8 @@ def fork_task(task_main, argv, env, log, parent, name, signals, netns_fd=None, c
             LIBC.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
         os.environ.clear()
         os.environ.update(env)
+        if timestamps:
+            timestamped(own_fds=True)
         sys.argv = ["tfps"] + list(argv)
         code = task_main(list(argv))
     except SystemExit as e:

@@ -17,6 +17,7 @@ import tensorflow as tf
 import yaml
 
 from tfps.data.schema import PAD_ID, Schema, numpy_batches, share
+from tfps.ops.data import check_rows
 
 SPEC_FILE = "tfps_features.yaml"   # tfps convert writes the data section of the files it writes here
 
@@ -99,12 +100,20 @@ def _parser(specs, label, user):
     if user:
         description[user] = tf.io.FixedLenFeature([], tf.int64)
 
-    def parse(serialized):
+    def parse(serialized, path, first):
         ex = tf.io.parse_example(serialized, description)
         features = _features(ex, specs, tf.shape(serialized)[0])
         if user:
             features["user"] = ex[user]
-        return features, ex[label]
+        # A NaN or infinite float would only show as a NaN loss, naming no file: a bad record here.
+        finite = tf.reduce_all(tf.math.is_finite(features["dense"]), 1) & tf.math.is_finite(ex[label])
+        number = first + tf.range(tf.size(finite, out_type=tf.int64)) + 1
+        check = check_rows(finite, tf.fill(tf.shape(finite), path), number,
+                           tf.fill(tf.shape(finite), "(its record number) has a float feature or label that is NaN "
+                                                     "or infinite"),
+                           reader="tfrecord", hint="fix or drop that record")
+        with tf.control_dependencies([check]):
+            return features, tf.identity(ex[label])
     return parse
 
 
@@ -162,12 +171,14 @@ def record_batches(path, batch_size):
 
 
 def tfrecord_batches(files, batch_size, specs, label="label", user=None):
-    """Unparsed record batches [b] of the files in order (a batch ends at a file's end; a file
-    that ends early is an error naming it: record_batches), and the parse function
-    (serialized [b]) -> (features, labels)."""
+    """Unparsed record batches (serialized [b], file, records before them in the file) of the
+    files in order (a batch ends at a file's end; a file that ends early is an error naming it:
+    record_batches), and the parse function of such a batch -> (features, labels), which fails
+    naming the file and record of a NaN or infinite float."""
     ds = None
-    for path in files:
-        batches = record_batches(path, batch_size)
+    for path in files:   # (records, file, number of the first record - 1): a bad record is named
+        batches = record_batches(path, batch_size).enumerate().map(
+            lambda i, b, path=str(path): (b, tf.constant(path), i * batch_size))
         ds = batches if ds is None else ds.concatenate(batches)
     return ds, _parser(specs, label, user)
 

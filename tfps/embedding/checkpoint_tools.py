@@ -62,8 +62,17 @@ def restore_table(checkpoint, ev, source_name=None):
     return ev.load(dict(zip(parts, tensors)))
 
 
-def inspect(checkpoint, top=5):
-    """Per table of a checkpoint: rows, bytes, dim, slots, and the `top` ids by update count."""
+MERGED_PREFIX = "tfps_merged/"   # the name of a table that merged features (tfps.embedding.merged)
+TAG_SHIFT = 48                   # a merged table's key: (feature tag << 48) | id
+
+
+def inspect(checkpoint, top=5, feature_names=()):
+    """Per table of a checkpoint: rows, bytes, dim (the row's width), slots, and the `top` ids by
+    update count. A merged table also gets `features`: per feature tag (a key's top bits: the
+    feature's tag, crc32 of its name) its rows and updates (the sum of its rows' update counts),
+    and its feature's name where `feature_names` holds one with that tag (else null)."""
+    from tfps.embedding.merged import Feature
+    names = {Feature(n, 1).tag: n for n in feature_names}
     path = _path(checkpoint)
     reader = tf.train.load_checkpoint(path)
     out = []
@@ -75,6 +84,12 @@ def inspect(checkpoint, top=5):
                     "slots": int(len(slot_init)),
                     "bytes": int(keys.nbytes + values.nbytes + slots.nbytes + freq.nbytes + 8 * len(keys)),
                     "top_ids_by_freq": [[int(keys[i]), int(freq[i])] for i in order]})
+        if table.startswith(MERGED_PREFIX):
+            tags, position = np.unique(keys >> TAG_SHIFT, return_inverse=True)
+            rows = np.bincount(position, minlength=len(tags))
+            updates = np.bincount(position, weights=freq.astype(np.float64), minlength=len(tags))
+            out[-1]["features"] = [{"tag": int(t), "feature": names.get(int(t)), "rows": int(r), "updates": int(u)}
+                                   for t, r, u in zip(tags, rows, updates)]
     return out
 
 

@@ -49,7 +49,13 @@ def _lookup_flat(ev, keys, insert, step=None):
     the graph's ModelGraph's step) for training.
 
     The probe runs here, or -- when the step has a stager (a tfps pipeline) -- ahead, on a later
-    batch, and its staged result is read here (tfps.pipeline)."""
+    batch, and its staged result is read here (tfps.pipeline). A table of a stock graph
+    (tfps.embedding.stock) is read in stock ops, and only read."""
+    if getattr(ev, "stock", None) is not None:
+        if insert:
+            raise ValueError(f"table {ev.name!r} is a stock table (a serving export's): it is read with "
+                             f"insert=False, never trained")
+        return ev.stock.lookup(keys)
     step = step or ModelGraph.of().step
     staged = step.stager.stage(ev, keys, insert, probe) if step.stager is not None else None
     uids, inverse, offsets, uvals = staged if staged is not None else probe(ev, keys, insert)

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from tfps.embedding.initializers import init_spec
 from tfps.embedding.lookup import _lookup_flat, combine_sparse
+from tfps.embedding import stock
 from tfps.embedding.model_graph import ModelGraph
 from tfps.embedding.options import EmbeddingOptions
 from tfps.embedding.variable import EmbeddingVariable, get_embedding_variable
@@ -90,7 +91,12 @@ def _keys(feature, ev, ids):
         ids = tf.strings.to_hash_bucket_fast(ids, 2**63 - 1)
     elif ids.dtype != tf.int64:
         ids = ev.to_keys(ids)
-    return feature_tag(ids, feature.tag)
+    return _tag(ids, feature.tag)
+
+
+def _tag(ids, tags):
+    """feature_tag, in stock ops in a stock graph (tfps.embedding.stock)."""
+    return stock.feature_tag(ids, tags) if stock.stock_tables() is not None else feature_tag(ids, tags)
 
 
 def lookup_features(requests, insert=True, stats=None, combine=combine_sparse, step=None, model_graph=None):
@@ -155,7 +161,7 @@ def lookup_feature_matrix(features, ids, insert=True, stats=None, step=None, mod
         ev = tables[0][0]
         ids = tf.convert_to_tensor(ids)
         ids = ids if ids.dtype == tf.int64 else ev.to_keys(ids)
-        keys = feature_tag(ids, [tag for _, tag in tables])
+        keys = _tag(ids, [tag for _, tag in tables])
         flat = tf.reshape(keys, [-1])
         if stats is not None:
             stats["ids_stage1"] = tf.cast(tf.add_n([tf.size(tf.unique(keys[:, f])[0])

@@ -5,7 +5,7 @@ import logging
 import tensorflow as tf
 from tensorflow.python.ops import resources
 
-from tfps.embedding import initializers
+from tfps.embedding import initializers, stock
 from tfps.embedding.lookup import embedding_lookup
 from tfps.embedding.model_graph import ModelGraph
 from tfps.embedding.options import EmbeddingOptions
@@ -83,6 +83,12 @@ class EmbeddingVariable:
             raise ValueError(f"get_embedding_variable({name!r}): options must be tfps.EmbeddingOptions, "
                              f"got {type(self.options).__name__}")
         self.initializer_spec = initializers.init_spec(initializer, self.dim, name, default_seed)
+        self.stock = None
+        stock_tables = stock.stock_tables()
+        if stock_tables is not None:   # a stock graph (tfps.embedding.stock): no tfps op
+            self.handles, self.saveable = [], None
+            self.stock = stock_tables[name] = stock.StockTable(name, self.dim, self.initializer_spec)
+            return
         kind, a, b, seed = self.initializer_spec
         self.handles = []
         for i in range(self.num_shards):
@@ -305,7 +311,8 @@ def get_embedding_variable(name, embedding_dim, initializer=None, key_dtype=tf.i
     registry[full_name] = ev
     for coll in collections or []:
         graph.add_to_collection(coll, ev)
-    graph.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, ev.saveable)
+    if ev.saveable is not None:
+        graph.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, ev.saveable)
     return ev
 
 

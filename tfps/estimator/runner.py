@@ -1,19 +1,16 @@
 """tf.estimator over tfps's models: make_estimator(cfg) is an Estimator of a JobConfig's model
 that saves and restores through tfps.state.StateSaver, as tfps's runner does; its checkpoints are
 the runner's (the same files and names). `tfps train` and `tfps export` themselves run on
-tfps.runner; run, export and the helpers below are those (re-exported under their old names)."""
+tfps.runner."""
 import tensorflow as tf
 
-from tfps.data.sources import schema_of
 from tfps.estimator.adapter import call_model_fn, to_estimator_spec, with_input_hooks
 from tfps.models.zoo import model_fn
 from tfps.runner import job
-from tfps.runner.export import sequence_serving_inputs, serving_inputs, write_export_manifest  # noqa: F401
+from tfps.runner.export import sequence_serving_inputs, serving_inputs
 from tfps.runner.graph import state_saver
 from tfps.runner.hooks import CheckpointSaverHook
-from tfps.runner.job import (batch_fields, batch_words, check_reached, cost_line, export, json_metric,  # noqa: F401
-                             nothing_left_if_refused, params_of, pipelined, state_step, table_hooks)
-from tfps.runner.local import run  # noqa: F401
+from tfps.runner.job import params_of
 from tfps.state import disk
 
 
@@ -95,4 +92,4 @@ def final_metrics(cfg, source, printer, estimator=None, name=None):
 
 
 __all__ = ["make_estimator", "with_checked_saver", "serving_input_receiver_fn", "sequence_serving_input_receiver_fn",
-           "final_metrics", "run", "export"]
+           "final_metrics"]

@@ -197,5 +197,3 @@ def model_spec(mode, logits, labels, features, schema, train, stock_tf=False, mo
         train_op = tf.group(train_op, counted)
     return ModelSpec(mode, loss=loss, train_op=train_op, examples=examples)
 
-
-estimator_spec = model_spec   # its name before tfps.runner; returns a ModelSpec (tfps.estimator adapts it)

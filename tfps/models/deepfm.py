@@ -6,26 +6,10 @@ its first-order weight, so one probe per id serves both.
 """
 import tensorflow as tf
 
-from tfps.embedding import embedding_lookup, get_embedding_variable
 from tfps.data.schema import Schema
 from tfps.embedding.merged import Feature, lookup_feature_matrix
 from tfps.embedding.options import EmbeddingOptions
 from tfps.models.common import dense_input, dense_layer, mlp, split_rows
-
-
-def table_per_feature_embedder(embedding_dim, num_shards=1, initializer_stddev=0.02, insert=True):
-    """embed(ids [B, F]) -> [B, F, embedding_dim + 1]: one tfps table per feature, named C1..CF,
-    one lookup per feature."""
-    init = tf.compat.v1.truncated_normal_initializer(stddev=initializer_stddev)
-
-    def embed(ids):
-        rows = []
-        for f in range(ids.shape[1]):
-            ev = get_embedding_variable(f"C{f + 1}", embedding_dim + 1, initializer=init,
-                                             num_shards=num_shards)
-            rows.append(embedding_lookup(ev, ids[:, f], insert=insert))
-        return tf.stack(rows, axis=1)
-    return embed
 
 
 def feature_embedder(embedding_dim, num_shards=1, initializer_stddev=0.02, insert=True, merge=True, stats=None,

@@ -13,7 +13,6 @@ tf.estimator exists).
 """
 import typing
 
-import tensorflow as tf
 from tensorflow.python.saved_model.model_utils import export_output
 
 # PredictOutput (one signature's outputs) is TF's own, on every TF line tfps supports.
@@ -72,7 +71,3 @@ class ModelSpec(typing.NamedTuple):
         if self.mode == ModeKeys.TRAIN and self.train_op is None:
             raise ValueError("ModelSpec: a TRAIN spec needs a train_op")
         return self
-
-    @property
-    def scaffold_or_new(self):
-        return self.scaffold if self.scaffold is not None else tf.compat.v1.train.Scaffold()

@@ -118,19 +118,29 @@ def export_saved_model(model_fn, params, inputs_fn, settings, export_base, check
     return path
 
 
-def export_with_manifest(model_fn, params, inputs_fn, settings, export_dir):
-    """export_saved_model into export_dir, given the checkpoint's manifest: exported aside (a
-    directory a server's version poll skips), its manifest written, then renamed into export_dir,
-    so a server never sees a version without its manifest, and a refused or failed export leaves
-    nothing behind. Returns the version's path."""
+FORMATS = ("tfps", "stock")
+
+
+def export_with_manifest(model_fn, params, inputs_fn, settings, export_dir, export_format="tfps", warmup=()):
+    """export_saved_model (export_format "tfps") or tfps.runner.stock_export's
+    export_stock_saved_model ("stock": stock ops only, with `warmup` requests) into export_dir,
+    given the checkpoint's manifest: exported aside (a directory a server's version poll skips),
+    its manifest written, then renamed into export_dir, so a server never sees a version without
+    its manifest, and a refused or failed export leaves nothing behind. Returns the version's path."""
+    if export_format not in FORMATS:
+        raise ValueError(f"export: format must be one of {list(FORMATS)}, got {export_format!r}")
     checkpoint = latest_checkpoint(settings.model_dir)
     if not checkpoint:
         raise ValueError(f"export: no checkpoint in model_dir {settings.model_dir!r}; train first")
     os.makedirs(export_dir, exist_ok=True)
     aside = tempfile.mkdtemp(prefix=".tfps-export-", dir=export_dir)
     try:
-        made = export_saved_model(model_fn, params, inputs_fn, settings, aside, checkpoint)
-        write_export_manifest(made, checkpoint)
+        if export_format == "stock":
+            from tfps.runner.stock_export import export_stock_saved_model
+            made = export_stock_saved_model(model_fn, params, inputs_fn, settings, aside, checkpoint, warmup)
+        else:
+            made = export_saved_model(model_fn, params, inputs_fn, settings, aside, checkpoint)
+        write_export_manifest(made, checkpoint, export_format)
         path = os.path.join(export_dir, os.path.basename(made))
         os.rename(made, path)
     finally:
@@ -138,11 +148,12 @@ def export_with_manifest(model_fn, params, inputs_fn, settings, export_dir):
     return path
 
 
-def write_export_manifest(export_path, checkpoint):
+def write_export_manifest(export_path, checkpoint, export_format="tfps"):
     """Writes EXPORT/assets.extra/tfps_manifest.json: the manifest of the checkpoint the export was
-    restored from, with the global step it was cut at (the exported variables')."""
+    restored from, with the global step it was cut at (the exported variables') and the export's
+    format ("tfps" or "stock")."""
     saved = manifests.read(checkpoint)
     step = int(tf.train.load_variable(os.path.join(export_path, "variables", "variables"), "global_step"))
     os.makedirs(os.path.join(export_path, "assets.extra"), exist_ok=True)
     with open(os.path.join(export_path, "assets.extra", manifests.EXPORT_MANIFEST), "w") as f:
-        json.dump({**saved, "kind": "export", "step": step}, f, sort_keys=True)
+        json.dump({**saved, "kind": "export", "step": step, "export_format": export_format}, f, sort_keys=True)

@@ -9,7 +9,7 @@ import os
 import tensorflow as tf
 
 from tfps.data.file_source import split_of
-from tfps.data.sources import example_specs, schema_of
+from tfps.data.sources import example_specs, make_source, schema_of
 from tfps.models.common import BAD_ROWS_VARIABLE
 from tfps.models.zoo import model_fn
 from tfps.pipeline.dataset import PipelineDataset
@@ -180,18 +180,33 @@ def final_metrics(cfg, source, printer, evaluation=None, name=None):
             "bad_rows_eval": eval_bad, "eval_examples": progress.examples}
 
 
-def export(cfg, export_dir):
+def export(cfg, export_dir, export_format=None):
     """Writes a SavedModel of the latest checkpoint in cfg.model_dir under export_dir; returns its
     path. Its lookups never insert: an id the model never saw reads as its initializer value, and
     serving leaves the tables unchanged. Signatures: `serving_default` (raw tensors) and, but for
     MTGR's samples, `classification` and `regression` over tf.train.Examples of the data's feature
-    specs (example_specs: what tfps convert writes)."""
+    specs (example_specs: what tfps convert writes). export_format: "tfps" or "stock" (None:
+    cfg.export.format); a stock export also holds warm-up requests of the data's first eval rows."""
+    export_format = export_format or cfg.export.format
     if cfg.data.format == "movielens_sequences":
         inputs = sequence_serving_inputs
     else:
         schema, specs = schema_of(cfg), example_specs(cfg)
         inputs = lambda: example_serving_inputs(schema, specs)   # noqa: E731
-    return export_with_manifest(model_fn, params_of(cfg), inputs, settings_of(cfg), export_dir)
+    warmup = warmup_requests(cfg) if export_format == "stock" else ()
+    return export_with_manifest(model_fn, params_of(cfg), inputs, settings_of(cfg), export_dir, export_format, warmup)
+
+
+def warmup_requests(cfg, sizes=(1, 4)):
+    """Requests of the `serving_default` signature, one of each size, made of the first rows of the
+    data's eval input ({input name: numpy rows} each; the label and MTGR's user left out)."""
+    with tf.Graph().as_default():
+        batch = tf.compat.v1.data.make_one_shot_iterator(
+            make_source(cfg).eval_input_fn(max(sizes))()).get_next()
+        with tf.compat.v1.Session() as session:
+            features = session.run(batch[0] if isinstance(batch, tuple) else batch)
+    features = {k: v for k, v in features.items() if k not in ("label", "user")}
+    return [{k: v[:n] for k, v in features.items()} for n in sizes]
 
 
 def predict(cfg, input_fn):

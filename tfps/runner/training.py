@@ -3,16 +3,24 @@ trainer (chief or worker) of a cluster.
 
 The hooks of a run, in the order they run: (chief only) the checkpoint saver with its listeners,
 then the summary saver MonitoredTrainingSession adds, then the input's iterator initializer, the
-caller's hooks, StopAtStepHook(last_step=max_steps), NanTensorHook on the loss and the spec's
-training_hooks. The chief restores the newest cut of model_dir (its StateSaver checks it
-first); a worker waits until the model is ready on the PS tasks."""
+caller's hooks, StopAtStepHook(last_step=...), NanTensorHook on the loss and the spec's
+training_hooks (and, without a ProgressHook among them, tfps.runner.steplog's StepLogger:
+`step N loss L` on the `tfps.runner` logger). The chief restores the newest cut of model_dir (its StateSaver checks it
+first); a worker waits until the model is ready on the PS tasks.
+
+A cluster ends at max_steps exactly: a trainer's run reads the global step before its own
+increment and cannot see the increments of other trainers' runs in flight, so trainers that
+all stopped on that read would overshoot by up to one step each. The workers stop
+`2 x trainers` steps early (last_step) and the chief trains the last steps alone, on reads that
+are exact once the workers' last steps have landed."""
 import os
 
 import tensorflow as tf
 
 from tfps.models.spec import ModeKeys
 from tfps.runner.graph import build, checkpoint_global_step
-from tfps.runner.hooks import CheckpointSaverHook, use_spec
+from tfps.runner.hooks import CheckpointSaverHook, ProgressHook, use_spec
+from tfps.runner.steplog import StepLogger, default_handler
 from tfps.state import disk
 
 
@@ -23,6 +31,11 @@ def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_list
     start = checkpoint_global_step(settings.model_dir)
     if max_steps is not None and start >= max_steps:
         return None
+    if settings.is_chief:
+        removed = disk.remove_abandoned_saves(settings.model_dir)
+        if removed:
+            printer(f"{settings.model_dir}: removed {len(removed)} directories of saves that never finished "
+                    f"({', '.join(os.path.basename(p) for p in removed)})", flush=True)
     if settings.is_chief and disk.index_stale(settings.model_dir):
         # TensorFlow's restore goes by the `checkpoint` index: a model_dir copied without it (or
         # with an old one) would train from step 0 over its own checkpoints.
@@ -38,8 +51,11 @@ def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_list
             tf.compat.v1.summary.scalar("loss", spec.loss)
         tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.LOSSES, spec.loss)
         worker_hooks = list(input_hooks) + list(hooks) + [
-            tf.compat.v1.train.StopAtStepHook(last_step=max_steps),
+            tf.compat.v1.train.StopAtStepHook(last_step=last_step(max_steps, settings)),
             tf.compat.v1.train.NanTensorHook(spec.loss)] + list(spec.training_hooks)
+        if not any(isinstance(h, ProgressHook) for h in worker_hooks):   # a program of the user's own
+            default_handler()
+            worker_hooks.append(StepLogger(spec.loss, settings.save_summary_steps))
         chief_hooks = _saver_hooks(settings, scaffold, worker_hooks, saving_listeners)
         loss, steps = None, 0
         with tf.compat.v1.train.MonitoredTrainingSession(
@@ -51,9 +67,17 @@ def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_list
             while not session.should_stop():
                 steps += 1
                 _, loss = session.run([spec.train_op, spec.loss])
-        if steps == 0:
+        if steps == 0 and settings.is_chief:   # (a worker may start after its last step)
             printer("training made no steps: is the input empty?", flush=True)
         return loss
+
+
+def last_step(max_steps, settings):
+    """The global step at which this trainer stops: max_steps for the chief (and one process),
+    2 x trainers fewer for the other trainers of a cluster (see above)."""
+    if max_steps is None or settings.is_chief or settings.num_worker_replicas <= 1:
+        return max_steps
+    return max(max_steps - 2 * settings.num_worker_replicas, 0)
 
 
 def _saver_hooks(settings, scaffold, worker_hooks, saving_listeners):

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from tfps.embedding.checkpoint_tools import check_tables
 from tfps.embedding.saveable import DTYPES, PARTS
+from tfps.embedding.stock import attached_stock_tables
 from tfps.embedding.variable import attached_tables
 from tfps.serving.errors import error_line
 from tfps.state import disk, manifest as manifests
@@ -32,13 +33,16 @@ class TableFollower:
         self.lags = []        # seconds from each applied delta's appearance to its apply
         self._checked = {}    # deltas read whole (delta_chain's cache)
         self._steps = {}      # checkpoint path -> the global step it holds
+        self.mismatch = {}    # version -> why model_dir's newest checkpoint is not its model's
 
     def _ops(self, servable):
         state = self._state.get(servable)
         if state is not None:
             return state
         with servable.graph.as_default():
-            tables = attached_tables(servable.graph)
+            stock_tables = attached_stock_tables(servable.graph)   # a stock export's (tfps.embedding.stock)
+            tables = attached_tables(servable.graph) + stock_tables
+            stock_variables = {name for t in stock_tables for name in t.variables()}
             prefix = tf.compat.v1.placeholder(tf.string, [], name="tfps_follow_prefix")
             delta = apply_tables_op(tables, prefix)
             parts = [p for p in PARTS if p != "admission"]
@@ -49,7 +53,8 @@ class TableFollower:
                                                     shape_and_slices=[""] * len(parts),
                                                     dtypes=[DTYPES[p] for p in parts])
                 full.append(ev.load(dict(zip(parts, restored))))
-            dense = manifests.dense_variables(servable.graph)
+            dense = {k: v for k, v in manifests.dense_variables(servable.graph).items()
+                     if v.op.name not in stock_variables}
             dense_delta = apply_dense_op(dense, prefix)
             saver = tf.compat.v1.train.Saver(list(dense.values()), sharded=False) if dense else None
         # The step the version was exported at; None: unknown, the first full checkpoint of
@@ -58,7 +63,23 @@ class TableFollower:
         state = dict(tables=tables, prefix=prefix, delta=delta, dense=dense_delta, full=tf.group(*full) if full else None,
                      saver=saver, base=start, applied=start, chain=[])
         self._state[servable] = state
+        self._check_model_dir(servable)
         return state
+
+    def _check_model_dir(self, servable):
+        """Says at once when model_dir holds another model than the version (nothing of it would
+        ever apply) or no checkpoint yet; `mismatch[version]` keeps the reason."""
+        latest = disk.latest_checkpoint(self.model_dir)
+        if latest is None:
+            self._report(f"{self.model_dir} holds no checkpoint yet: version {servable.version} serves as exported "
+                         f"until one appears")
+            return
+        try:
+            self._check(servable, latest, "checkpoint")
+        except (manifests.StateMismatch, ValueError, tf.errors.OpError) as e:
+            self.mismatch[servable.version] = error_line(e)
+            self._report(f"{self.model_dir} is not the model of version {servable.version}; nothing of it is "
+                         f"applied ({error_line(e)})")
 
     def _report(self, message):
         if message not in self._reported:

@@ -9,6 +9,7 @@
 
 Answers and errors ({"error": "..."}, HTTP 400 / 404 / 413 / 503) in TF Serving's formats."""
 import base64
+import ctypes
 import json
 import re
 
@@ -79,6 +80,19 @@ def _inputs(body, signature):
     return {names[0]: _decode(rows, f"input {names[0]!r}")}, True
 
 
+TRIM_AFTER_BYTES = 8 << 20   # a request body this large: its memory is given back once answered
+
+
+def _give_back_memory():
+    """Hands the heap's free memory back to the OS (glibc's malloc_trim). A large JSON body
+    becomes many times its size in Python objects; freed, glibc keeps those pages in its arenas,
+    and a server stayed at 4.3 GB after four concurrent 46 MB requests."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):   # not glibc
+        pass
+
+
 class RestApp:
     """The WSGI application; `server` gives models, in_flight, execute() and max_request_bytes."""
 
@@ -98,6 +112,8 @@ class RestApp:
         try:
             response = self._answer(request)
             response.call_on_close(self._server.in_flight.leave)
+            if (request.content_length or 0) >= TRIM_AFTER_BYTES:
+                response.call_on_close(_give_back_memory)
         except BaseException:
             self._server.in_flight.leave()
             raise

@@ -100,3 +100,21 @@ def unreadable(prefix, error):
         f"checkpoint {prefix} cannot be read whole ({error}): it is damaged or was copied in part; nothing was "
         f"restored. Put back an intact copy of its files, or move {moves} out of {model_dir} {back}",
         [prefix] + [os.path.join(model_dir, p) for _, p in sorted(later)])
+
+
+def abandoned_saves(model_dir):
+    """The `model.ckpt-<step>_temp` directories of saves that never finished (a kill -9 mid-save):
+    TensorFlow's sharded save writes its shards there and removes it when it merges them."""
+    return sorted(p for p in glob.glob(os.path.join(glob.escape(model_dir), f"{BASENAME}-*_temp"))
+                  if os.path.isdir(p))
+
+
+def remove_abandoned_saves(model_dir):
+    """Removes abandoned_saves(model_dir); only the holder of the model_dir's lease, before its
+    session starts (no save of its own is running). Returns the directories removed."""
+    import shutil
+    removed = []
+    for path in abandoned_saves(model_dir):
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed

@@ -8,8 +8,8 @@ from tensorflow.python.ops import resources, variables as tf_variables
 from tensorflow.python.training.saving import saveable_object
 
 from tfps.embedding.checkpoint_tools import Saver
-from tfps.errors import error_line
 from tfps.embedding.variable import embedding_variables
+from tfps.errors import error_line
 from tfps.state import deltas, disk, manifest as manifests
 
 
@@ -73,6 +73,12 @@ class StateSaver(Saver):
                     in_flight=tf.compat.v1.assign_add(gs, self._in_flight) if gs is not None and self._in_flight else None,
                     ready=self._ready.initializer if self._ready is not None else None)
         super().build()
+
+    def save(self, sess, save_path, *args, **kwargs):
+        if self.saver_def is None:   # built on first use (a graph of the user's own)
+            with sess.graph.as_default():
+                self.build()
+        return super().save(sess, save_path, *args, **kwargs)
 
     def restore(self, sess, save_path):
         if self.saver_def is None:   # built with defer_build and used directly (Estimator's export)
