@@ -20,9 +20,9 @@ _NAMES = {
 }
 __getattr__, __dir__ = attach(__name__, _NAMES)
 
-__all__ = ["EmbeddingOptions", "EmbeddingVariable", "ModelGraph", "TrainingStep", "embedding_lookup", "embedding_lookup_sparse",
-           "cluster", "data", "embedding_variables", "estimator", "feature_column", "get_embedding_variable", "ops",
-           "pipeline", "runner", "state", "train", "trainable_embedding_variables"]
+__all__ = ["EmbeddingOptions", "EmbeddingVariable", "ModelGraph", "TrainingStep", "embedding_lookup",
+           "embedding_lookup_sparse", "cluster", "data", "embedding_variables", "estimator", "feature_column",
+           "get_embedding_variable", "ops", "pipeline", "runner", "state", "train", "trainable_embedding_variables"]
 
 if "tensorflow" in sys.modules:   # registers the op library: a server or a SavedModel load can run tfps ops
     import tfps.ops  # noqa: E402,F401

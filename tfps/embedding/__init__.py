@@ -4,5 +4,5 @@ from tfps.embedding.model_graph import ModelGraph, Stager, TableLookup, Training
 from tfps.embedding.variable import (EmbeddingVariable, TableShard, embedding_variables,
                                      get_embedding_variable, trainable_embedding_variables)
 
-__all__ = ["EmbeddingVariable", "ModelGraph", "Stager", "TableLookup", "TableShard", "TrainingStep", "embedding_lookup", "embedding_lookup_sparse",
-           "embedding_variables", "get_embedding_variable", "trainable_embedding_variables"]
+__all__ = ["EmbeddingVariable", "ModelGraph", "Stager", "TableLookup", "TableShard", "TrainingStep", "embedding_lookup",
+           "embedding_lookup_sparse", "embedding_variables", "get_embedding_variable", "trainable_embedding_variables"]

@@ -187,7 +187,8 @@ def model_spec(mode, logits, labels, features, schema, train, stock_tf=False, mo
     gs = tf.compat.v1.train.get_or_create_global_step()
     if stock_tf:
         optimizer = make_optimizer(train, tf.compat.v1.train)
-        manifests.record_optimizer(optimizer, model_graph)   # part of the fingerprint, as tfps's optimizers record theirs
+        # part of the fingerprint, as tfps's optimizers record theirs
+        manifests.record_optimizer(optimizer, model_graph)
         train_op = optimizer.minimize(loss, global_step=gs)
     else:
         train_op = make_optimizer(train).minimize(loss, global_step=gs, step=model_graph.step)

@@ -114,7 +114,8 @@ def mtgr_model_fn(features, labels, mode, params, model_graph=None):
     see the real candidates only, as one binary classifier (AUC, GAUC by user, logloss).
     model_graph: as for tfps.models.zoo.model_fn."""
     del labels
-    logits, valid = mtgr_logits(features, params["model"], insert=mode == ModeKeys.TRAIN, model_graph=model_graph)
+    logits, valid = mtgr_logits(features, params["model"], insert=mode == ModeKeys.TRAIN,
+                                model_graph=model_graph)
     if mode == ModeKeys.PREDICT:
         predictions = {"probabilities": tf.sigmoid(logits), "logits": logits, "valid": valid}
         return ModelSpec(mode, predictions=predictions, export_outputs={SERVING_SIGNATURE: PredictOutput(predictions)})

@@ -80,13 +80,13 @@ def input_tensors(input_fn, model_graph=None):
     with tf.compat.v1.device("/cpu:0"):
         result = input_fn()
     hooks, scope = [], contextlib.nullcontext()
-    if isinstance(result, PipelineDataset):
-        iterator = result.pipeline()
-        (model_graph or ModelGraph.of()).step.use(iterator, iterator.push)
-        scope = iterator.push.dense_scope()
-    elif isinstance(result, tf.data.Dataset):
-        iterator = tf.compat.v1.data.make_initializable_iterator(result)
     if isinstance(result, tf.data.Dataset):
+        if isinstance(result, PipelineDataset):
+            iterator = result.pipeline()
+            (model_graph or ModelGraph.of()).step.use(iterator, iterator.push)
+            scope = iterator.push.dense_scope()
+        else:
+            iterator = tf.compat.v1.data.make_initializable_iterator(result)
         hooks.append(IteratorInitializer(iterator))
         result = iterator.get_next()
     if isinstance(result, (tuple, list)):

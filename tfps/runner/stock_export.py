@@ -14,7 +14,7 @@ from tensorflow.python.saved_model import model_utils
 from tfps.embedding import stock
 from tfps.embedding.variable import embedding_variables
 from tfps.models.spec import ModeKeys
-from tfps.runner.export import ServingInputs, example_signatures
+from tfps.runner.serving_inputs import ServingInputs, example_signatures
 from tfps.runner.graph import build
 
 WARMUP_FILE = "tf_serving_warmup_requests"
