@@ -48,8 +48,10 @@ def _i64(value):
 
 
 def _shift_right(x, bits):
-    """Logical right shift of int64 x (as uint64) by a Python int."""
-    return tf.bitcast(tf.bitwise.right_shift(tf.bitcast(x, tf.uint64), tf.constant(bits, tf.uint64)), tf.int64)
+    """Logical right shift of int64 x (as uint64) by a Python int in [1, 63]: the arithmetic shift
+    with the sign's copies masked off."""
+    return tf.bitwise.bitwise_and(tf.bitwise.right_shift(x, tf.constant(bits, tf.int64)),
+                                  tf.constant((1 << (64 - bits)) - 1, tf.int64))
 
 
 def mix64(z):
@@ -131,9 +133,10 @@ class StockTable:
 
     def lookup(self, keys):
         """int64 keys [N] -> float32 [N, dim]: a key's row, or its initializer value."""
-        reserved = tf.equal(keys, EMPTY_KEY) | tf.equal(keys, DELETED_KEY)
-        index = self.index.lookup(tf.where(reserved, tf.zeros_like(keys), keys))
-        index = tf.where(reserved, tf.zeros_like(index), index)
+        # The table's two reserved keys (the two smallest int64) are looked up as another key, then
+        # read as missing.
+        index = self.index.lookup(tf.maximum(keys, DELETED_KEY + 1))
+        index = tf.where(keys > DELETED_KEY, index, tf.zeros_like(index))
         rows = tf.gather(self.values, index)
         missing = tf.where(tf.equal(index, 0))
         distinct, inverse = tf.unique(tf.gather_nd(keys, missing))   # each missing key's row computed once

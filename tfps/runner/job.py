@@ -200,11 +200,16 @@ def export(cfg, export_dir, export_format=None):
 def warmup_requests(cfg, sizes=(1, 4)):
     """Requests of the `serving_default` signature, one of each size, made of the first rows of the
     data's eval input ({input name: numpy rows} each; the label and MTGR's user left out)."""
-    with tf.Graph().as_default():
-        batch = tf.compat.v1.data.make_one_shot_iterator(
-            make_source(cfg).eval_input_fn(max(sizes))()).get_next()
-        with tf.compat.v1.Session() as session:
-            features = session.run(batch[0] if isinstance(batch, tuple) else batch)
+    try:
+        with tf.Graph().as_default():
+            batch = tf.compat.v1.data.make_one_shot_iterator(
+                make_source(cfg).eval_input_fn(max(sizes))()).get_next()
+            with tf.compat.v1.Session() as session:
+                features = session.run(batch[0] if isinstance(batch, tuple) else batch)
+    except (OSError, ValueError, tf.errors.OpError) as e:
+        raise ValueError(f"export --format stock writes warm-up requests of the data's first eval rows, and "
+                         f"cannot read them ({str(e).strip().splitlines()[0]}): make the config's eval data "
+                         f"readable here, or export with --format tfps") from None
     features = {k: v for k, v in features.items() if k not in ("label", "user")}
     return [{k: v[:n] for k, v in features.items()} for n in sizes]
 
