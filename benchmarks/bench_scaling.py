@@ -17,9 +17,9 @@ Threads: the table's batch work runs on oneTBB's workers, one per core the proce
 core (sched_setaffinity) for the 1-thread figures, and bench_floor (benchmarks/bench_floor.cc,
 built here) gives the memory floor at 1 and 2 threads in the same run: two dependent random
 reads per id over arrays of the table's sizes (index slot, then row), and a row's
-read-modify-write for the applies. Printed per cell (uniform ids): 2 threads / 1 thread,
-tfps / the 2-thread floor, find-or-insert / DenseHashTable, applies / the floor's
-read-modify-write, bytes per key.
+read-modify-write for the applies, on transparent huge pages (the anchor) and on 4 KiB pages.
+Printed per cell (uniform ids): 2 threads / 1 thread, tfps / the 2-thread floor,
+find-or-insert / DenseHashTable, applies / the floor's read-modify-write, bytes per key.
 Both sparse applies get a batch's distinct ids in order of first appearance (what tf.unique
 gives a training step), not sorted: sorted indices would let the Variable stream its memory.
 Ratios are tfps / built-in in the same run. Tables prefetch in their default mode (rolling);
@@ -298,22 +298,27 @@ def threads_rows(r):
                      f"{ratio(two['lookup_uniform'], one['lookup_uniform'])} [>= 1.6x]; Adagrad "
                      f"{ratio(two['adagrad_uniform'], one['adagrad_uniform'])}, Adam "
                      f"{ratio(two.get('adam_uniform'), one.get('adam_uniform'))}"))
+    def both(a, f, key):
+        """a / the floor on huge pages | on 4 KiB pages."""
+        return f"{ratio(a, f.get('huge_' + key))} | {ratio(a, f.get('floor_' + key))}"
+
     if f1 and f2:
-        rows.append(("  floor (bench_floor) 1 / 2 threads",
-                     f"lookup {f1['floor_lookup'] / 1e6:.2f} / {f2['floor_lookup'] / 1e6:.2f} M/s "
-                     f"({ratio(f2['floor_lookup'], f1['floor_lookup'])}); read-modify-write 1 slot "
-                     f"{f1['floor_rmw1'] / 1e6:.2f} / {f2['floor_rmw1'] / 1e6:.2f}, 2 slots "
-                     f"{f1['floor_rmw2'] / 1e6:.2f} / {f2['floor_rmw2'] / 1e6:.2f} M rows/s"))
-        rows.append(("  tfps / floor, 2 threads (uniform)",
-                     f"read-only {ratio(two['lookup_ro_uniform'], f2['floor_lookup'])}, find-or-insert "
-                     f"{ratio(two['lookup_uniform'], f2['floor_lookup'])} [>= 0.7x]; Adagrad / rmw 1 slot "
-                     f"{ratio(two['adagrad_uniform'], f2['floor_rmw1'])}, Adam / rmw 2 slots "
-                     f"{ratio(two.get('adam_uniform'), f2['floor_rmw2'])} [>= 0.6x]"))
+        for pages, key in (("huge pages", "huge"), ("4 KiB pages", "floor")):
+            rows.append((f"  floor on {pages}, 1 / 2 threads",
+                         f"lookup {f1[key + '_lookup'] / 1e6:.2f} / {f2[key + '_lookup'] / 1e6:.2f} M/s "
+                         f"({ratio(f2[key + '_lookup'], f1[key + '_lookup'])}); read-modify-write 1 slot "
+                         f"{f1[key + '_rmw1'] / 1e6:.2f} / {f2[key + '_rmw1'] / 1e6:.2f}, 2 slots "
+                         f"{f1[key + '_rmw2'] / 1e6:.2f} / {f2[key + '_rmw2'] / 1e6:.2f} M rows/s"))
+        rows.append(("  tfps / floor (huge | 4 KiB), 2 threads",
+                     f"read-only {both(two['lookup_ro_uniform'], f2, 'lookup')}, find-or-insert "
+                     f"{both(two['lookup_uniform'], f2, 'lookup')} [>= 0.7x]; Adagrad / rmw 1 slot "
+                     f"{both(two['adagrad_uniform'], f2, 'rmw1')}, Adam / rmw 2 slots "
+                     f"{both(two.get('adam_uniform'), f2, 'rmw2')} [>= 0.6x]"))
     if one and f1:
-        rows.append(("  tfps / floor, 1 thread (uniform)",
-                     f"read-only {ratio(one['lookup_ro_uniform'], f1['floor_lookup'])}, find-or-insert "
-                     f"{ratio(one['lookup_uniform'], f1['floor_lookup'])}; Adagrad {ratio(one['adagrad_uniform'], f1['floor_rmw1'])}"
-                     f", Adam {ratio(one.get('adam_uniform'), f1['floor_rmw2'])}"))
+        rows.append(("  tfps / floor (huge | 4 KiB), 1 thread",
+                     f"read-only {both(one['lookup_ro_uniform'], f1, 'lookup')}, find-or-insert "
+                     f"{both(one['lookup_uniform'], f1, 'lookup')}; Adagrad {both(one['adagrad_uniform'], f1, 'rmw1')}, "
+                     f"Adam {both(one.get('adam_uniform'), f1, 'rmw2')}"))
     if r.get("dht"):
         rows.append(("  find-or-insert / DenseHashTable lookup", f"{ratio(two['lookup_uniform'], r['dht']['lookup_uniform'])} [>= 3x]"))
     (count, reserved, *_), _ = r["tfps"]["memory"]

@@ -29,7 +29,8 @@ def test_the_scaling_benchmark_runs_its_smallest_cell():
     assert sorted(f["threads"] for f in cell["floor"]) == [1, 2]
     for f in cell["floor"]:
         assert (f["n"], f["dim"]) == (10**5, 16)
-        assert all(f[r] > 0 and f[f"{r}_cpu_ns"] > 0 for r in ("floor_lookup", "floor_rmw1", "floor_rmw2")), f
+        for pages in ("floor", "huge"):
+            assert all(f[r] > 0 and f[f"{r}_cpu_ns"] > 0 for r in (f"{pages}_lookup", f"{pages}_rmw1", f"{pages}_rmw2")), f
     for key in ("memory", "memory_slot"):
         (rows, reserved, *_), split = cell["tfps"][key]
         assert rows == 10**5 and split[0] + split[1] + split[3] + split[4] == reserved
