@@ -14,9 +14,10 @@
 // line per cell (bench_scaling.py reads it).
 //
 // Usage: bench_floor [--keys 1e6,1e7] [--dim 16] [--threads 1,2] [--batch 1048576] [--repeats 5]
-//                    [--floor-only] [--small-pages] [--json]
-// The floor advises transparent huge pages on its arrays, as the table does on its rows;
-// --small-pages leaves them in 4 KiB pages.
+//                    [--floor-only] [--json]
+// The floor runs twice: on 4 KiB pages, as the table's rows and index take, and on transparent
+// huge pages (madvise; the kernel's setting "madvise" or "always"), where its reads miss the TLB
+// far less: the stricter anchor, and the difference is what the TLB costs.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -52,7 +53,7 @@ struct Options {
   std::vector<int> threads{1, 2};
   int64_t batch = 1 << 20;
   int repeats = 5;
-  bool floor_only = false, hugepages = true, json = false;
+  bool floor_only = false, json = false;
 };
 
 std::vector<int64_t> ParseList(const char* s) {
@@ -200,7 +201,9 @@ int64_t HugeMiB() {
 struct Cell {
   int64_t n = 0;
   int threads = 0;
-  Rate floor_lookup, floor_rmw1, floor_rmw2, lookup, insert_path, adagrad, adam;
+  Rate floor_lookup, floor_rmw1, floor_rmw2;   // 4 KiB pages
+  Rate huge_lookup, huge_rmw1, huge_rmw2;      // transparent huge pages
+  Rate lookup, insert_path, adagrad, adam;
   double bytes_per_key = 0;
 };
 
@@ -224,16 +227,22 @@ void Run(const Options& o, int64_t n) {
   }
   Rate fill_rate;  // the table's fill (Assign in batches of 2^20 keys), at the machine's threads
   int64_t huge_mib = 0, table_huge_mib = 0;  // the most seen while a phase held its memory
-  // Floor phases, one array set at a time.
-  for (int slots = 0; slots <= 2; ++slots) {
-    if (n * StrideFor(dim, slots) * 4 > PhysBytes() * 7 / 10) continue;
-    Floor f(n, StrideFor(dim, slots), dim, o.hugepages);
-    huge_mib = std::max(huge_mib, HugeMiB());
-    for (size_t t = 0; t < o.threads.size(); ++t) {
-      const int th = o.threads[t];
-      if (slots == 0) cells[t].floor_lookup = Time(o.repeats, m, [&] { f.Lookup(keys.data(), m, out.data(), th); });
-      if (slots == 1) cells[t].floor_rmw1 = Time(o.repeats, u, [&] { f.ReadModifyWrite(uniq.data(), u, grads.data(), 1, th); });
-      if (slots == 2) cells[t].floor_rmw2 = Time(o.repeats, u, [&] { f.ReadModifyWrite(uniq.data(), u, grads.data(), 2, th); });
+  // Floor phases, one array set at a time, on small pages and then on huge ones.
+  for (bool huge : {false, true}) {
+    for (int slots = 0; slots <= 2; ++slots) {
+      if (n * StrideFor(dim, slots) * 4 > PhysBytes() * 7 / 10) continue;
+      Floor f(n, StrideFor(dim, slots), dim, huge);
+      if (huge) huge_mib = std::max(huge_mib, HugeMiB());
+      for (size_t t = 0; t < o.threads.size(); ++t) {
+        const int th = o.threads[t];
+        Cell& c = cells[t];
+        if (slots == 0) {
+          (huge ? c.huge_lookup : c.floor_lookup) = Time(o.repeats, m, [&] { f.Lookup(keys.data(), m, out.data(), th); });
+        } else {
+          (slots == 1 ? (huge ? c.huge_rmw1 : c.floor_rmw1) : (huge ? c.huge_rmw2 : c.floor_rmw2)) =
+              Time(o.repeats, u, [&] { f.ReadModifyWrite(uniq.data(), u, grads.data(), slots, th); });
+        }
+      }
     }
   }
   if (!o.floor_only) {
@@ -320,20 +329,24 @@ void Run(const Options& o, int64_t n) {
               static_cast<long long>(u), static_cast<long long>(huge_mib), static_cast<long long>(table_huge_mib));
   if (!o.floor_only) std::printf("  table fill (Assign, 2^20 keys a batch): %s\n", fmt(fill_rate).c_str());
   for (const Cell& c : cells) {
-    std::printf("  %d thread%s  floor: lookup %s, rmw 1 slot %s, rmw 2 slots %s\n", c.threads, c.threads > 1 ? "s" : " ",
-                fmt(c.floor_lookup).c_str(), fmt(c.floor_rmw1).c_str(), fmt(c.floor_rmw2).c_str());
+    std::printf("  %d thread%s  floor, 4 KiB pages: lookup %s, rmw 1 slot %s, rmw 2 slots %s\n", c.threads,
+                c.threads > 1 ? "s" : " ", fmt(c.floor_lookup).c_str(), fmt(c.floor_rmw1).c_str(), fmt(c.floor_rmw2).c_str());
+    std::printf("            floor, huge pages: lookup %s, rmw 1 slot %s, rmw 2 slots %s\n", fmt(c.huge_lookup).c_str(),
+                fmt(c.huge_rmw1).c_str(), fmt(c.huge_rmw2).c_str());
     if (o.floor_only) continue;
-    std::printf("            table: lookup %s = %.2fx floor, insert path %s = %.2fx\n", fmt(c.lookup).c_str(),
-                ratio(c.lookup, c.floor_lookup), fmt(c.insert_path).c_str(), ratio(c.insert_path, c.floor_lookup));
-    std::printf("                   Adagrad %s = %.2fx floor rmw, Adam %s = %.2fx; %.1f bytes/key\n",
-                fmt(c.adagrad).c_str(), ratio(c.adagrad, c.floor_rmw1), fmt(c.adam).c_str(), ratio(c.adam, c.floor_rmw2),
-                c.bytes_per_key);
+    std::printf("            table: lookup %s = %.2fx / %.2fx floor (4 KiB / huge), insert path %s = %.2fx / %.2fx\n",
+                fmt(c.lookup).c_str(), ratio(c.lookup, c.floor_lookup), ratio(c.lookup, c.huge_lookup),
+                fmt(c.insert_path).c_str(), ratio(c.insert_path, c.floor_lookup), ratio(c.insert_path, c.huge_lookup));
+    std::printf("                   Adagrad %s = %.2fx / %.2fx floor rmw, Adam %s = %.2fx / %.2fx; %.1f bytes/key\n",
+                fmt(c.adagrad).c_str(), ratio(c.adagrad, c.floor_rmw1), ratio(c.adagrad, c.huge_rmw1), fmt(c.adam).c_str(),
+                ratio(c.adam, c.floor_rmw2), ratio(c.adam, c.huge_rmw2), c.bytes_per_key);
   }
   if (cells.size() > 1) {
     const Cell& a = cells.front();
     const Cell& b = cells.back();
-    std::printf("  %d threads / %d (wall): floor lookup %.2fx, rmw %.2fx / %.2fx", b.threads, a.threads,
-                ratio(b.floor_lookup, a.floor_lookup), ratio(b.floor_rmw1, a.floor_rmw1), ratio(b.floor_rmw2, a.floor_rmw2));
+    std::printf("  %d threads / %d (wall): floor lookup %.2fx (huge pages %.2fx), rmw %.2fx / %.2fx", b.threads, a.threads,
+                ratio(b.floor_lookup, a.floor_lookup), ratio(b.huge_lookup, a.huge_lookup), ratio(b.floor_rmw1, a.floor_rmw1),
+                ratio(b.floor_rmw2, a.floor_rmw2));
     if (!o.floor_only) {
       std::printf("; table lookup %.2fx, insert path %.2fx, Adagrad %.2fx, Adam %.2fx", ratio(b.lookup, a.lookup),
                   ratio(b.insert_path, a.insert_path), ratio(b.adagrad, a.adagrad), ratio(b.adam, a.adam));
@@ -347,10 +360,11 @@ void Run(const Options& o, int64_t n) {
       return std::string(buf);
     };
     for (const Cell& c : cells) {
-      std::printf("JSON {\"n\": %lld, \"dim\": %lld, \"threads\": %d, \"bytes_per_key\": %.2f%s%s%s%s%s%s%s}\n",
+      std::printf("JSON {\"n\": %lld, \"dim\": %lld, \"threads\": %d, \"bytes_per_key\": %.2f%s%s%s%s%s%s%s%s%s%s}\n",
                   static_cast<long long>(c.n), static_cast<long long>(dim), c.threads, c.bytes_per_key,
                   j("floor_lookup", c.floor_lookup).c_str(), j("floor_rmw1", c.floor_rmw1).c_str(),
-                  j("floor_rmw2", c.floor_rmw2).c_str(), j("lookup", c.lookup).c_str(),
+                  j("floor_rmw2", c.floor_rmw2).c_str(), j("huge_lookup", c.huge_lookup).c_str(),
+                  j("huge_rmw1", c.huge_rmw1).c_str(), j("huge_rmw2", c.huge_rmw2).c_str(), j("lookup", c.lookup).c_str(),
                   j("insert_path", c.insert_path).c_str(), j("adagrad", c.adagrad).c_str(), j("adam", c.adam).c_str());
     }
   }
@@ -378,7 +392,6 @@ int main(int argc, char** argv) {
     } else if (a == "--batch") o.batch = std::atoll(next());
     else if (a == "--repeats") o.repeats = std::atoi(next());
     else if (a == "--floor-only") o.floor_only = true;
-    else if (a == "--small-pages") o.hugepages = false;
     else if (a == "--json") o.json = true;
     else {
       std::fprintf(stderr, "bench_floor: unknown argument %s (see the usage at the top of benchmarks/bench_floor.cc)\n",

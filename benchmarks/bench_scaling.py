@@ -1,14 +1,25 @@
 """Lookups and sparse Adagrad updates as the table grows: tfps against TF's built-ins.
 
-For each dim (16, 64) and table size (10^5, 10^6, 10^7, 5*10^7 keys), in one process per cell,
-each phase in turn (one structure in memory at a time):
+For each dim (16, 64) and table size (10^5, 10^6, 10^7, 10^8 keys), in one process per cell,
+each phase in turn (one structure in memory at a time; a phase that does not fit this machine's
+memory is skipped with the reason):
   tfps:      a table filled with the keys (TfpsTableAssign, 2^20 per batch; insert rate), then
-             find-or-insert of 2^20 present ids (TfpsTableFind) and TfpsTableApplyAdagrad of
-             the distinct ones, uniform and Zipf(1.2) ids; bytes per key and where they go
-             (index, key and floats, meta, arena slack) before and after Adagrad's slot
+             find-or-insert of 2^20 present ids (TfpsTableFind, the training path), the same
+             read-only (insert=False) and TfpsTableApplyAdagrad of the distinct ones, uniform
+             and Zipf(1.2) ids; bytes per key and where they go (index, key and floats, meta,
+             arena slack) before and after Adagrad's slot; then TfpsTableApplyAdam of the
+             uniform batch's distinct ids on a fresh table
   DenseHashTable: the same keys inserted (insert rate), the same 2^20 ids looked up
   Variable:  a tf.Variable of the same row count and its accumulator; the same rows updated
              by TF's ResourceSparseApplyAdagrad (the update path's anchor) and gathered
+Threads: the table's batch work runs on oneTBB's workers, one per core the process may use
+(TF's intra-op setting does not bound it). The tfps phase runs again in a process pinned to one
+core (sched_setaffinity) for the 1-thread figures, and bench_floor (benchmarks/bench_floor.cc,
+built here) gives the memory floor at 1 and 2 threads in the same run: two dependent random
+reads per id over arrays of the table's sizes (index slot, then row), and a row's
+read-modify-write for the applies, on transparent huge pages (the anchor) and on 4 KiB pages.
+Printed per cell (uniform ids): 2 threads / 1 thread, tfps / the 2-thread floor,
+find-or-insert / DenseHashTable, applies / the floor's read-modify-write, bytes per key.
 Both sparse applies get a batch's distinct ids in order of first appearance (what tf.unique
 gives a training step), not sorted: sorted indices would let the Variable stream its memory.
 Ratios are tfps / built-in in the same run. Tables prefetch in their default mode (rolling);
@@ -18,8 +29,9 @@ Draws throughput against table size to docs/scaling.png (matplotlib).
 
 Usage: python benchmarks/bench_scaling.py [--quick] [--sizes 1e5,1e6] [--dims 16] [--prefetch-modes]
                                            [--baseline OTHER_CHECKOUT]
-A cell that does not fit in memory (5*10^7 keys at dim 64: ~27 GB for tfps with its Adagrad slot
-alone) is skipped with the reason.
+--quick: 10^5 keys at dim 16 (every phase, both thread counts and the floor, in short).
+A phase that does not fit in memory (10^8 keys: DenseHashTable and Adam; 10^8 at dim 64: all)
+is skipped with the reason.
 """
 import argparse
 import gc
@@ -75,15 +87,15 @@ def draws(n, dist, rng):
         return ((ranks * np.uint64(0xD1B54A32D192ED03)) % np.uint64(n)).astype(np.int64)
 
 
-def fits(n, dim):
-    """(ok, why not): the largest phase must fit in this machine's memory with room to spare."""
+def fits(n, dim, phase="tfps"):
+    """(ok, why not): the phase must fit in this machine's memory with room to spare."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    tfps_bytes = n * (8 + 4 * dim * 2 + 8 + 40)          # key, value and Adagrad slot, meta, index
-    dht_bytes = 2 * n / 0.8 * (8 + 4 * dim) * 1.5       # doubling: old and new buckets at once
-    var_bytes = 2 * n * 4 * dim                          # variable and accumulator
-    need = max(tfps_bytes, dht_bytes, var_bytes)
+    need = {"tfps": n * (8 + 4 * dim * 2 + 8 + 12),        # key, value and Adagrad slot, meta, index
+            "adam": n * (8 + 4 * dim * 3 + 8 + 12),        # value and Adam's two slots
+            "dht": 2 * n / 0.8 * (8 + 4 * dim) * 1.5,      # doubling: old and new buckets at once
+            "variable": 2 * n * 4 * dim}[phase]            # variable and accumulator
     if need > 0.75 * total:
-        return False, f"needs ~{need / 2**30:.0f} GiB in one phase, this machine has {total / 2**30:.0f} GiB"
+        return False, f"needs ~{need / 2**30:.0f} GiB, this machine has {total / 2**30:.0f} GiB"
     return True, ""
 
 
@@ -124,19 +136,45 @@ def tfps_phase(n, dim, ids, prefetch=None):
         ops = {}
         for dist, pos in ids.items():
             uniq = distinct(pos)
-            ops[dist] = (et.table_find(h, tf.constant(keys_of(pos))).op,
+            keys = tf.constant(keys_of(pos))
+            ops[dist] = (et.table_find(h, keys).op,
                          tr.table_apply_adagrad(h, tf.constant(keys_of(uniq)), tf.fill([len(uniq), dim], 0.01),
-                                                LR, tf.constant(1, tf.int64)), len(uniq))
+                                                LR, tf.constant(1, tf.int64)), len(uniq),
+                         et.table_find(h, keys, insert=False).op)
         with session() as s:
             if set_mode is not None:
                 s.run(set_mode)
             out["insert"] = fill_rate(s, inserts, keys_ph, n)
             out["memory"] = (s.run(stats), s.run(split))
-            for dist, (lookup, _, _) in ops.items():
+            for dist, (lookup, _, _, read_only) in ops.items():
                 out[f"lookup_{dist}"] = BATCH / time_op(s, lookup, repeats=repeats(n), warmup=1)
-            for dist, (_, apply, u) in ops.items():
+                out[f"lookup_ro_{dist}"] = BATCH / time_op(s, read_only, repeats=repeats(n), warmup=1)
+            for dist, (_, apply, u, _) in ops.items():
                 out[f"adagrad_{dist}"] = u / time_op(s, apply, repeats=repeats(n), warmup=1)
             out["memory_slot"] = (s.run(stats), s.run(split))
+    return out
+
+
+def adam_phase(n, dim, pos):
+    """TfpsTableApplyAdam's rows/s on the distinct ids of `pos`, on a fresh table of n keys."""
+    uniq = distinct(pos)
+    with tf.Graph().as_default():
+        h = et.table_handle(dim, "zeros", shared_name=f"scaling_adam_{n}_{dim}")
+        keys_ph = tf.compat.v1.placeholder(tf.int64, [None])
+        insert = et.table_assign(h, keys_ph, tf.zeros(tf.stack([tf.size(keys_ph), dim])))
+        apply = tr.table_apply_adam(h, tf.constant(keys_of(uniq)), tf.fill([len(uniq), dim], 0.01), 0.001,
+                                    tf.constant(1, tf.int64), 0.9, 0.999, 1e-8)
+        with session() as s:
+            fill_rate(s, [insert], keys_ph, n)
+            return len(uniq) / time_op(s, apply, repeats=repeats(n), warmup=1)
+
+
+def tfps_rates(n, dim, ids, prefetch=None):
+    """tfps_phase, then Adam's apply (uniform ids) where it fits."""
+    out = tfps_phase(n, dim, ids, prefetch)
+    gc.collect()
+    if fits(n, dim, "adam")[0]:
+        out["adam_uniform"] = adam_phase(n, dim, ids["uniform"])
     return out
 
 
@@ -179,12 +217,15 @@ def variable_phase(n, dim, ids):
 def cell(n, dim):
     rng = np.random.default_rng(n + dim)
     ids = {dist: draws(n, dist, rng) for dist in ("uniform", "zipf")}
-    result = {"n": n, "dim": dim, "tfps": tfps_phase(n, dim, ids)}
+    result = {"n": n, "dim": dim, "tfps": tfps_rates(n, dim, ids), "skipped": {}}
     gc.collect()
-    result["dht"] = dht_phase(n, dim, ids)
-    gc.collect()
-    result["variable"] = variable_phase(n, dim, ids)
-    gc.collect()
+    for name, phase in (("dht", dht_phase), ("variable", variable_phase)):
+        ok, why = fits(n, dim, name)
+        if ok:
+            result[name] = phase(n, dim, ids)
+        else:
+            result["skipped"][name] = why
+        gc.collect()
     return result
 
 
@@ -194,7 +235,7 @@ def jsonable(r):
         if hasattr(x, "tolist"):
             return x.tolist()
         return [plain(y) for y in x] if isinstance(x, (tuple, list)) else x
-    return {k: v if k in ("n", "dim") else {name: plain(x) for name, x in v.items()} for k, v in r.items()}
+    return {k: v if k in ("n", "dim", "skipped") else {name: plain(x) for name, x in v.items()} for k, v in r.items()}
 
 
 def memory_rows(r):
@@ -211,21 +252,78 @@ def memory_rows(r):
     return rows
 
 
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "n/a"
+
+
 def print_cell(r):
     n, dim = r["n"], r["dim"]
-    t, d, v = r["tfps"], r["dht"], r["variable"]
-    m = lambda x: f"{x / 1e6:6.2f} M/s"  # noqa: E731
-    rows = [(f"{n:.0e} keys, dim {dim}", ""),
-            ("  insert tfps / DenseHashTable", f"{m(t['insert'])} / {m(d['insert'])} = {t['insert'] / d['insert']:.2f}x")]
+    t, d, v = r["tfps"], r.get("dht"), r.get("variable")
+    m = lambda x: f"{x / 1e6:6.2f} M/s" if x else "   n/a    "  # noqa: E731
+    rows = [(f"{n:.0e} keys, dim {dim}", "")]
+    if d:
+        rows.append(("  insert tfps / DenseHashTable", f"{m(t['insert'])} / {m(d['insert'])} = {ratio(t['insert'], d['insert'])}"))
+    else:
+        rows.append(("  insert tfps", m(t["insert"])))
     for dist in ("uniform", "zipf"):
-        rows += [(f"  lookup {dist}: tfps / DenseHashTable",
-                  f"{m(t[f'lookup_{dist}'])} / {m(d[f'lookup_{dist}'])} = "
-                  f"{t[f'lookup_{dist}'] / d[f'lookup_{dist}']:.2f}x  (Variable gather {m(v[f'gather_{dist}'])})"),
-                 (f"  Adagrad {dist}: tfps / Variable",
-                  f"{m(t[f'adagrad_{dist}'])} / {m(v[f'adagrad_{dist}'])} = "
-                  f"{t[f'adagrad_{dist}'] / v[f'adagrad_{dist}']:.2f}x rows/s")]
+        lookup = f"{m(t[f'lookup_{dist}'])}"
+        if d:
+            lookup += f" / {m(d[f'lookup_{dist}'])} = {ratio(t[f'lookup_{dist}'], d[f'lookup_{dist}'])}"
+        if v:
+            lookup += f"  (Variable gather {m(v[f'gather_{dist}'])})"
+        rows.append((f"  lookup {dist}: tfps{' / DenseHashTable' if d else ''}", lookup))
+        rows.append((f"  lookup {dist} read-only: tfps", m(t[f"lookup_ro_{dist}"])))
+        adagrad = m(t[f"adagrad_{dist}"])
+        if v:
+            adagrad += f" / {m(v[f'adagrad_{dist}'])} = {ratio(t[f'adagrad_{dist}'], v[f'adagrad_{dist}'])} rows/s"
+        rows.append((f"  Adagrad {dist}: tfps{' / Variable' if v else ''}", adagrad))
+    rows.append(("  Adam uniform: tfps", m(t.get("adam_uniform"))))
+    for name, why in r.get("skipped", {}).items():
+        rows.append((f"  {name}", f"skipped: {why}"))
+    rows += threads_rows(r)
     report(rows + memory_rows(r))
     sys.stdout.flush()
+
+
+def threads_rows(r):
+    """Uniform ids: 2 threads / 1, tfps / the 2-thread floor, find-or-insert / DenseHashTable,
+    applies / the floor's read-modify-write (the issue's bars in brackets)."""
+    one, two = r.get("tfps_1thread"), r["tfps"]
+    floor = {f["threads"]: f for f in r.get("floor", [])}
+    f1, f2 = floor.get(1, {}), floor.get(2, {})
+    rows = []
+    if one:
+        rows.append(("  2 threads / 1 (uniform)",
+                     f"read-only lookup {ratio(two['lookup_ro_uniform'], one['lookup_ro_uniform'])}, find-or-insert "
+                     f"{ratio(two['lookup_uniform'], one['lookup_uniform'])} [>= 1.6x]; Adagrad "
+                     f"{ratio(two['adagrad_uniform'], one['adagrad_uniform'])}, Adam "
+                     f"{ratio(two.get('adam_uniform'), one.get('adam_uniform'))}"))
+    def both(a, f, key):
+        """a / the floor on huge pages | on 4 KiB pages."""
+        return f"{ratio(a, f.get('huge_' + key))} | {ratio(a, f.get('floor_' + key))}"
+
+    if f1 and f2:
+        for pages, key in (("huge pages", "huge"), ("4 KiB pages", "floor")):
+            rows.append((f"  floor on {pages}, 1 / 2 threads",
+                         f"lookup {f1[key + '_lookup'] / 1e6:.2f} / {f2[key + '_lookup'] / 1e6:.2f} M/s "
+                         f"({ratio(f2[key + '_lookup'], f1[key + '_lookup'])}); read-modify-write 1 slot "
+                         f"{f1[key + '_rmw1'] / 1e6:.2f} / {f2[key + '_rmw1'] / 1e6:.2f}, 2 slots "
+                         f"{f1[key + '_rmw2'] / 1e6:.2f} / {f2[key + '_rmw2'] / 1e6:.2f} M rows/s"))
+        rows.append(("  tfps / floor (huge | 4 KiB), 2 threads",
+                     f"read-only {both(two['lookup_ro_uniform'], f2, 'lookup')}, find-or-insert "
+                     f"{both(two['lookup_uniform'], f2, 'lookup')} [>= 0.7x]; Adagrad / rmw 1 slot "
+                     f"{both(two['adagrad_uniform'], f2, 'rmw1')}, Adam / rmw 2 slots "
+                     f"{both(two.get('adam_uniform'), f2, 'rmw2')} [>= 0.6x]"))
+    if one and f1:
+        rows.append(("  tfps / floor (huge | 4 KiB), 1 thread",
+                     f"read-only {both(one['lookup_ro_uniform'], f1, 'lookup')}, find-or-insert "
+                     f"{both(one['lookup_uniform'], f1, 'lookup')}; Adagrad {both(one['adagrad_uniform'], f1, 'rmw1')}, "
+                     f"Adam {both(one.get('adam_uniform'), f1, 'rmw2')}"))
+    if r.get("dht"):
+        rows.append(("  find-or-insert / DenseHashTable lookup", f"{ratio(two['lookup_uniform'], r['dht']['lookup_uniform'])} [>= 3x]"))
+    (count, reserved, *_), _ = r["tfps"]["memory"]
+    rows.append(("  bytes per key, 0 slots", f"{reserved / count:.1f} [<= 90 at dim 16]"))
+    return rows
 
 
 def plot(results, path):
@@ -241,10 +339,11 @@ def plot(results, path):
             ax = axes[row][col]
             for label, get, style in (
                     ("tfps lookup", lambda r: r["tfps"][f"lookup_{dist}"], "o-"),
-                    ("DenseHashTable lookup", lambda r: r["dht"][f"lookup_{dist}"], "s--"),
+                    ("DenseHashTable lookup", lambda r: r.get("dht", {}).get(f"lookup_{dist}"), "s--"),
                     ("tfps Adagrad", lambda r: r["tfps"][f"adagrad_{dist}"], "o-"),
-                    ("Variable Adagrad (TF)", lambda r: r["variable"][f"adagrad_{dist}"], "s--")):
-                ax.plot(ns, [get(r) / 1e6 for r in cells], style, label=label)
+                    ("Variable Adagrad (TF)", lambda r: r.get("variable", {}).get(f"adagrad_{dist}"), "s--")):
+                have = [(x, get(r)) for x, r in zip(ns, cells) if get(r)]
+                ax.plot([x for x, _ in have], [y / 1e6 for _, y in have], style, label=label)
             ax.set_xscale("log")
             ax.set_xlabel("keys in the table")
             ax.set_ylabel("M ids (rows) / s")
@@ -260,14 +359,29 @@ def plot(results, path):
 RATES = ("insert", "lookup_uniform", "adagrad_uniform", "lookup_zipf", "adagrad_zipf")
 
 
-def tfps_only(n, dim, tree=ROOT, mode=None):
+def tfps_only(n, dim, tree=ROOT, mode=None, cpus=None):
     """tfps's rates at (n, dim) measured in a fresh process, with `tree`'s build (another
-    checkout of tfps: the baseline) and the prefetch mode `mode` (None: the build's default)."""
+    checkout of tfps: the baseline), the prefetch mode `mode` (None: the build's default) and,
+    with `cpus`, the process pinned to that many cores (oneTBB then runs that many threads)."""
     env = dict(os.environ, PYTHONPATH=tree)
     out = subprocess.run([sys.executable, os.path.join(tree, "benchmarks", "bench_scaling.py"), "--tfps-only",
-                          f"{n}", f"{dim}"] + (["--prefetch", mode] if mode else []), env=env, cwd=tree,
-                         capture_output=True, text=True, check=True)
+                          f"{n}", f"{dim}"] + (["--prefetch", mode] if mode else []) +
+                         (["--cpus", str(cpus)] if cpus else []), env=env, cwd=tree, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"tfps alone at {n:.0e} keys, dim {dim} failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+FLOOR = os.path.join(ROOT, "build", "cc", "bench_floor")
+
+
+def floor(n, dim, quick):
+    """bench_floor's floor at (n, dim) on 1 and 2 threads: one dict per thread count."""
+    out = subprocess.run([FLOOR, "--keys", str(n), "--dim", str(dim), "--threads", "1,2", "--floor-only", "--json",
+                          "--repeats", str(3 if quick else repeats(n))], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"bench_floor at {n:.0e} keys, dim {dim} failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
+    return [json.loads(line[len("JSON "):]) for line in out.stdout.splitlines() if line.startswith("JSON ")]
 
 
 def prefetch_modes(n, dim):
@@ -292,7 +406,7 @@ def against(baseline, cells):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="10^5 keys at dim 16 only (the test suite's run)")
-    parser.add_argument("--sizes", default="1e5,1e6,1e7,5e7")
+    parser.add_argument("--sizes", default="1e5,1e6,1e7,1e8")
     parser.add_argument("--dims", default="16,64")
     parser.add_argument("--prefetch-modes", action="store_true", help="also time tfps at 10^7 keys in each mode")
     parser.add_argument("--baseline", metavar="TREE", help="also time tfps of another built checkout (e.g. the "
@@ -300,25 +414,32 @@ def main():
     parser.add_argument("--cell", nargs=2, type=float, metavar=("N", "DIM"), help=argparse.SUPPRESS)
     parser.add_argument("--tfps-only", nargs=2, type=float, metavar=("N", "DIM"), help=argparse.SUPPRESS)
     parser.add_argument("--prefetch", choices=("off", "group", "rolling"), help=argparse.SUPPRESS)
+    parser.add_argument("--cpus", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.cpus:
+        # Before the first op: oneTBB sizes its workers by the cores the process may use.
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.cpus])
     if args.cell:
         print(json.dumps(jsonable(cell(int(args.cell[0]), int(args.cell[1])))))
         return
     if args.tfps_only:
         n, dim = int(args.tfps_only[0]), int(args.tfps_only[1])
         rng = np.random.default_rng(n + dim)
-        t = tfps_phase(n, dim, {dist: draws(n, dist, rng) for dist in ("uniform", "zipf")}, args.prefetch)
+        t = tfps_rates(n, dim, {dist: draws(n, dist, rng) for dist in ("uniform", "zipf")}, args.prefetch)
         print(json.dumps({k: v for k, v in t.items() if not k.startswith("memory")}))
         return
     sizes = [10**5] if args.quick else [int(float(x)) for x in args.sizes.split(",")]
     dims = [16] if args.quick else [int(x) for x in args.dims.split(",")]
-    print(f"{time.strftime('%Y-%m-%d')}: {BATCH} ids per batch, 2 threads, prefetch rolling (the default)")
+    # The floor benchmark, built from this tree (make's rule; a no-op when it is up to date).
+    subprocess.run(["make", "-s", "build/cc/bench_floor"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    print(f"{time.strftime('%Y-%m-%d')}: {BATCH} ids per batch, {len(os.sched_getaffinity(0))} threads (1 where "
+          f"said), prefetch rolling (the default)")
     results = []
     for dim in dims:
         for n in sizes:
             ok, why = fits(n, dim)
             if not ok:
-                print(f"{n:.0e} keys, dim {dim}: skipped, {why}")
+                print(f"{n:.0e} keys, dim {dim}: skipped, tfps {why}")
                 continue
             # Each cell in a fresh process (its three phases in that one process): memory one
             # cell's structures left behind never weighs on the next.
@@ -326,6 +447,8 @@ def main():
             if out.returncode != 0:
                 raise SystemExit(f"cell {n:.0e} keys, dim {dim} failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
             results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            results[-1]["tfps_1thread"] = tfps_only(n, dim, cpus=1)
+            results[-1]["floor"] = floor(n, dim, args.quick)
             print_cell(results[-1])
     if args.prefetch_modes:
         prefetch_modes(10**7, 16)

@@ -28,7 +28,7 @@ ABOUT = {
     "bench_op_mix": "lookup-insert, update, remove, evict and stats from 2 threads against std::unordered_map + mutex",
     "bench_floor": "the table's lookups and applies at 10^6..10^8 keys on 1 and 2 threads against the memory floor (C++)",
     "bench_table": "lookup and insert against tf.lookup DenseHashTable and tf.gather on a Variable",
-    "bench_scaling": "lookup and Adagrad apply at 10^5..10^7 keys against DenseHashTable and a Variable; prefetch modes",
+    "bench_scaling": "lookups and applies at 10^5..10^8 keys on 1 and 2 threads against DenseHashTable, a Variable and the memory floor; prefetch modes",
     "bench_unique_partition": "fused unique + partition against tf.unique + tf.dynamic_partition",
     "bench_step": "a DeepFM-shaped training step against the Variable hashing-trick step",
     "bench_merge": "merged against one table per feature",

@@ -15,13 +15,22 @@ def _run(*args, timeout=900):
 
 
 def test_the_scaling_benchmark_runs_its_smallest_cell():
-    """benchmarks/bench_scaling.py --quick (10^5 keys, dim 16): every phase runs and reports."""
+    """benchmarks/bench_scaling.py --quick (10^5 keys, dim 16): every phase runs and reports, on
+    2 threads and pinned to 1, with bench_floor's floor at 1 and 2 threads beside it."""
     (cell,) = _run("benchmarks/bench_scaling.py", "--quick", timeout=600)
     assert (cell["n"], cell["dim"]) == (10**5, 16)
-    for phase, rates in (("tfps", ("insert", "lookup_uniform", "lookup_zipf", "adagrad_uniform", "adagrad_zipf")),
+    tfps_rates = ("insert", "lookup_uniform", "lookup_zipf", "lookup_ro_uniform", "lookup_ro_zipf",
+                  "adagrad_uniform", "adagrad_zipf", "adam_uniform")
+    for phase, rates in (("tfps", tfps_rates), ("tfps_1thread", tfps_rates),
                          ("dht", ("insert", "lookup_uniform", "lookup_zipf")),
                          ("variable", ("adagrad_uniform", "adagrad_zipf", "gather_uniform"))):
         assert all(cell[phase][r] > 0 for r in rates), cell[phase]
+    assert cell["skipped"] == {}
+    assert sorted(f["threads"] for f in cell["floor"]) == [1, 2]
+    for f in cell["floor"]:
+        assert (f["n"], f["dim"]) == (10**5, 16)
+        for pages in ("floor", "huge"):
+            assert all(f[r] > 0 and f[f"{r}_cpu_ns"] > 0 for r in (f"{pages}_lookup", f"{pages}_rmw1", f"{pages}_rmw2")), f
     for key in ("memory", "memory_slot"):
         (rows, reserved, *_), split = cell["tfps"][key]
         assert rows == 10**5 and split[0] + split[1] + split[3] + split[4] == reserved
