@@ -33,7 +33,7 @@ MARK = re.compile(r"^<!--\s*(not run|needs):\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 RUN = ("python", "bash", "yaml", "json")
 MAX_NOT_RUN = 8          # illustrative blocks are rare: each says why
-BLOCK_SECS = 900
+BLOCK_SECS = 600      # a block that does not end (a server started in the foreground) fails after this
 
 
 def blocks(page):
