@@ -191,4 +191,4 @@ def test_blocks_not_run_are_few_and_each_says_why():
     assert all(why for _, _, why in not_run), not_run
     assert len(not_run) <= MAX_NOT_RUN, not_run
     assert all(mark == ("needs", "tf.estimator") for _, _, mark in marked if mark[0] == "needs"), marked
-    assert _estimator_blocks(), "README.md shows an Estimator example (TF 2.15)"
+    assert _estimator_blocks(), "the docs show an Estimator example (TF 2.15): docs/training.md"
