@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tfps.cluster.launch import cluster_spec
+from test_state import _tree
 
 pytestmark = pytest.mark.slow
 
@@ -393,16 +394,6 @@ def test_unreachable_ps_under_an_outside_tf_config_fails_after_the_peer_timeout(
                      f"{tmp_path}.chief", timeout=180, env={"TF_CONFIG": json.dumps(tf_config)})
     assert out.returncode == 75, out.stderr[-2000:]
     assert time.time() - started < 15 * peer_timeout   # the timeout and a start: bounded at 15x the timeout
-
-
-def _tree(model_dir):
-    out = {}
-    for folder, _, files in os.walk(model_dir):
-        for f in files:
-            path = os.path.join(folder, f)
-            with open(path, "rb") as fh:
-                out[os.path.relpath(path, model_dir)] = fh.read()
-    return out
 
 
 def test_commands_refused_beside_a_running_job_touch_nothing(tmp_path, forker):
