@@ -432,9 +432,10 @@ def test_commands_refused_beside_a_running_job_touch_nothing(tmp_path, forker):
 
 
 def test_a_launch_beyond_the_machine_is_refused_before_it_starts_anything(tmp_path, cli):
-    code, _, err = cli("launch", "--config", "configs/demo.yaml", "--ps", "500", "--set", f"model_dir={tmp_path / 'm'}")
-    assert code == 2, err[-2000:]
-    assert not (tmp_path / "m").exists()
+    for ps in ("500", "99999999999999999999"):   # (the second: counted, not listed, before the refusal)
+        code, _, err = cli("launch", "--config", "configs/demo.yaml", "--ps", ps, "--set", f"model_dir={tmp_path / 'm'}")
+        assert code == 2, err[-2000:]
+        assert not (tmp_path / "m").exists()
 
 
 def test_a_fork_that_fails_stops_the_tasks_already_started(tmp_path, monkeypatch):

@@ -525,6 +525,9 @@ def test_a_host_that_cannot_be_listened_on_says_why(runner, host, error):
     with pytest.raises(OSError) as e:
         ModelServer(base, "demo", port=0, rest_api_port=0, host=host, printer=lambda *a, **k: None)
     assert e.value.errno == (errno.EADDRNOTAVAIL if error == 99 else socket.EAI_NONAME)
+    port = _free_port()
+    with pytest.raises(ValueError):   # one port for both APIs: refused before either binds
+        ModelServer(base, "demo", port=port, rest_api_port=port, host="127.0.0.1", printer=lambda *a, **k: None)
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()

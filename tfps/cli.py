@@ -77,6 +77,9 @@ def _inspect(args):
         cfg = load_config(args.config)
         schema, embedding_dim = schema_of(cfg), cfg.model.embedding_dim
         names = tuple(schema.id_features) + tuple(schema.list_features)
+    if os.path.isdir(args.checkpoint):   # a model_dir: its newest checkpoint by its files (no index needed)
+        from tfps.state import disk
+        args.checkpoint = disk.latest_checkpoint(args.checkpoint) or args.checkpoint
     try:
         tables = inspect(args.checkpoint, top=args.top, feature_names=names)
     except (tf.errors.OpError, ValueError, RuntimeError, IndexError) as e:
@@ -342,7 +345,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     from tfps.cluster.tf_config import ClusterConfigError
     from tfps.config import ConfigError
-    from tfps.errors import ReaderError
+    from tfps.errors import ReaderError, nothing_to_train
     from tfps.state.lease import LeaseHeld
     try:
         return args.fn(args)
@@ -359,7 +362,8 @@ def main(argv=None):
         if len(lines) > 1:   # TF's own (a failed restore with its graph trace): its first and telling lines
             cause = _op_error_line(str(e).split("Original error:")[-1])
             lines = [f"{lines[0].strip(chr(39))} ({cause}; is the checkpoint in model_dir from this config, and whole?)"]
-        print(f"tfps: {lines[0] if lines else repr(e)}", file=sys.stderr)
+        said = lines[0] if lines else repr(e)
+        print(said if said.startswith("tfps") else f"tfps: {said}", file=sys.stderr)
         return 2
     except OSError as e:   # a file or address the user named: one line, not a traceback
         said = e.strerror if e.filename is None and e.strerror else str(e)
@@ -376,7 +380,7 @@ def main(argv=None):
         if args.verbose:
             print(f"tfps: {type(e).__name__}: {e.message or e}", file=sys.stderr)
         # Bad data: the reader's own line (file, line, what, what to do), out of TF's iterator chain.
-        bad_input = ReaderError.find(e)
+        bad_input = ReaderError.find(e) or nothing_to_train(e)
         if bad_input is not None:
             print(f"tfps: {bad_input}", file=sys.stderr)
             return 2

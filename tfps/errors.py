@@ -19,8 +19,17 @@ def error_line(e):
 
 
 # The readers whose malformed-row errors (tfps.ops.data.check_rows) a command shows as they are.
-READERS = ("criteo", "movielens")
+READERS = ("criteo", "movielens", "tfrecord")
 _READER_ERROR = re.compile(r"\b(" + "|".join(READERS) + r"): (.+?) line (\d+): (.*)$")
+# A reader's input with nothing to train on (tfps.data.schema.fail_without_rows, movielens.load).
+_NOTHING_TO_TRAIN = re.compile(r"assertion failed: \[((?:" + "|".join(READERS) + r"): nothing to train on .*)\]")
+
+
+def nothing_to_train(e):
+    """A reader's "nothing to train on" line in an exception's message (out of TF's assertion and
+    iterator chain), or None."""
+    found = _NOTHING_TO_TRAIN.search(getattr(e, "message", None) or str(e))
+    return found.group(1) if found else None
 
 
 def _split_hint(text):

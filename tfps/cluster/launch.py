@@ -186,10 +186,10 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
         netns_lib.check_available(shaping=bandwidth_gbit is not None)
     if model_dir:   # a job already writing it: refused before any log, pid file or directory is opened
         check_free(model_dir)
-    names = _task_names(num_ps, num_workers, evaluator)
     if task_main is not None and preload is not None:
         preload()   # before the bound: a task starts as a copy of this process
-    check_capacity(len(names) + (1 if latency_ms else 0))
+    check_capacity(num_ps + num_workers + (1 if evaluator else 0) + (1 if latency_ms else 0))
+    names = _task_names(num_ps, num_workers, evaluator)
     model_dir = model_dir or tempfile.mkdtemp(prefix="tfps_cluster_")
     log_dir = os.path.join(model_dir, "logs")
     os.makedirs(log_dir, exist_ok=True)

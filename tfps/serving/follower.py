@@ -76,7 +76,7 @@ class TableFollower:
             return
         try:
             self._check(servable, latest, "checkpoint")
-        except (manifests.StateMismatch, ValueError, tf.errors.OpError) as e:
+        except (manifests.StateMismatch, ValueError, IndexError, RuntimeError, tf.errors.OpError) as e:
             self.mismatch[servable.version] = error_line(e)
             self._report(f"{self.model_dir} is not the model of version {servable.version}; nothing of it is "
                          f"applied ({error_line(e)})")

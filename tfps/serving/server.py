@@ -41,7 +41,8 @@ class _Handler(WSGIRequestHandler):
 
 
 def check_bind(host, ports):
-    """The address `host` names (an IPv4 or IPv6 literal, bracketed or not, or a name), checked by
+    """The address `host` names (an IPv4 or IPv6 literal, bracketed or not, or a name: the first
+    address it resolves to, so that gRPC and REST listen on the same one), checked by
     binding each of `ports` [(what, port)] there once: OSError with the OS's errno and a line
     that says why it cannot be listened on -- the name does not resolve, the address is not one of
     this machine's, or the port is taken."""
@@ -64,7 +65,7 @@ def check_bind(host, ports):
                                    f"{why}") from None
         finally:
             probe.close()
-    return address[0] if bare != host or ":" in bare else bare
+    return address[0]   # a name: its first address, for both APIs (gRPC alone would take them all)
 
 
 class InFlight:
@@ -129,6 +130,8 @@ class ModelServer:
                  printer=print, models=None):
         problems = [f"{flag} must be in [0, 65535], got {v}" for flag, v in (("--port", port),
                     ("--rest_api_port", rest_api_port)) if v is not None and not 0 <= v <= 65535]
+        problems += [f"--port and --rest_api_port must differ (both {port}): gRPC and REST each listen on their own"] \
+            if port and port == rest_api_port else []
         problems += [f"{flag} must be > 0, got {v}" for flag, v in (
             ("--max_batch_size", max_batch_size), ("--max_request_bytes", max_request_bytes),
             ("--num_batch_threads", num_batch_threads)) if v < 1]

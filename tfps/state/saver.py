@@ -96,7 +96,7 @@ class StateSaver(Saver):
         if ops is not None and save_path is not None and tf.io.gfile.exists(save_path + ".index"):
             try:
                 saved = manifests.read(save_path)
-            except (tf.errors.OpError, RuntimeError) as e:
+            except (tf.errors.OpError, RuntimeError, IndexError) as e:   # (a short file: IndexError)
                 raise disk.unreadable(save_path, error_line(e)) from None
             where = f"checkpoint {save_path}"
             if saved is None:
