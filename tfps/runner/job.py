@@ -210,7 +210,8 @@ def warmup_requests(cfg, sizes=(1, 4)):
         raise ValueError(f"export --format stock writes warm-up requests of the data's first eval rows, and "
                          f"cannot read them ({str(e).strip().splitlines()[0]}): make the config's eval data "
                          f"readable here, or export with --format tfps") from None
-    features = {k: v for k, v in features.items() if k not in ("label", "user")}
+    # (not the serving inputs: the label, MTGR's user, and per-batch scalars such as bad_rows)
+    features = {k: v for k, v in features.items() if k not in ("label", "user") and getattr(v, "ndim", 0) > 0}
     return [{k: v[:n] for k, v in features.items()} for n in sizes]
 
 
