@@ -24,7 +24,7 @@ def _commit():
     def git(*args):
         return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True).stdout.strip()
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    return commit + ("-dirty" if _dirty() else "")   # (the results make bench writes are not the code)
 
 
 WRITTEN_BY_BENCH = ("benchmarks/results", "docs/benchmarks.md", "docs/*.png")   # what make bench writes
