@@ -67,7 +67,9 @@ def _estimator_blocks():
 
 
 def _page_param(page):
-    marks = [pytest.mark.xdist_group("docs_serving_ports")]   # pages that serve on 8500/8501, one at a time
+    # Pages that serve on 8500/8501 run one at a time; the others on any worker.
+    serves = any(port in text for _, _, text, _ in _runs(page) for port in ("8500", "8501"))
+    marks = [pytest.mark.xdist_group("docs_serving_ports")] if serves else []
     if any(language == "bash" for _, language, _, _ in _runs(page)):
         marks.append(pytest.mark.slow)
     return pytest.param(page, marks=marks, id=page)

@@ -322,11 +322,11 @@ def test_a_cluster_model_dir_without_its_index_resumes_in_one_process(tmp_path, 
     `tfps train` in one process resumes from the cluster's newest checkpoint (a cut is the model's,
     not its placement's) and ends with the uninterrupted run's update counts."""
     model_dir = str(tmp_path)
-    part = [a if a != f"train.steps={STEPS}" else "train.steps=700" for a in CHAOS]
+    part = [a if a != f"train.steps={STEPS}" else "train.steps=300" for a in CHAOS]
     run = forker.run(["launch", "--ps", "2", "--workers", "1", *part, "--set", f"model_dir={model_dir}"],
                      tmp_path / "launch", timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert deltas.latest_cut(model_dir)[2] == 700
+    assert deltas.latest_cut(model_dir)[2] == 300
     os.remove(os.path.join(model_dir, "checkpoint"))
     _train(forker, model_dir)
     _same_updates(model_dir, straight)
@@ -351,7 +351,8 @@ def test_a_truncated_checkpoint_is_refused_naming_it_and_leaves_model_dir_as_it_
         with open(data, "wb") as f:
             f.write(whole[:cut])
         before = _tree(model_dir)
-        for argv in (["train", *CHAOS], ["export", *CHAOS, "--export-dir", str(tmp_path / "export")]):
+        runs = [["train", *CHAOS]] + ([["export", *CHAOS, "--export-dir", str(tmp_path / "export")]] if cut == 100 else [])
+        for argv in runs:
             r = forker.run([*argv, "--set", f"model_dir={model_dir}"], tmp_path / argv[0], timeout=300)
             assert r.returncode == 2, (cut, r.stderr[-2000:])
             assert _tree(model_dir) == before
