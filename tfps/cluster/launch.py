@@ -234,19 +234,17 @@ def check_capacity(num_tasks):
 def _rss_bytes():
     """This process's anonymous resident memory (what a fork of it comes to own as it writes; the
     libraries' pages stay shared)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return _proc_kib("/proc/self/status", "RssAnon")
 
 
 def _meminfo(key):
+    return _proc_kib("/proc/meminfo", key)
+
+
+def _proc_kib(path, key):
+    """The bytes of a `KEY: N kB` line of a /proc file, or None."""
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
                 if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
