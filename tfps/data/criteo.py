@@ -27,7 +27,7 @@ not a row and is not counted; a line of blanks is a malformed row.
 import tensorflow as tf
 
 from tfps.data.lines import line_batches
-from tfps.data.schema import Schema, fail_without_rows, int64_range, share
+from tfps.data.schema import Schema, fail_without_rows, graph_code, int64_range, share
 from tfps.ops.data import check_rows
 
 NUM_INTEGER, NUM_CATEGORICAL = 13, 26
@@ -105,6 +105,7 @@ def _parse(paths_lines, skip_bad_rows):
     return features, tf.strings.to_number(label_s, tf.float32), epoch, tf.size(lines)
 
 
+@graph_code
 def criteo_dataset(paths, batch_size, skip_bad_rows=False, shard_index=0, num_shards=1, repeat=False, start=0):
     """Batches of parsed Criteo rows from `paths` (one or many files, .gz read as gzip).
 

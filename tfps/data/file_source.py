@@ -4,6 +4,7 @@ import os
 import tensorflow as tf
 
 from tfps.data.lines import TruncatedFileError, read_lines
+from tfps.data.schema import graph_code
 
 
 def files(path, what):
@@ -34,6 +35,7 @@ class FileSource:
     def __init__(self, cfg):
         self.cfg = cfg
 
+    @graph_code
     def _limited(self, ds):
         """The first eval.examples examples of the eval batches (all when it is null)."""
         n = self.cfg.eval.examples

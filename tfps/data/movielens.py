@@ -26,7 +26,7 @@ import os
 
 import tensorflow as tf
 
-from tfps.data.schema import PAD_ID, Schema, int64_range, share
+from tfps.data.schema import PAD_ID, Schema, graph_code, int64_range, share
 from tfps.ops.data import SKIP_HINT, check_rows
 
 ID_FEATURES = ("user_id", "movie_id", "hour", "weekday", "history_len")
@@ -196,6 +196,7 @@ def check_directory(directory):
             raise ValueError(f"movielens: {os.path.join(directory, 'ratings.csv')} holds no ratings")
 
 
+@graph_code
 def movielens_dataset(directory, batch_size, split="train", eval_fraction=0.2, skip_bad_rows=False, repeat=False,
                       seed=0, start=0, shard_index=0, num_shards=1, validation=False):
     """Batches (features, labels) of one split of a MovieLens directory (see the module docstring).

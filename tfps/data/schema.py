@@ -9,6 +9,7 @@ A batch is (features, labels) with
   labels             float32 [B]              0 or 1
 """
 import dataclasses
+import functools
 from typing import Tuple
 
 PAD_ID = -1   # pads a list feature's rows to the batch's longest list
@@ -39,6 +40,18 @@ class Schema:
     def from_params(d):
         return Schema(d["num_dense"], tuple(d["id_features"]), tuple(d["list_features"]), d["dense_log1p"],
                       d["has_users"])
+
+
+def graph_code(build):
+    """`build` (a function that makes a tf.data pipeline) run with AutoGraph off for every function
+    its datasets map: tfps's readers are written in graph ops (no Python control flow on
+    tensors), and AutoGraph's conversion of them cost each process about 3 s of CPU at its start.
+    A user's own map functions, built outside, are converted as TensorFlow converts them."""
+    @functools.wraps(build)
+    def wrapper(*args, **kwargs):
+        import tensorflow as tf
+        return tf.autograph.experimental.do_not_convert(build)(*args, **kwargs)
+    return wrapper
 
 
 def share(batches, start=0, shard_index=0, num_shards=1):

@@ -9,7 +9,7 @@ import tensorflow as tf
 from tfps.data import movielens, sequences
 from tfps.data.balance import balance_by_tokens
 from tfps.data.file_source import FileSource, split_of
-from tfps.data.schema import share
+from tfps.data.schema import graph_code, share
 
 
 SHUFFLE_SAMPLES = 100_000   # the training shuffle buffer of user samples read from TFRecords
@@ -75,6 +75,7 @@ class SequenceSource(FileSource):
             raise ValueError(f"data.max_tokens ({budget}) is below the longest {split} sample ({longest} tokens: the "
                              f"profile's 3, history, real-time and candidates); set it to at least {longest}")
 
+    @graph_code
     def _batched(self, ds, batch_size):
         if self.cfg.data.max_tokens:
             ds = balance_by_tokens(ds, self.cfg.data.max_tokens, sequences.tokens)
@@ -88,6 +89,7 @@ class SequenceSource(FileSource):
             self.samples("train")   # read (and checked) once, before the graph is built
         self._check_budget("train")
 
+        @graph_code
         def input_fn():
             ds, count = self._samples_dataset("train")
             # in memory: every sample; from TFRecords: a buffer of up to SHUFFLE_SAMPLES
@@ -102,6 +104,7 @@ class SequenceSource(FileSource):
         self._check_budget("eval")
         return lambda: self._batched(self._first_samples(self._samples_dataset("eval")[0]), batch_size)
 
+    @graph_code
     def _first_samples(self, ds):
         """The eval samples up to the one whose candidates reach eval.examples (all when null):
         whole samples, so the last may carry a few candidates more."""

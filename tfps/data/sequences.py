@@ -27,7 +27,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from tfps.data.schema import Schema
+from tfps.data.schema import Schema, graph_code
 from tfps.data.tfrecord import record_batches
 
 SCHEMA = Schema(num_dense=0, id_features=(), has_users=True)   # what the runners see (GAUC by user)
@@ -165,6 +165,7 @@ def tokens(sample):
             + tf.size(sample["candidate_movie"]))
 
 
+@graph_code
 def sample_dataset(samples):
     """An unbatched tf.data.Dataset of the samples (SPEC)."""
     return tf.data.Dataset.from_generator(lambda: iter(samples), output_signature=SPEC)
@@ -217,6 +218,7 @@ def parse_example(serialized):
     return out
 
 
+@graph_code
 def tfrecord_samples(directory):
     """The unbatched samples (SPEC) of the TFRecords in `directory`, in file order; a file that
     ends early is InvalidArgumentError naming it (tfps.data.tfrecord.record_batches)."""

@@ -16,7 +16,7 @@ import os
 import tensorflow as tf
 import yaml
 
-from tfps.data.schema import PAD_ID, Schema, numpy_batches, share
+from tfps.data.schema import PAD_ID, Schema, graph_code, numpy_batches, share
 from tfps.ops.data import check_rows
 
 SPEC_FILE = "tfps_features.yaml"   # tfps convert writes the data section of the files it writes here
@@ -170,6 +170,7 @@ def record_batches(path, batch_size):
     return counted.filter(lambda batch, last: tf.logical_not(last)).map(lambda batch, last: batch)
 
 
+@graph_code
 def tfrecord_batches(files, batch_size, specs, label="label", user=None):
     """Unparsed record batches (serialized [b], file, records before them in the file) of the
     files in order (a batch ends at a file's end; a file that ends early is an error naming it:
@@ -183,6 +184,7 @@ def tfrecord_batches(files, batch_size, specs, label="label", user=None):
     return ds, _parser(specs, label, user)
 
 
+@graph_code
 def tfrecord_dataset(paths, batch_size, specs, label="label", user=None, repeat=False, start=0, shard_index=0,
                      num_shards=1):
     """Batches (features, labels) of tf.train.Example files (see the module docstring); a
