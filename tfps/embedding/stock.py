@@ -9,9 +9,10 @@ A table of N rows is three things in the graph:
                      filled from stock_keys by the SavedModel's main op, never checkpointed.
 The contents live in variables/ (the SavedModel's checkpoint), so saved_model.pb does not grow
 with N. A lookup finds each key's index, gathers its row, and gives a key the table does not hold
-its initializer value, computed here in stock ops from (key, seed) exactly as
-kernels/core/initializer.h does (the same stream: splitmix64, then AS241's normal quantile), so
-an id never seen in training reads the same in a tfps table, a stock table and either server.
+its initializer value, computed here in stock ops from (key, seed) as kernels/core/initializer.h
+does: the same stream (splitmix64), then the normal quantile in float64 (TensorFlow's Ndtri where
+the core evaluates AS241: both accurate to about 1e-16, so the float32 rows agree to within 1e-6),
+so an id never seen in training reads the same in a tfps table, a stock table and either server.
 
 A graph becomes a stock graph with `use_stock_tables(graph)`: each tfps.get_embedding_variable
 built in it then holds a StockTable (no tfps op), and tfps's lookups and feature tags take the
@@ -27,18 +28,6 @@ DELETED_KEY = -2**63 + 1
 TAG_BITS = 48
 _KEY = ("__tfps_stock_tables",)   # a tuple key: the graph holds it, export_meta_graph skips it
 
-_A = [3.3871328727963666080e0, 1.3314166789178437745e+2, 1.9715909503065514427e+3, 1.3731693765509461125e+4,
-      4.5921953931549871457e+4, 6.7265770927008700853e+4, 3.3430575583588128105e+4, 2.5090809287301226727e+3]
-_B = [1.0, 4.2313330701600911252e+1, 6.8718700749205790830e+2, 5.3941960214247511077e+3,
-      2.1213794301586595867e+4, 3.9307895800092710610e+4, 2.8729085735721942674e+4, 5.2264952788528545610e+3]
-_C = [1.42343711074968357734e0, 4.63033784615654529590e0, 5.76949722146069140550e0, 3.64784832476320460504e0,
-      1.27045825245236838258e0, 2.41780725177450611770e-1, 2.27238449892691845833e-2, 7.74545014278341407640e-4]
-_D = [1.0, 2.05319162663775882187e0, 1.67638483018380384940e0, 6.89767334985100004550e-1,
-      1.48103976427480074590e-1, 1.51986665636164571966e-2, 5.47593808499534494600e-4, 1.05075007164441684324e-9]
-_E = [6.65790464350110377720e0, 5.46378491116411436990e0, 1.78482653991729133580e0, 2.96560571828504891230e-1,
-      2.65321895265761230930e-2, 1.24266094738807843860e-3, 2.71155556874348757815e-5, 2.01033439929228813265e-7]
-_F = [1.0, 5.99832206555887937690e-1, 1.36929880922735805310e-1, 1.48753612908506148525e-2,
-      7.86869131145613259100e-4, 1.84631831751005468180e-5, 1.42151175831644588870e-7, 2.04426310338993978564e-15]
 _LOW = 0.5 * math.erfc(2.0 / math.sqrt(2.0))   # Phi(-2)
 
 
@@ -62,23 +51,6 @@ def mix64(z):
     return tf.bitwise.bitwise_xor(z, _shift_right(z, 31))
 
 
-def normal_quantile(p):
-    """AS241 Phi^-1(p) of float64 p in (0, 1), in stock ops: the six rational polynomials of its
-    three branches evaluated together (Horner's rule over a [..., 6] stack, as AS241 evaluates
-    each: the same arithmetic per value), then each value's branch picked."""
-    q = p - 0.5
-    r_mid = 0.180625 - q * q
-    r = tf.sqrt(-tf.math.log(tf.where(q < 0, p, 1.0 - p)))
-    x = tf.stack([r_mid, r_mid, r - 1.6, r - 1.6, r - 5.0, r - 5.0], -1)
-    coefficients = np.stack([_A, _B, _C, _D, _E, _F], -1)   # [8, 6]
-    poly = tf.constant(coefficients[7], tf.float64)
-    for i in range(6, -1, -1):
-        poly = poly * x + coefficients[i]
-    mid, near, far = poly[..., 0] / poly[..., 1], poly[..., 2] / poly[..., 3], poly[..., 4] / poly[..., 5]
-    tail = tf.where(r <= 5.0, near, far)
-    return tf.where(tf.abs(q) <= 0.425, q * mid, tf.where(q < 0, -tail, tail))
-
-
 def init_rows(spec, keys, dim):
     """float32 [N, dim]: the initial rows of int64 keys [N] under an EmbeddingVariable's
     initializer_spec (kind, a, b, seed), as kernels/core/initializer.h computes them."""
@@ -95,9 +67,9 @@ def init_rows(spec, keys, dim):
     if kind == "uniform":
         v = a + (b - a) * u
     elif kind == "normal":
-        v = a + b * normal_quantile(u)
+        v = a + b * tf.math.ndtri(u)
     else:
-        v = a + b * normal_quantile(_LOW + u * (1.0 - 2.0 * _LOW))
+        v = a + b * tf.math.ndtri(_LOW + u * (1.0 - 2.0 * _LOW))
     return tf.cast(v, tf.float32)
 
 
