@@ -12,10 +12,9 @@ import tempfile
 import tensorflow as tf
 from tensorflow.python.saved_model import model_utils
 
-from tfps.models.spec import ModeKeys
-from tfps.runner.graph import build, latest_checkpoint
+from tfps.runner.graph import latest_checkpoint
 from tfps.runner.serving_inputs import (ServingInputs, example_serving_inputs, example_signatures,  # noqa: F401
-                                       sequence_serving_inputs, serving_inputs)
+                                       sequence_serving_inputs, serving_graph, serving_inputs)
 from tfps.state import manifest as manifests
 
 
@@ -28,12 +27,7 @@ def export_saved_model(model_fn, params, inputs_fn, settings, export_base, check
     if not checkpoint:
         raise ValueError(f"export: no checkpoint in model_dir {settings.model_dir!r}; train first")
     with tf.Graph().as_default():
-        inputs = inputs_fn()
-        if not isinstance(inputs, ServingInputs):
-            inputs = ServingInputs(inputs)
-        spec, scaffold, _, _ = build(model_fn, params, ModeKeys.PREDICT, settings, features=dict(inputs.features))
-        signatures = model_utils.build_all_signature_defs(inputs.features, spec.export_outputs, serving_only=True)
-        signatures.update(example_signatures(inputs.examples, spec.predictions))
+        spec, scaffold, signatures = serving_graph(model_fn, params, inputs_fn, settings)
         path = model_utils.get_timestamped_export_dir(export_base).decode()
         builder = tf.compat.v1.saved_model.Builder(path)
         with tf.compat.v1.Session(config=settings.config) as session:

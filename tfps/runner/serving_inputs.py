@@ -6,9 +6,12 @@ import dataclasses
 import typing
 
 import tensorflow as tf
+from tensorflow.python.saved_model import model_utils
 
 from tfps.data import sequences
 from tfps.data.tfrecord import example_features
+from tfps.models.spec import ModeKeys
+from tfps.runner.graph import build
 
 
 def serving_inputs(schema):
@@ -76,3 +79,16 @@ def sequence_serving_inputs():
     with a batch dimension; lists padded with 0 (what padded_batch does) to one length per request."""
     return {name: tf.compat.v1.placeholder(spec.dtype, [None] + spec.shape.as_list(), name=name)
             for name, spec in sequences.SPEC.items() if name not in ("label", "user")}
+
+
+def serving_graph(model_fn, params, inputs_fn, settings):
+    """The model_fn's PREDICT graph, built in the default graph over inputs_fn()'s placeholders
+    ({name: Tensor}, or a ServingInputs: the Examples signatures too), and its signatures:
+    (ModelSpec, Scaffold, {signature name: SignatureDef})."""
+    inputs = inputs_fn()
+    if not isinstance(inputs, ServingInputs):
+        inputs = ServingInputs(inputs)
+    spec, scaffold, _, _ = build(model_fn, params, ModeKeys.PREDICT, settings, features=dict(inputs.features))
+    signatures = model_utils.build_all_signature_defs(inputs.features, spec.export_outputs, serving_only=True)
+    signatures.update(example_signatures(inputs.examples, spec.predictions))
+    return spec, scaffold, signatures

@@ -14,7 +14,7 @@ from tensorflow.python.saved_model import model_utils
 from tfps.embedding import stock
 from tfps.embedding.variable import embedding_variables
 from tfps.models.spec import ModeKeys
-from tfps.runner.serving_inputs import ServingInputs, example_signatures
+from tfps.runner.serving_inputs import ServingInputs, serving_graph
 from tfps.runner.graph import build
 
 WARMUP_FILE = "tf_serving_warmup_requests"
@@ -95,12 +95,7 @@ def export_stock_saved_model(model_fn, params, inputs_fn, settings, export_base,
     values, rows = trained_state(model_fn, params, inputs_fn, settings, checkpoint)
     with tf.Graph().as_default() as graph:
         tables = stock.use_stock_tables(graph)
-        inputs = inputs_fn()
-        if not isinstance(inputs, ServingInputs):
-            inputs = ServingInputs(inputs)
-        spec, _, _, _ = build(model_fn, params, ModeKeys.PREDICT, settings, features=dict(inputs.features))
-        signatures = model_utils.build_all_signature_defs(inputs.features, spec.export_outputs, serving_only=True)
-        signatures.update(example_signatures(inputs.examples, spec.predictions))
+        _, _, signatures = serving_graph(model_fn, params, inputs_fn, settings)
         missing = sorted(set(rows) - set(tables))
         if missing:
             raise ValueError(f"stock export: the serving graph does not read tables {missing}")
