@@ -45,6 +45,7 @@ thread (a tf.compat.v1.train.QueueRunner) instead.
 import tensorflow as tf
 
 from tfps.pipeline.replay import replay, depends_on
+from tfps.process import prompt_close
 from tfps.train.push import push_policy
 
 MAX_DEPTH = 8
@@ -91,7 +92,7 @@ class Pipeline:
         self.depth = depth
         self._spec = dataset.element_spec
         self._specs = tf.nest.flatten(self._spec, expand_composites=True)
-        self._iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
+        self._iterator = tf.compat.v1.data.make_initializable_iterator(prompt_close(dataset))
         self._stages = []
         self._carrier = None
         self._carrier_after = None
