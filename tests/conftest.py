@@ -7,7 +7,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
+
+from tfps.process import import_tensorflow  # noqa: E402
+
+tf = import_tensorflow()   # as tfps's commands import it: the collector paused, then frozen
 
 tf.compat.v1.disable_eager_execution()
 

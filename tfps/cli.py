@@ -13,8 +13,8 @@ import os
 import re
 import sys
 
-from tfps.process import (cpu_allocator_in_use, quiet_native_logs, quiet_python_logs, single_threaded_blas,
-                          use_cpu_allocator)
+from tfps.process import (cpu_allocator_in_use, import_tensorflow, quiet_native_logs, quiet_python_logs,
+                          single_threaded_blas, use_cpu_allocator)
 
 STOP_MARGIN_SECS = 5.0   # tfps serve: how long past --grace_secs a stop may take before it is ended
 # tfps serve's main thread waits for SIGTERM/SIGINT in steps of this: the kernel may hand the signal
@@ -67,8 +67,8 @@ def _export(args):
 
 
 def _inspect(args):
-    import tensorflow as tf
     quiet_python_logs()
+    import tensorflow as tf
     from tfps.embedding.checkpoint_tools import inspect
     names, embedding_dim = (), None
     if args.config:   # names the features of merged tables, and gives the model's embedding_dim
@@ -172,7 +172,7 @@ def _preload_task():
 def _serve(args):
     import signal
     import threading
-    import tensorflow as tf
+    tf = import_tensorflow()
     quiet_python_logs()
     tf.compat.v1.disable_eager_execution()
     from tfps.serving.models import read_model_config
