@@ -13,8 +13,8 @@ import tensorflow as tf
 from tensorflow.python.saved_model import model_utils
 
 from tfps.runner.graph import latest_checkpoint
-from tfps.runner.serving_inputs import (ServingInputs, example_serving_inputs, example_signatures,  # noqa: F401
-                                       sequence_serving_inputs, serving_graph, serving_inputs)
+from tfps.runner.serving_inputs import (example_serving_inputs, sequence_serving_inputs,  # noqa: F401
+                                       serving_graph, serving_inputs)
 from tfps.state import manifest as manifests
 
 

@@ -4,7 +4,7 @@ the gRPC and REST APIs: the examples of a request, the signature that answers it
 A `classification` signature (method tensorflow/serving/classify) takes serialized Examples under
 "inputs" and gives "scores" float [B, C] and/or "classes" string [B, C]; a `regression` signature
 (tensorflow/serving/regress) gives "outputs" float [B] or [B, 1] (what tfps export writes:
-tfps.runner.export.example_signatures)."""
+tfps.runner.serving_inputs.example_signatures)."""
 import base64
 
 import numpy as np
