@@ -9,8 +9,9 @@ stopped at its end):
 - `yaml` blocks are read as a job config (`tfps.config.load_config`), `json` blocks parsed;
 - blocks of another language (`text`, or none) are listings of output, not run.
 
-The scratch directory holds a small copy of configs/ (`train.steps` at most 200, a synthetic eval
-set of 4,096 examples) and small data where the shipped configs look for theirs (data/: a
+The scratch directory holds a small copy of configs/ (`train.steps` at most 60 and a checkpoint
+every 30 where a config saves by steps: what a block does with a job, not how long it trains, is
+under test; a synthetic eval set of 4,096 examples) and small data where the shipped configs look for theirs (data/: a
 MovieLens directory in the GroupLens layout and Criteo text files; day_0.gz and day_1.gz).
 
 A block preceded by `<!-- not run: REASON -->` is illustrative and not run (rare: the reason
@@ -85,10 +86,10 @@ def scratch(tmp_path):
     for path in (d / "configs").glob("*.yaml"):
         cfg = yaml.safe_load(path.read_text())
         train, ev = cfg.setdefault("train", {}), cfg.setdefault("eval", {})
-        train["steps"] = min(train.get("steps", 200), 200)
-        train["log_every_steps"] = min(train.get("log_every_steps", 50), 50)
+        train["steps"] = min(train.get("steps", 60), 60)
+        train["log_every_steps"] = min(train.get("log_every_steps", 20), 20)
         if train.get("save_checkpoints_steps"):
-            train["save_checkpoints_steps"] = 100
+            train["save_checkpoints_steps"] = 30
         if ev.get("examples"):
             ev["examples"] = 4096
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
