@@ -51,6 +51,8 @@ deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libtbb-dev; \
 	fi
 
+#: the modules a process imports are compiled then, and cached (__pycache__); pip's
+# compiling of every module installed (TensorFlow's whole tree) took 10 s of the setup's CPU.
 $(VENV)/.installed: requirements/tf-$(TF).txt requirements/serving-$(TF).txt requirements/common.txt | deps
 	@if [ -z "$(PYTHON)" ]; then echo "no Python for TensorFlow $(TF) on this machine: install one of" \
 	  "$(PYTHONS_$(TF)) with its venv module (Debian: apt-get install python3-venv), or name one: PYTHON=..."; exit 1; fi
@@ -76,14 +78,20 @@ $(SO): $(VENV)/.installed build/.tf-$(TF) setup.py $(wildcard ops/*.cc kernels/*
 build: setup $(SO)
 
 # C++ core: unit and 2-thread stress tests, once under ASan+UBSan, once under TSan.
-$(CC_BIN)/core_asan: $(CC_SRCS) $(wildcard kernels/core/*.h tests/cc/*.cc tests/cc/*.h) | deps
-	@mkdir -p $(CC_BIN)
-	$(CXX) $(CC_FLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all \
-	  $(CC_SRCS) $(CC_TESTS) -o $@ -ltbb
-$(CC_BIN)/core_tsan: $(CC_SRCS) $(wildcard kernels/core/*.h tests/cc/*.cc tests/cc/*.h) | deps
-	@mkdir -p $(CC_BIN)
-	$(CXX) $(CC_FLAGS) -fsanitize=thread -DTFPS_STD_THREAD_FORK_JOIN \
-	  $(CC_SRCS) $(CC_TESTS) -o $@ -ltbb
+CC_ALL := $(CC_SRCS) $(wildcard kernels/core/*.h tests/cc/*.cc tests/cc/*.h)
+SAN_asan := -fsanitize=address,undefined -fno-sanitize-recover=all
+SAN_tsan := -fsanitize=thread -DTFPS_STD_THREAD_FORK_JOIN
+# The system headers these sources include, precompiled once per sanitizer build and included
+# in every source (-Winvalid-pch: one g++ cannot use is an error): parsing them again in each of
+# the 32 sources was half of a build's CPU. (The op library compiles kernels/core without it.)
+$(CC_BIN)/%/system.h: $(CC_ALL) | deps
+	@mkdir -p $(@D)
+	@cat $(CC_ALL) | grep -h '^#include <' | sort -u > $@.tmp && mv $@.tmp $@
+.PRECIOUS: $(CC_BIN)/%/system.h $(CC_BIN)/%/system.h.gch
+$(CC_BIN)/%/system.h.gch: $(CC_BIN)/%/system.h
+	$(CXX) $(CC_FLAGS) $(SAN_$*) -x c++-header $< -o $@
+$(CC_BIN)/core_%: $(CC_BIN)/%/system.h.gch $(CC_ALL) | deps
+	$(CXX) $(CC_FLAGS) $(SAN_$*) -include $(CC_BIN)/$*/system.h -Winvalid-pch $(CC_SRCS) $(CC_TESTS) -o $@ -ltbb
 $(CC_BIN)/bench_%: $(CC_SRCS) $(wildcard kernels/core/*.h) benchmarks/bench_%.cc | deps
 	@mkdir -p $(CC_BIN)
 	$(CXX) -std=c++17 -I. -O3 -DNDEBUG -march=x86-64-v2 -fno-math-errno -fno-semantic-interposition -pthread $(CC_SRCS) benchmarks/bench_$*.cc -o $@ -ltbb
