@@ -134,3 +134,20 @@ def forker():
     f = Forker(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     yield f
     f.close()
+
+
+# Module fixtures shared by several test files are defined here, once: a session fixture that a
+# test file imports from another is a definition of that file's, built again for it.
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    """test_serve.py's model: trained 40 steps, exported as a version; the rows and
+    tfps.runner.predict's scores (test_serve.trained_model)."""
+    from test_serve import trained_model
+    return trained_model(tmp_path_factory.mktemp("serve"))
+
+
+@pytest.fixture(scope="session")
+def runner(tmp_path_factory):
+    """The serve_runner files' models: exports at steps 20 and 40, and rows (serve_models.runner_models)."""
+    from serve_models import runner_models
+    return runner_models(tmp_path_factory.mktemp("serve_runner"))

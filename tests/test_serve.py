@@ -57,10 +57,9 @@ def _train(cfg, steps, hooks=(), listeners=(), **settings):
           hooks=hooks, saving_listeners=listeners, printer=lambda *a, **k: None)
 
 
-@pytest.fixture(scope="session")   # the group "serve" on one worker: built once
-def trained(tmp_path_factory):
-    """A model trained 40 steps, exported as a version; the rows and tfps.runner.predict's scores."""
-    root = tmp_path_factory.mktemp("serve")
+def trained_model(root):
+    """A model trained 40 steps, exported as a version; the rows and tfps.runner.predict's scores
+    (the session fixture `trained`, tests/conftest.py)."""
     cfg = _cfg(root / "model")
     _train(cfg, 40)
     rows = _rows(cfg)

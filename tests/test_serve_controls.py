@@ -21,7 +21,6 @@ import pytest
 import tensorflow as tf
 
 from serve_client import _request, _stub
-from test_serve_inference import runner  # noqa: F401  (the fixture)
 from test_serve_models import _check_two_models, _config
 from test_serving import score_saved_model
 

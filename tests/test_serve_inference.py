@@ -14,15 +14,9 @@ from tensorflow_serving.apis import classification_pb2, inference_pb2, input_pb2
 from tfps.data.sources import example_specs
 from tfps.serving.server import ModelServer
 from serve_client import _request, _rest, _stub
-from serve_models import runner_models
 from test_serving import score_saved_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve_runner")]
-
-
-@pytest.fixture(scope="session")
-def runner(tmp_path_factory):
-    return runner_models(tmp_path_factory.mktemp("serve_runner"))
 
 
 def _server(path, **kw):

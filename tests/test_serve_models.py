@@ -16,7 +16,7 @@ from tfps.serving.models import read_model_config
 from tfps.serving.servable import read_export_manifest
 from tfps.serving.server import ModelServer
 from serve_client import _request, _rest, _stub
-from test_serve_inference import _input, _scores, runner  # noqa: F401  (the fixture)
+from test_serve_inference import _input, _scores
 from test_serving import score_saved_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve_runner")]

@@ -16,7 +16,7 @@ from tfps.runner.job import export
 from tfps.serving.servable import read_export_manifest
 from tfps.state.manifest import StateMismatch
 from serve_client import _request, _rest, _stub
-from test_serve import SETS, _cfg, _polls, _predict_export, _server, _train, trained  # noqa: F401
+from test_serve import SETS, _cfg, _polls, _predict_export, _server, _train
 
 pytestmark = pytest.mark.slow
 POLL_SECS = 0.2   # how often the server polls model_dir
