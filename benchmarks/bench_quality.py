@@ -26,8 +26,11 @@ from tfps.data import movielens  # noqa: E402
 from tfps.data.schema import Schema  # noqa: E402
 from tfps.data.sources import make_source  # noqa: E402
 from tfps.embedding.lookup import combine_padded  # noqa: E402
-from tfps.estimator import estimator_model_fn  # noqa: E402
-from tfps.estimator.runner import final_metrics, make_estimator  # noqa: E402
+from tfps.models.zoo import model_fn as zoo_model_fn  # noqa: E402
+from tfps.runner.evaluation import evaluate  # noqa: E402
+from tfps.runner.graph import RunSettings, latest_checkpoint  # noqa: E402
+from tfps.runner.job import final_metrics, params_of  # noqa: E402
+from tfps.runner.training import train  # noqa: E402
 from tfps.models.common import dense_input, model_spec, padded_to_sparse  # noqa: E402
 from tfps.models.deepfm import deepfm  # noqa: E402
 
@@ -70,13 +73,16 @@ def train_and_evaluate(cfg, seed, vocab=None):
     cfg = dataclasses.replace(cfg, model_dir=tempfile.mkdtemp(prefix="tfps_quality_"),
                               data=dataclasses.replace(cfg.data, seed=seed))
     source = make_source(cfg)
-    run_config = tf.estimator.RunConfig(model_dir=cfg.model_dir, tf_random_seed=seed,
-                                        save_checkpoints_steps=cfg.train.steps, log_step_count_steps=None)
-    est = make_estimator(cfg, run_config)
-    if vocab is not None:
-        est = tf.estimator.Estimator(estimator_model_fn(variable_model_fn(vocab)), params=est.params, config=run_config)
-    est.train(source.train_input_fn(cfg.train.batch_size), max_steps=cfg.train.steps)
-    return final_metrics(cfg, source, printer=lambda *a, **k: None, estimator=est)
+    fn, params = (zoo_model_fn if vocab is None else variable_model_fn(vocab)), params_of(cfg)
+    settings = RunSettings(model_dir=cfg.model_dir, seed=seed, save_checkpoints_steps=cfg.train.steps,
+                           save_summary_steps=cfg.train.steps)
+    train(fn, params, source.train_input_fn(cfg.train.batch_size), settings, max_steps=cfg.train.steps,
+          printer=lambda *a, **k: None)
+
+    def evaluation(input_fn, hooks, name):   # tfps.runner.evaluate of fn on the last checkpoint
+        ckpt = latest_checkpoint(cfg.model_dir)
+        return evaluate(fn, params, input_fn, settings, checkpoint=ckpt, hooks=hooks, name=name), ckpt
+    return final_metrics(cfg, source, printer=lambda *a, **k: None, evaluation=evaluation)
 
 
 def summary(runs):
