@@ -123,6 +123,7 @@ def batching(steps):
     from tfps.data.balance import balance_by_tokens
     from tfps.data.sequences import movielens_user_samples, sample_dataset, token_count, tokens
     from tfps.models.mtgr import mtgr_model_fn
+    from tfps.models.spec import ModeKeys
     base = movielens_user_samples(MOVIELENS, "train",
                                   window=8, history_len=1024, realtime_len=16)
     rng = np.random.default_rng(0)
@@ -152,7 +153,7 @@ def batching(steps):
         with tf.Graph().as_default():
             ds = make(sample_dataset(samples).shuffle(len(samples), seed=1).repeat()).prefetch(2)
             features = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
-            spec = mtgr_model_fn(features, None, tf.estimator.ModeKeys.TRAIN, params)
+            spec = mtgr_model_fn(features, None, ModeKeys.TRAIN, params)
             real = (3 * tf.shape(features["profile"])[0]
                     + tf.math.count_nonzero(features["history_movie"], dtype=tf.int32)
                     + tf.math.count_nonzero(features["realtime_movie"], dtype=tf.int32)

@@ -55,7 +55,7 @@ def main(argv):
     name, cmd = argv[0], argv[2:]
     if _refuse_dirty():
         return 2
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started, commit = datetime.datetime.now(datetime.timezone.utc), _commit()   # the code that runs
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     lines = []
     for line in proc.stdout:
@@ -77,7 +77,7 @@ def main(argv):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     result = {"benchmark": name, "command": " ".join(cmd), "date": started.strftime("%Y-%m-%d"),
               "seconds": round((datetime.datetime.now(datetime.timezone.utc) - started).total_seconds(), 1),
-              "commit": _commit(), "cores": os.cpu_count(), "lines": lines, "json": final}
+              "commit": commit, "cores": os.cpu_count(), "lines": lines, "json": final}
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")
