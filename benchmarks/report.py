@@ -131,11 +131,17 @@ def main():
     for r in results:
         out.append(f"| [{r['benchmark']}](#{r['benchmark']}) | {r['date']} | {_stamp(r['commit'])} | "
                    f"{ABOUT.get(r['benchmark'], '')} |\n")
+    missing = [name for name in ABOUT if name not in {r["benchmark"] for r in results}]
+    for name in missing:   # in `make bench`, no result kept yet: said, so that a link to it lands
+        out.append(f"| [{name}](#{name}) | not recorded | | {ABOUT[name]} |\n")
     out.append(tf_lines_section())
     for r in results:
         out.append(f"\n## {r['benchmark']}\n\n`{r['command']}`, {r['date']}, commit {_stamp(r['commit'])}, "
                    f"{r['cores']} cores, {r['seconds']} s\n\n```text\n")
         out.append("\n".join(r["lines"]) + "\n```\n")
+    for name in missing:
+        out.append(f"\n## {name}\n\nNot recorded: `make bench` runs it (benchmarks/{name}.py says what it measures "
+                   f"and how long it takes), and this page then shows its figures.\n")
     with open(OUT, "w") as f:
         f.write("".join(out))
     print(f"wrote {os.path.relpath(OUT)} from {len(results)} results")
