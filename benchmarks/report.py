@@ -44,7 +44,8 @@ ABOUT = {
     "bench_quality": "tfps tables against collision-free tf.Variable vocabularies (AUC)",
     "bench_serving": "tfps serve (gRPC, batching, REST) against the SavedModel called in-process",
     "bench_export": "the stock-ops export against the tfps export at 10^5..10^7 rows: size, load, memory, req/s",
-    "bench_mtgr": "MTGR's one-pass scoring against scoring each candidate alone",
+    "bench_mtgr": "MTGR against DeepFM and DCN-v2 on MovieLens (each tuned, 5 seeds), its ablations; token-budget "
+                  "against fixed-count batches",
     "scaling_model": "a cost model fit on small clusters (benchmarks/results/scaling/runs.json), checked on held-out runs; "
                      "predictions to 100 workers, tfps against stock TensorFlow",
 }
