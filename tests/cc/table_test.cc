@@ -5,6 +5,7 @@
 #include <map>
 #include <random>
 #include <unordered_map>
+#include <vector>
 
 #include "kernels/core/embedding_table.h"
 #include "kernels/core/table_snapshots.h"
@@ -100,8 +101,11 @@ TEST(LookupStreamsWholeLineRowsExactly) {
   // A lookup whose output outgrows the cache writes whole-line rows (dim 16, 48) with streaming
   // stores when the output is line-aligned, plain copies otherwise (dim 20, or misaligned).
   // Oracle: the same keys looked up in batches too small to stream. Present and missing keys
-  // mixed, with and without insertion.
-  for (const int64_t dim : {16, 48, 20}) {
+  // mixed, with and without insertion. (Under TSan, whose concern is the parallel path each dim
+  // takes alike, one streamed dim and the copied one.)
+  const std::vector<int64_t> dims = tfps_test::kUnderTsan ? std::vector<int64_t>{16, 20}
+                                                          : std::vector<int64_t>{16, 48, 20};
+  for (const int64_t dim : dims) {
     for (const int64_t misalign : {0, 1}) {
       InitSpec spec;
       spec.kind = InitSpec::kNormal;
