@@ -51,8 +51,6 @@ deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libtbb-dev; \
 	fi
 
-#: the modules a process imports are compiled then, and cached (__pycache__); pip's
-# compiling of every module installed (TensorFlow's whole tree) took 10 s of the setup's CPU.
 $(VENV)/.installed: requirements/tf-$(TF).txt requirements/serving-$(TF).txt requirements/common.txt | deps
 	@if [ -z "$(PYTHON)" ]; then echo "no Python for TensorFlow $(TF) on this machine: install one of" \
 	  "$(PYTHONS_$(TF)) with its venv module (Debian: apt-get install python3-venv), or name one: PYTHON=..."; exit 1; fi

@@ -11,8 +11,9 @@ stopped at its end):
 
 The scratch directory holds a small copy of configs/ (`train.steps` at most 60 and a checkpoint
 every 30 where a config saves by steps: what a block does with a job, not how long it trains, is
-under test; a synthetic eval set of 4,096 examples) and small data where the shipped configs look for theirs (data/: a
-MovieLens directory in the GroupLens layout and Criteo text files; day_0.gz and day_1.gz).
+under test; a synthetic eval set of 4,096 examples) and small data where the shipped configs
+look for theirs (data/: a MovieLens directory in the GroupLens layout and Criteo text files;
+day_0.gz and day_1.gz).
 
 A block preceded by `<!-- not run: REASON -->` is illustrative and not run (rare: the reason
 says why); one preceded by `<!-- needs: tf.estimator -->` runs where TensorFlow has tf.estimator

@@ -53,15 +53,11 @@ class SyntheticSource:
         them in the graph (26 MB at 100,000 examples), and TensorFlow copies a graph's constants
         each time it optimizes or partitions it."""
         features, labels, _ = self.eval_set(batch_size)
-        c = self.gen.config
 
         def batches():
             for i in range(0, len(labels), batch_size):
                 yield {k: v[i:i + batch_size] for k, v in features.items()}, labels[i:i + batch_size]
-        sig = ({"dense": tf.TensorSpec([None, c.num_dense], tf.float32),
-                "ids": tf.TensorSpec([None, c.num_categorical], tf.int64)},
-               tf.TensorSpec([None], tf.float32))
-        return lambda: tf.data.Dataset.from_generator(batches, output_signature=sig).prefetch(1)
+        return lambda: tf.data.Dataset.from_generator(batches, output_signature=_signature(self.gen.config)).prefetch(1)
 
     def eval_size(self):
         return self.examples
@@ -76,8 +72,6 @@ def train_input_fn(gen, batch_size, first_batch=0, stride=1):
 
     first_batch: an int, or a function called each time the iterator starts that says where to
     resume."""
-    c = gen.config
-
     def batches():
         i = first_batch() if callable(first_batch) else first_batch
         while True:
@@ -86,11 +80,15 @@ def train_input_fn(gen, batch_size, first_batch=0, stride=1):
             i += stride
 
     def input_fn():
-        sig = ({"dense": tf.TensorSpec([batch_size, c.num_dense], tf.float32),
-                "ids": tf.TensorSpec([batch_size, c.num_categorical], tf.int64)},
-               tf.TensorSpec([batch_size], tf.float32))
-        return tf.data.Dataset.from_generator(batches, output_signature=sig).prefetch(2)
+        return tf.data.Dataset.from_generator(batches, output_signature=_signature(gen.config, batch_size)).prefetch(2)
     return input_fn
+
+
+def _signature(c, rows=None):
+    """(features, labels) specs of the synthetic generator's batches of `rows` (None: any)."""
+    return ({"dense": tf.TensorSpec([rows, c.num_dense], tf.float32),
+             "ids": tf.TensorSpec([rows, c.num_categorical], tf.int64)},
+            tf.TensorSpec([rows], tf.float32))
 
 
 def eval_set(gen, examples, batch_size):
