@@ -27,9 +27,8 @@ from tfps.data.schema import Schema  # noqa: E402
 from tfps.data.sources import make_source  # noqa: E402
 from tfps.embedding.lookup import combine_padded  # noqa: E402
 from tfps.models.zoo import model_fn as zoo_model_fn  # noqa: E402
-from tfps.runner.evaluation import evaluate  # noqa: E402
-from tfps.runner.graph import RunSettings, latest_checkpoint  # noqa: E402
-from tfps.runner.job import final_metrics, params_of  # noqa: E402
+from tfps.runner.graph import RunSettings  # noqa: E402
+from tfps.runner.job import final_metrics, params_of, runner_evaluation  # noqa: E402
 from tfps.runner.training import train  # noqa: E402
 from tfps.models.common import dense_input, model_spec, padded_to_sparse  # noqa: E402
 from tfps.models.deepfm import deepfm  # noqa: E402
@@ -73,16 +72,12 @@ def train_and_evaluate(cfg, seed, vocab=None):
     cfg = dataclasses.replace(cfg, model_dir=tempfile.mkdtemp(prefix="tfps_quality_"),
                               data=dataclasses.replace(cfg.data, seed=seed))
     source = make_source(cfg)
-    fn, params = (zoo_model_fn if vocab is None else variable_model_fn(vocab)), params_of(cfg)
+    fn = zoo_model_fn if vocab is None else variable_model_fn(vocab)
     settings = RunSettings(model_dir=cfg.model_dir, seed=seed, save_checkpoints_steps=cfg.train.steps,
                            save_summary_steps=cfg.train.steps)
-    train(fn, params, source.train_input_fn(cfg.train.batch_size), settings, max_steps=cfg.train.steps,
+    train(fn, params_of(cfg), source.train_input_fn(cfg.train.batch_size), settings, max_steps=cfg.train.steps,
           printer=lambda *a, **k: None)
-
-    def evaluation(input_fn, hooks, name):   # tfps.runner.evaluate of fn on the last checkpoint
-        ckpt = latest_checkpoint(cfg.model_dir)
-        return evaluate(fn, params, input_fn, settings, checkpoint=ckpt, hooks=hooks, name=name), ckpt
-    return final_metrics(cfg, source, printer=lambda *a, **k: None, evaluation=evaluation)
+    return final_metrics(cfg, source, printer=lambda *a, **k: None, evaluation=runner_evaluation(cfg, fn))
 
 
 def summary(runs):

@@ -142,14 +142,14 @@ def json_metric(value, digits=5):
     return None if value is None or math.isnan(float(value)) else round(float(value), digits)
 
 
-def runner_evaluation(cfg):
-    """evaluate(input_fn, hooks, name) -> (result, checkpoint) on cfg.model_dir's latest
-    checkpoint, in this process (outside any cluster)."""
+def runner_evaluation(cfg, fn=model_fn):
+    """evaluate(input_fn, hooks, name) -> (result, checkpoint) of the model `fn` (tfps's model
+    zoo by default) on cfg.model_dir's latest checkpoint, in this process (outside any cluster)."""
     def run(input_fn, hooks, name):
         ckpt = latest_checkpoint(cfg.model_dir)
         if not ckpt:
             raise ValueError(f"no checkpoint in {cfg.model_dir!r} to evaluate")
-        return evaluate(model_fn, params_of(cfg), input_fn, settings_of(cfg), checkpoint=ckpt, hooks=hooks,
+        return evaluate(fn, params_of(cfg), input_fn, settings_of(cfg), checkpoint=ckpt, hooks=hooks,
                         name=name), ckpt
     return run
 
