@@ -160,3 +160,23 @@ def test_the_synthetic_eval_set_reads_every_example_once_and_stays_out_of_the_gr
     np.testing.assert_array_equal(np.concatenate([b[0]["ids"] for b in got]), features["ids"])
     np.testing.assert_array_equal(np.concatenate([b[0]["dense"] for b in got]), features["dense"])
     np.testing.assert_array_equal(np.concatenate([b[1] for b in got]), labels)
+
+
+def test_warm_up_requests_are_the_first_rows_evaluation_reads_without_generating_smaller_batches(monkeypatch):
+    """A stock export's warm-up requests (1 and 4 rows) are the first rows of the eval batches that
+    evaluation reads (eval.batch_size), and the synthetic generator is asked for those batches
+    only: none of the requests' own size (25,000 of them at 100,000 examples)."""
+    from tfps.data.synthetic import SyntheticCriteo
+    from tfps.data.sources import make_source
+    from tfps.runner.job import warmup_requests
+    cfg = load_config("configs/demo.yaml", ["eval.examples=10000", "eval.batch_size=4096"])
+    want, _, _ = make_source(cfg).eval_set(cfg.eval.batch_size)
+    sizes, batch = [], SyntheticCriteo.batch
+    monkeypatch.setattr(SyntheticCriteo, "batch", lambda self, i, n: sizes.append(n) or batch(self, i, n))
+    requests = warmup_requests(cfg)
+    assert [len(r["ids"]) for r in requests] == [1, 4]
+    for r in requests:
+        assert sorted(r) == ["dense", "ids"]
+        for k in r:
+            np.testing.assert_array_equal(r[k], want[k][:len(r[k])])
+    assert sizes and set(sizes) <= {4096, 10000 % 4096}, sizes

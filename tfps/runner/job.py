@@ -199,11 +199,14 @@ def export(cfg, export_dir, export_format=None):
 
 def warmup_requests(cfg, sizes=(1, 4)):
     """Requests of the `serving_default` signature, one of each size, made of the first rows of the
-    data's eval input ({input name: numpy rows} each; the label and MTGR's user left out)."""
+    data's eval input ({input name: numpy rows} each; the label and MTGR's user left out): the first
+    batch of the eval input that evaluation reads (cfg.eval.batch_size rows, or more if a request
+    is larger). A batch of the requests' own size would make the synthetic source generate its
+    whole eval set in batches that small (seconds of CPU for 4 rows)."""
     try:
         with tf.Graph().as_default():
             batch = tf.compat.v1.data.make_one_shot_iterator(
-                make_source(cfg).eval_input_fn(max(sizes))()).get_next()
+                make_source(cfg).eval_input_fn(max(max(sizes), cfg.eval.batch_size))()).get_next()
             with tf.compat.v1.Session() as session:
                 features = session.run(batch[0] if isinstance(batch, tuple) else batch)
     except (OSError, ValueError, tf.errors.OpError) as e:
