@@ -403,3 +403,112 @@ def test_a_state_saver_builds_itself_on_first_save_in_a_graph_of_ones_own(tmp_pa
     assert got[2] == want[2] == 3
     for a, b in zip(got[:2], want[:2]):
         np.testing.assert_array_equal(a, b)
+
+
+class _Killed(Exception):
+    """What a kill -9 of a trainer leaves: its session gone with no clean end."""
+
+
+class _HalfStepThenKilled(tf.compat.v1.train.SessionRunHook):
+    """After `after` steps of this session, one more step lands its updates (the train op's
+    inputs) and not its global-step increment (the train op), then the trainer dies."""
+
+    def __init__(self, after):
+        self._after, self._steps = after, 0
+
+    def begin(self):
+        (train_op,) = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.TRAIN_OP)
+        assert train_op.type == "AssignAddVariableOp", train_op.type   # the increment, after the updates
+        # what it waits on: its control inputs, and its inputs' (the constant 1, made among them)
+        self._updates = [c for op in [train_op] + [t.op for t in train_op.inputs] for c in op.control_inputs]
+        assert any("Adagrad" in op.type for op in self._updates), self._updates   # the table updates
+
+    def after_run(self, run_context, run_values):
+        self._steps += 1
+        if self._steps == self._after:
+            run_context.session.run(self._updates)
+            raise _Killed()
+
+
+def _every_batch_model_fn(features, labels, mode, params):
+    """Each batch holds id 7 (with 3 others): its update count is the number of steps trained."""
+    from tfps.models.spec import ModelSpec
+    emb = tfps.get_embedding_variable("ids", embedding_dim=4)
+    logits = tf.reduce_sum(tfps.embedding_lookup(emb, features["ids"]), [1, 2])
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+    gs = tf.compat.v1.train.get_or_create_global_step()
+    return ModelSpec(mode, loss=loss, train_op=tfps.train.AdagradOptimizer(0.1).minimize(loss, global_step=gs))
+
+
+def _every_batch_input_fn():
+    ids = tf.data.Dataset.range(10**6).map(lambda i: tf.stack([tf.constant(7, tf.int64), i % 3 + 10]))
+    return tf.data.Dataset.zip(({"ids": ids}, ids.map(lambda i: tf.cast(i[1] % 2, tf.float32)))).batch(8)
+
+
+@pytest.mark.compat
+@pytest.mark.parametrize("runner", ["tfps", pytest.param("estimator", marks=pytest.mark.estimator)])
+def test_a_trainer_going_on_from_the_live_state_after_a_kill_counts_its_half_applied_step(tmp_path, runner, capsys,
+                                                                                         monkeypatch):
+    """In-process servers (a PS, a chief, a worker): each trainer trains, and then dies after a
+    step that landed its table updates and not its global-step increment (the window a kill -9
+    can hit). Its next session goes on from the live state on the PS -- the worker's as a
+    restarted worker does, the chief's finding the model whole -- and counts that step. A session
+    after a clean end counts nothing. Oracle: id 7 is in every batch, so its update count equals
+    the global step exactly; without the count it would be one ahead after each kill. On tfps's
+    runner and on tf.estimator (TF_CONFIG)."""
+    from tfps.cluster.placement import replica_device_setter
+    from tfps.cluster.ports import cluster_spec
+    from tfps.runner import train
+    from tfps.runner.graph import RunSettings
+    spec = tf.train.ClusterSpec(cluster_spec(1, 2))
+    servers = {job: tf.distribute.Server(spec, job_name=job, task_index=0) for job in ("ps", "chief", "worker")}
+
+    def run(job, max_steps, kill_after=None):
+        hooks = [_HalfStepThenKilled(kill_after)] if kill_after else []
+        device_fn = replica_device_setter(cluster=spec, worker_device=f"/job:{job}/task:0")
+        try:
+            if runner == "tfps":
+                settings = RunSettings(str(tmp_path), save_checkpoints_steps=1000, master=servers[job].target,
+                                       is_chief=job == "chief", num_worker_replicas=2,
+                                       trainer_rank=int(job == "worker"), device_fn=device_fn)
+                train(_every_batch_model_fn, {}, _every_batch_input_fn, settings, max_steps, hooks=hooks)
+            else:
+                from tfps.estimator.runner import with_checked_saver
+                monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": spec.as_dict(),
+                                                            "task": {"type": job, "index": 0}}))
+                config = tf.estimator.RunConfig(model_dir=str(tmp_path), save_checkpoints_steps=1000,
+                                                device_fn=device_fn)
+                assert config.master == servers[job].target
+                tf.estimator.Estimator(with_checked_saver(_every_batch_model_fn, 5), config=config).train(
+                    _every_batch_input_fn, hooks=hooks, max_steps=max_steps)
+        except _Killed:
+            assert kill_after
+        else:
+            assert not kill_after
+
+    def counted():   # (updates of id 7, global step) of the latest checkpoint
+        path = tf.train.latest_checkpoint(str(tmp_path))
+        reader = tf.train.load_checkpoint(path)
+        (table,) = checkpoint_tables(path)
+        keys, freq = reader.get_tensor(f"{table}-keys"), reader.get_tensor(f"{table}-freq")
+        return int(freq[list(keys).index(7)]), int(reader.get_tensor("global_step"))
+
+    if runner == "estimator":   # tf.estimator's own device function would keep the tables off the PS
+        from tfps.estimator.runner import with_checked_saver
+        monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": spec.as_dict(), "task": {"type": "chief", "index": 0}}))
+        with pytest.raises(ValueError, match="not on a PS task.*replica_device_setter"):
+            tf.estimator.Estimator(with_checked_saver(_every_batch_model_fn, 5), config=tf.estimator.RunConfig(
+                model_dir=str(tmp_path))).train(_every_batch_input_fn, max_steps=10)
+        assert not os.listdir(tmp_path)
+    run("chief", 10)                  # ends cleanly, saving at 10
+    assert counted() == (10, 10)
+    run("worker", 30)                 # (tfps's runner stops a worker 2 x 2 steps early: at 26)
+    run("worker", 40, kill_after=3)   # 3 steps, and the updates of a 4th
+    run("worker", 40)                 # counts it, then trains on
+    run("chief", 50)                  # after a clean end: counts nothing; saves at 50
+    assert counted() == (50, 50)
+    run("chief", 60, kill_after=2)    # 52, and the updates of a 53rd; no save
+    run("chief", 70)                  # finds the model whole, counts it: 53; saves at 70
+    assert counted() == (70, 70)
+    rejoins = [line for line in capsys.readouterr().out.splitlines() if "goes on from the live model" in line]
+    assert len(rejoins) == 2 and rejoins[0].startswith("trainer 1 ") and "52 -> 53" in rejoins[1], rejoins

@@ -47,15 +47,32 @@ def pipelined_input_fn(input_fn):
     return fn
 
 
-def call_model_fn(model_fn, features, labels, mode, params):
+def call_model_fn(model_fn, features, labels, mode, params, config=None):
     """model_fn's result, built in the dense scope of the graph's pipeline (if any), and the hooks
-    that start the pipeline: (spec, hooks)."""
+    that start the pipeline: (spec, hooks). With the Estimator's RunConfig of a cluster, the
+    tables must be on the PS tasks (check_placement)."""
     step = ModelGraph.of().step
     with step.push.dense_scope() if step.push is not None else contextlib.nullcontext():
         spec = model_fn(features, labels, mode, params)
+    check_placement(config)
     if isinstance(spec, ModelSpec):   # the batch's examples, for the progress hooks
         ModelGraph.of().examples = spec.examples
     return spec, ((IteratorInitializer(step.stager),) if step.stager is not None else ())
+
+
+def check_placement(config):
+    """ValueError when a RunConfig of a cluster (PS tasks, a master) left a tfps table off the PS
+    tasks: tf.estimator's own device function places variables only, so each trainer would hold
+    a table of its own, and a worker would wait forever for one that only it can see."""
+    if config is None or not config.master or not config.num_ps_replicas:
+        return
+    for table in ModelGraph.of().tables.values():
+        for handle in table.handles:
+            if tf.DeviceSpec.from_string(handle.device or "").job != "ps":
+                raise ValueError(
+                    f"tfps table {table.name!r} is placed on {handle.device or 'no device'!r}, not on a PS task: on "
+                    f"a cluster, give the Estimator's RunConfig device_fn=tfps.cluster.replica_device_setter("
+                    f"cluster=config.cluster_spec, worker_device=...) (tf.estimator's own places variables only)")
 
 
 def with_input_hooks(spec, hooks):
@@ -69,7 +86,7 @@ def with_input_hooks(spec, hooks):
 
 def estimator_model_fn(model_fn):
     """model_fn(features, labels, mode, params) -> ModelSpec, as a tf.estimator model_fn."""
-    def fn(features, labels, mode, params):
-        spec, hooks = call_model_fn(model_fn, features, labels, mode, params)
+    def fn(features, labels, mode, params, config):
+        spec, hooks = call_model_fn(model_fn, features, labels, mode, params, config)
         return with_input_hooks(to_estimator_spec(spec), hooks)
     return fn

@@ -61,11 +61,16 @@ def with_checked_saver(model_fn, keep_checkpoint_max):
             # The Estimator restores what the `checkpoint` index names: a model_dir copied without
             # it would train from step 0 over its own checkpoints (tfps.state.disk).
             disk.rewrite_index(config.model_dir)
-        spec, input_hooks = call_model_fn(model_fn, features, labels, mode, params)
+        spec, input_hooks = call_model_fn(model_fn, features, labels, mode, params, config)
         spec = with_input_hooks(to_estimator_spec(spec), input_hooks)
         if spec.scaffold.saver is None:
             saver = state_saver(mode == tf.estimator.ModeKeys.TRAIN, keep_checkpoint_max, config.num_worker_replicas)
             spec = spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=spec.scaffold))
+            if mode == tf.estimator.ModeKeys.TRAIN and config.master:
+                # a trainer of a cluster (the chief: 0, workers: 1, 2, ...): after a kill it counts
+                # the step it may have left half-applied (StateSaver.rejoin_hook)
+                spec = spec._replace(training_hooks=tuple(spec.training_hooks) +
+                                     (saver.rejoin_hook(config.global_id_in_cluster),))
         hooks = list(spec.training_chief_hooks) + list(spec.training_hooks)
         if (mode == tf.estimator.ModeKeys.TRAIN and (config.save_checkpoints_secs or config.save_checkpoints_steps)
                 and not any(isinstance(h, tf.compat.v1.train.CheckpointSaverHook) for h in hooks)):

@@ -124,7 +124,7 @@ def _train(cfg, cluster_config, source, lease, printer):
     config = _session_config(job, index)
     server = start_server(cluster_config, cfg.cluster.protocol)
     settings = settings_of(cfg, master=server.target, is_chief=cluster_config.is_chief,
-                           num_worker_replicas=len(trainers), session_config=config,
+                           num_worker_replicas=len(trainers), trainer_rank=rank, session_config=config,
                            device_fn=replica_device_setter(cluster=spec, ps_strategy=strategy,
                                                            worker_device=f"/job:{job}/task:{index}"))
     printer(f"{job} {index}: training to global step {cfg.train.steps} (model_dir's newest state: step {start}), "

@@ -42,6 +42,7 @@ class RunSettings:
     is_chief: bool = True
     device_fn: typing.Any = None          # tfps.cluster.replica_device_setter in a cluster
     num_worker_replicas: int = 1          # trainers of the cluster (the chief included)
+    trainer_rank: int = 0                 # this trainer's place among them (the chief: 0)
     session_config: typing.Any = None     # a ConfigProto; None: default_session_config()
     session_creation_timeout_secs: int = 7200
 
@@ -50,6 +51,9 @@ class RunSettings:
             raise ValueError("RunSettings: give save_checkpoints_steps or save_checkpoints_secs, not both")
         if not self.model_dir:
             raise ValueError("RunSettings: model_dir is required")
+        if not 0 <= self.trainer_rank < max(self.num_worker_replicas, 1):
+            raise ValueError(f"RunSettings: trainer_rank {self.trainer_rank} is not one of the "
+                             f"{self.num_worker_replicas} trainers (num_worker_replicas)")
 
     @property
     def config(self):
@@ -134,7 +138,8 @@ def state_saver(train, keep_checkpoint_max, num_worker_replicas):
     """The tfps.state.StateSaver of a run (the runner's and the Estimator adapter's): exact with
     manifests for training, counting the other trainers' in-flight steps; alike otherwise."""
     return StateSaver(sharded=True, max_to_keep=keep_checkpoint_max, defer_build=True, save_relative_paths=True,
-                      exact=train, write_manifest=train, in_flight=max(num_worker_replicas - 1, 0))
+                      exact=train, write_manifest=train, in_flight=max(num_worker_replicas - 1, 0),
+                      trainers=max(num_worker_replicas, 1))
 
 
 def build(model_fn, params, mode, settings, input_fn=None, features=None):

@@ -22,6 +22,7 @@ from tfps.runner.graph import build, checkpoint_global_step
 from tfps.runner.hooks import CheckpointSaverHook, ProgressHook, use_spec
 from tfps.runner.steplog import StepLogger, default_handler
 from tfps.state import disk
+from tfps.state.saver import StateSaver
 
 
 def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_listeners=(), printer=print):
@@ -56,6 +57,10 @@ def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_list
         if not any(isinstance(h, ProgressHook) for h in worker_hooks):   # a program of the user's own
             default_handler()
             worker_hooks.append(StepLogger(spec.loss, settings.save_summary_steps))
+        if settings.master and isinstance(scaffold.saver, StateSaver):
+            # A trainer that goes on from the live state after its task or session died counts
+            # the step it may have left half-applied (StateSaver.rejoin_hook).
+            worker_hooks.append(scaffold.saver.rejoin_hook(settings.trainer_rank, printer))
         chief_hooks = _saver_hooks(settings, scaffold, worker_hooks, saving_listeners)
         loss, steps = None, 0
         with tf.compat.v1.train.MonitoredTrainingSession(

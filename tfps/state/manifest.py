@@ -50,12 +50,13 @@ def record_optimizer(optimizer, model_graph=None):
 
 
 READY_FLAG = "tfps_state_ready"   # a training graph's readiness flag (tfps.state.saver), never saved
+TRAINER_SESSIONS = "tfps_trainer_sessions"   # sessions per trainer on the live state (tfps.state.saver), never saved
 
 
 def internal(variable):
     """Whether a variable is tfps's own bookkeeping, not the model's (never saved or described)."""
     name = getattr(getattr(variable, "op", None), "name", "")
-    return name == READY_FLAG
+    return name in (READY_FLAG, TRAINER_SESSIONS)
 
 
 def dense_variables(graph):

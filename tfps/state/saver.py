@@ -37,11 +37,20 @@ class StateSaver(Saver):
     variables must be saved alike, for evaluation and export) and every delta of the chain is
     read whole and checked the same way: a mismatch is refused with one ValueError
     (manifest.StateMismatch) naming the first difference. `restored_step` is the step of the cut
-    the last restore resumed at."""
+    the last restore resumed at.
 
-    def __init__(self, *args, exact=True, write_manifest=True, in_flight=0, printer=print, **kwargs):
+    On a cluster of `trainers` trainers, each trainer's rejoin_hook marks its open session on the
+    live state (a clean end, or a restore, clears the marks): a trainer whose previous session
+    did not end -- its task was killed, or the session failed -- may have died between its step's
+    table updates and its global-step increment, so its new session counts that step."""
+
+    def __init__(self, *args, exact=True, write_manifest=True, in_flight=0, trainers=1, printer=print, **kwargs):
         self._exact, self._write_manifest, self._print = exact, write_manifest, printer
         self._in_flight = int(in_flight)
+        if int(trainers) < 1:
+            raise ValueError(f"StateSaver: trainers must be >= 1, got {trainers}")
+        self._trainers = int(trainers)
+        self._sessions = None
         self._state_ops = None
         self.restored_step = None
         # Training graphs: a variable that is never saved and that only a completed restore (or
@@ -53,6 +62,11 @@ class StateSaver(Saver):
             self._ready = tf.compat.v1.get_variable(manifests.READY_FLAG, shape=[], dtype=tf.bool, trainable=False,
                                                     initializer=tf.compat.v1.ones_initializer(),
                                                     collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
+            # Never saved either: initialized with the model, and cleared by a restore (rejoin_hook).
+            self._sessions = tf.compat.v1.get_variable(manifests.TRAINER_SESSIONS, shape=[self._trainers],
+                                                       dtype=tf.int64, trainable=False, use_resource=True,
+                                                       initializer=tf.compat.v1.zeros_initializer(),
+                                                       collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
         kwargs.setdefault("defer_build", True)
         super().__init__(*args, **kwargs)
 
@@ -71,7 +85,8 @@ class StateSaver(Saver):
                 self._state_ops = dict(
                     description=description, tables=embedding_variables(graph),
                     in_flight=tf.compat.v1.assign_add(gs, self._in_flight) if gs is not None and self._in_flight else None,
-                    ready=self._ready.initializer if self._ready is not None else None)
+                    ready=tf.group(self._ready.initializer, self._sessions.initializer)
+                    if self._ready is not None else None)
         super().build()
 
     def save(self, sess, save_path, *args, **kwargs):
@@ -133,6 +148,23 @@ class StateSaver(Saver):
         self.restored_step = chain[-1][0] if chain else step
         return out
 
+    def rejoin_hook(self, rank, printer=None):
+        """The hook of trainer `rank` (0 .. trainers - 1; the chief is 0) of a cluster: at each
+        session it creates, when this trainer's previous session on the same live state did not
+        end cleanly (its task was killed, or the session failed), it adds one to the global step.
+
+        A trainer's step lands its table updates on the PS tasks, then its global-step increment;
+        one killed in between leaves those rows an update ahead of the global step. A restore
+        counts such steps of the other trainers (in_flight) and rolls back the trainer's own; a
+        trainer that goes on from the live state -- a restarted worker, or a restarted chief that
+        finds the model whole -- counts its own here (at most one step too many when it had
+        landed none: a batch counted but not trained, never one trained twice)."""
+        if self._sessions is None:
+            raise ValueError("StateSaver.rejoin_hook: only a training StateSaver (exact=True) counts sessions")
+        if not 0 <= rank < self._trainers:
+            raise ValueError(f"StateSaver.rejoin_hook: rank {rank} is not one of the {self._trainers} trainers")
+        return _Rejoin(self._sessions, rank, printer or self._print)
+
     # The ops below are made the first time a restore needs them, in the tfps_state_restore scope
     # build() opened (the graph extended even when a MonitoredSession finalized it: the session
     # adds them on its next run, locally or on a cluster alike). A delta chain's apply ops -- a
@@ -158,6 +190,45 @@ class StateSaver(Saver):
                 ops["uninitialized"] = tf.size(tf.compat.v1.report_uninitialized_variables()) + tf.size(
                     resources.report_uninitialized_resources())
         return ops["uninitialized"]
+
+
+class _Rejoin(tf.compat.v1.train.SessionRunHook):
+    """StateSaver.rejoin_hook's hook: this trainer's element of the sessions variable is 1 while
+    it has a session on the live state, 0 once that session ended cleanly (or a restore set the
+    state back)."""
+
+    def __init__(self, sessions, rank, printer):
+        self._sessions, self._rank, self._print = sessions, rank, printer
+
+    def begin(self):
+        gs = tf.compat.v1.train.get_global_step()
+        if gs is None:
+            raise ValueError("StateSaver.rejoin_hook: the graph has no global step")
+        graph = tf.compat.v1.get_default_graph()
+        with tf.compat.v1.name_scope("tfps_rejoin"), graph.colocate_with(self._sessions.op):
+            self._open = tf.gather(self._sessions.read_value(), self._rank)
+            rank = tf.constant([self._rank])
+            self._mark = self._sessions.scatter_update(tf.IndexedSlices(tf.constant([1], tf.int64), rank)).op
+            self._clear = self._sessions.scatter_update(tf.IndexedSlices(tf.constant([0], tf.int64), rank)).op
+        with tf.compat.v1.name_scope("tfps_rejoin"), graph.colocate_with(gs.op):
+            self._add = tf.compat.v1.assign_add(gs, 1)
+
+    def after_create_session(self, session, coord):
+        del coord
+        # Only this trainer writes its element: a read, then the mark, is not a race.
+        if session.run(self._open):
+            step = int(session.run(self._add))
+            self._print(f"trainer {self._rank} goes on from the live model, on which its previous session did not "
+                        f"end (it was killed, or failed): that session's last step may have landed part of its "
+                        f"table updates without its global-step increment, so the global step counts it: "
+                        f"{step - 1} -> {step}", flush=True)
+        session.run(self._mark)
+
+    def end(self, session):   # a clean end only (MonitoredSession calls no hook's end after an error)
+        try:
+            session.run(self._clear)
+        except tf.errors.OpError:   # the PS tasks went away meanwhile: a restore will set it back anyway
+            pass
 
 
 @contextlib.contextmanager
