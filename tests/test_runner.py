@@ -39,9 +39,15 @@ def test_the_runner_takes_only_model_specs(graph):
         call_model_fn(wrong_mode, {}, None, ModeKeys.TRAIN, {})
 
 
-def test_settings_refuse_two_checkpoint_frequencies():
+def test_settings_refuse_two_checkpoint_frequencies_and_a_trainer_without_a_place_of_its_own():
     with pytest.raises(ValueError, match="not both"):
         RunSettings("/tmp/x", save_checkpoints_steps=10, save_checkpoints_secs=5)
+    # each trainer of a cluster marks its own session on the PS (StateSaver.rejoin_hook)
+    for place in ({"is_chief": False}, {"is_chief": True, "trainer_rank": 1}, {"is_chief": False, "trainer_rank": 2}):
+        with pytest.raises(ValueError, match="trainer_rank"):
+            RunSettings("/tmp/x", master="grpc://localhost:1", num_worker_replicas=2, **place)
+    assert RunSettings("/tmp/x", master="grpc://localhost:1", num_worker_replicas=2, is_chief=False,
+                       trainer_rank=1).trainer_rank == 1
 
 
 def test_train_evaluate_export_import_no_tf_estimator(tmp_path):

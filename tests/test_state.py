@@ -447,7 +447,7 @@ def _every_batch_input_fn():
 
 @pytest.mark.compat
 @pytest.mark.parametrize("runner", ["tfps", pytest.param("estimator", marks=pytest.mark.estimator)])
-def test_a_trainer_going_on_from_the_live_state_after_a_kill_counts_its_half_applied_step(tmp_path, runner, capsys,
+def test_a_trainer_going_on_from_the_live_state_after_a_kill_counts_its_half_applied_step(tmp_path, runner,
                                                                                          monkeypatch):
     """In-process servers (a PS, a chief, a worker): each trainer trains, and then dies after a
     step that landed its table updates and not its global-step increment (the window a kill -9
@@ -476,9 +476,10 @@ def test_a_trainer_going_on_from_the_live_state_after_a_kill_counts_its_half_app
                 from tfps.estimator.runner import with_checked_saver
                 monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": spec.as_dict(),
                                                             "task": {"type": job, "index": 0}}))
-                config = tf.estimator.RunConfig(model_dir=str(tmp_path), save_checkpoints_steps=1000,
-                                                device_fn=device_fn)
+                config = tf.estimator.RunConfig(model_dir=str(tmp_path), save_checkpoints_steps=1000)
                 assert config.master == servers[job].target
+                config = config.replace(device_fn=replica_device_setter(   # as docs/training.md says
+                    cluster=config.cluster_spec, worker_device=f"/job:{config.task_type}/task:{config.task_id}"))
                 tf.estimator.Estimator(with_checked_saver(_every_batch_model_fn, 5), config=config).train(
                     _every_batch_input_fn, hooks=hooks, max_steps=max_steps)
         except _Killed:
@@ -486,12 +487,15 @@ def test_a_trainer_going_on_from_the_live_state_after_a_kill_counts_its_half_app
         else:
             assert not kill_after
 
-    def counted():   # (updates of id 7, global step) of the latest checkpoint
-        path = tf.train.latest_checkpoint(str(tmp_path))
+    def counted(path=None):   # (updates of id 7, global step) of a checkpoint (the latest)
+        path = path or tf.train.latest_checkpoint(str(tmp_path))
         reader = tf.train.load_checkpoint(path)
         (table,) = checkpoint_tables(path)
         keys, freq = reader.get_tensor(f"{table}-keys"), reader.get_tensor(f"{table}-freq")
-        return int(freq[list(keys).index(7)]), int(reader.get_tensor("global_step"))
+        return int(freq[keys == 7].sum()), int(reader.get_tensor("global_step"))
+
+    def every_checkpoint():
+        return [counted(p) for p in tf.train.get_checkpoint_state(str(tmp_path)).all_model_checkpoint_paths]
 
     if runner == "estimator":   # tf.estimator's own device function would keep the tables off the PS
         from tfps.estimator.runner import with_checked_saver
@@ -501,14 +505,19 @@ def test_a_trainer_going_on_from_the_live_state_after_a_kill_counts_its_half_app
                 model_dir=str(tmp_path))).train(_every_batch_input_fn, max_steps=10)
         assert not os.listdir(tmp_path)
     run("chief", 10)                  # ends cleanly, saving at 10
-    assert counted() == (10, 10)
-    run("worker", 30)                 # (tfps's runner stops a worker 2 x 2 steps early: at 26)
-    run("worker", 40, kill_after=3)   # 3 steps, and the updates of a 4th
-    run("worker", 40)                 # counts it, then trains on
-    run("chief", 50)                  # after a clean end: counts nothing; saves at 50
-    assert counted() == (50, 50)
-    run("chief", 60, kill_after=2)    # 52, and the updates of a 53rd; no save
-    run("chief", 70)                  # finds the model whole, counts it: 53; saves at 70
-    assert counted() == (70, 70)
-    rejoins = [line for line in capsys.readouterr().out.splitlines() if "goes on from the live model" in line]
-    assert len(rejoins) == 2 and rejoins[0].startswith("trainer 1 ") and "52 -> 53" in rejoins[1], rejoins
+    run("worker", 40, kill_after=3)   # 13, and the updates of a 14th
+    run("worker", 40)                 # counts it: 14; then to 36 (tfps's runner stops a worker 2 x 2 steps early)
+    run("chief", 60, kill_after=2)    # after a clean end: counts nothing (its first save: 36 or 40); 2 steps
+                                      # and the updates of a 3rd
+    run("chief", 70)                  # finds the model whole, counts it before its first save; saves at 70
+    saved = every_checkpoint()        # 0 and 10, the chief's two session starts, and 70
+    assert len(saved) == 5 and all(f == step for f, step in saved), saved
+    # The state on the PS lost (as a PS restart loses it) after a worker's half step: the chief
+    # restores the cut at 70, adding one step for the other trainer's (in_flight), and the
+    # restore clears the worker's mark, so that its next session counts nothing more.
+    run("worker", 80, kill_after=2)
+    tf.compat.v1.Session.reset(servers["ps"].target)
+    run("chief", 80)                  # 70 + 1, then 9 steps: id 7's 79 updates at step 80
+    run("worker", 90)
+    run("chief", 100)
+    assert counted() == (99, 100)

@@ -54,7 +54,8 @@ def call_model_fn(model_fn, features, labels, mode, params, config=None):
     step = ModelGraph.of().step
     with step.push.dense_scope() if step.push is not None else contextlib.nullcontext():
         spec = model_fn(features, labels, mode, params)
-    check_placement(config)
+    if mode == tf.estimator.ModeKeys.TRAIN:   # (tf.estimator applies its device function to training only)
+        check_placement(config)
     if isinstance(spec, ModelSpec):   # the batch's examples, for the progress hooks
         ModelGraph.of().examples = spec.examples
     return spec, ((IteratorInitializer(step.stager),) if step.stager is not None else ())

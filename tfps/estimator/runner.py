@@ -68,9 +68,13 @@ def with_checked_saver(model_fn, keep_checkpoint_max):
             spec = spec._replace(scaffold=tf.compat.v1.train.Scaffold(saver=saver, copy_from_scaffold=spec.scaffold))
             if mode == tf.estimator.ModeKeys.TRAIN and config.master:
                 # a trainer of a cluster (the chief: 0, workers: 1, 2, ...): after a kill it counts
-                # the step it may have left half-applied (StateSaver.rejoin_hook)
-                spec = spec._replace(training_hooks=tuple(spec.training_hooks) +
-                                     (saver.rejoin_hook(config.global_id_in_cluster),))
+                # the step it may have left half-applied (StateSaver.rejoin_hook); the chief's
+                # before its saver hook's first save (tf.estimator runs the chief's hooks first)
+                rejoin = saver.rejoin_hook(config.global_id_in_cluster)
+                if config.is_chief:
+                    spec = spec._replace(training_chief_hooks=(rejoin,) + tuple(spec.training_chief_hooks))
+                else:
+                    spec = spec._replace(training_hooks=tuple(spec.training_hooks) + (rejoin,))
         hooks = list(spec.training_chief_hooks) + list(spec.training_hooks)
         if (mode == tf.estimator.ModeKeys.TRAIN and (config.save_checkpoints_secs or config.save_checkpoints_steps)
                 and not any(isinstance(h, tf.compat.v1.train.CheckpointSaverHook) for h in hooks)):

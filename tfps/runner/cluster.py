@@ -103,7 +103,8 @@ def _train(cfg, cluster_config, source, lease, printer):
     # iterator restarts whenever a session is re-created (a PS restarted): it resumes from the
     # checkpoint just restored instead of replaying the stream from its start.
     trainers = [t for t in TRAINERS for _ in cluster_config.cluster.get(t, [])]
-    rank = index + (0 if job in ("chief", "master") else len(cluster_config.cluster.get("chief", [])))
+    rank = index + (0 if job in ("chief", "master") else
+                    len(cluster_config.cluster.get("chief", [])) + len(cluster_config.cluster.get("master", [])))
 
     def resume_batch():   # the newest cut's step, read when the session's iterator starts
         step = state_step(cfg.model_dir)

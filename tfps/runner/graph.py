@@ -54,6 +54,10 @@ class RunSettings:
         if not 0 <= self.trainer_rank < max(self.num_worker_replicas, 1):
             raise ValueError(f"RunSettings: trainer_rank {self.trainer_rank} is not one of the "
                              f"{self.num_worker_replicas} trainers (num_worker_replicas)")
+        if self.master and self.is_chief != (self.trainer_rank == 0):
+            raise ValueError(f"RunSettings: on a cluster the chief is trainer_rank 0 and every other trainer has a "
+                             f"rank of its own (1 .. num_worker_replicas - 1): got is_chief={self.is_chief}, "
+                             f"trainer_rank={self.trainer_rank}")
 
     @property
     def config(self):

@@ -57,11 +57,14 @@ def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_list
         if not any(isinstance(h, ProgressHook) for h in worker_hooks):   # a program of the user's own
             default_handler()
             worker_hooks.append(StepLogger(spec.loss, settings.save_summary_steps))
+        chief_hooks = _saver_hooks(settings, scaffold, worker_hooks, saving_listeners)
         if settings.master and isinstance(scaffold.saver, StateSaver):
             # A trainer that goes on from the live state after its task or session died counts
-            # the step it may have left half-applied (StateSaver.rejoin_hook).
-            worker_hooks.append(scaffold.saver.rejoin_hook(settings.trainer_rank, printer))
-        chief_hooks = _saver_hooks(settings, scaffold, worker_hooks, saving_listeners)
+            # the step it may have left half-applied (StateSaver.rejoin_hook): the chief's before
+            # its saver hook's first save (a chief's hooks run first).
+            rejoin = scaffold.saver.rejoin_hook(settings.trainer_rank, printer)
+            chief_hooks, worker_hooks = ([rejoin] + chief_hooks, worker_hooks) if settings.is_chief else (
+                chief_hooks, worker_hooks + [rejoin])
         loss, steps = None, 0
         with tf.compat.v1.train.MonitoredTrainingSession(
                 master=settings.master, is_chief=settings.is_chief, checkpoint_dir=settings.model_dir,

@@ -39,10 +39,11 @@ class StateSaver(Saver):
     (manifest.StateMismatch) naming the first difference. `restored_step` is the step of the cut
     the last restore resumed at.
 
-    On a cluster of `trainers` trainers, each trainer's rejoin_hook marks its open session on the
-    live state (a clean end, or a restore, clears the marks): a trainer whose previous session
-    did not end -- its task was killed, or the session failed -- may have died between its step's
-    table updates and its global-step increment, so its new session counts that step."""
+    On a cluster of `trainers` trainers, each trainer's rejoin_hook marks its session on the live
+    state from its first step (a clean end, or a restore, clears the marks): a trainer whose
+    previous session did not end -- its task was killed, or the session failed -- may have died
+    between its step's table updates and its global-step increment, so its new session counts
+    that step."""
 
     def __init__(self, *args, exact=True, write_manifest=True, in_flight=0, trainers=1, printer=print, **kwargs):
         self._exact, self._write_manifest, self._print = exact, write_manifest, printer
@@ -150,8 +151,9 @@ class StateSaver(Saver):
 
     def rejoin_hook(self, rank, printer=None):
         """The hook of trainer `rank` (0 .. trainers - 1; the chief is 0) of a cluster: at each
-        session it creates, when this trainer's previous session on the same live state did not
-        end cleanly (its task was killed, or the session failed), it adds one to the global step.
+        session it creates, when this trainer's previous session on the same live state took a
+        step and did not end cleanly (its task was killed, or the session failed), it adds one to
+        the global step. On the chief it must run before the saver hook's first save.
 
         A trainer's step lands its table updates on the PS tasks, then its global-step increment;
         one killed in between leaves those rows an update ahead of the global step. A restore
@@ -193,12 +195,12 @@ class StateSaver(Saver):
 
 
 class _Rejoin(tf.compat.v1.train.SessionRunHook):
-    """StateSaver.rejoin_hook's hook: this trainer's element of the sessions variable is 1 while
-    it has a session on the live state, 0 once that session ended cleanly (or a restore set the
-    state back)."""
+    """StateSaver.rejoin_hook's hook: this trainer's element of the sessions variable is 1 from
+    its session's first step until that session ends cleanly (or a restore clears it)."""
 
     def __init__(self, sessions, rank, printer):
         self._sessions, self._rank, self._print = sessions, rank, printer
+        self._marked = False
 
     def begin(self):
         gs = tf.compat.v1.train.get_global_step()
@@ -215,19 +217,27 @@ class _Rejoin(tf.compat.v1.train.SessionRunHook):
 
     def after_create_session(self, session, coord):
         del coord
-        # Only this trainer writes its element: a read, then the mark, is not a race.
+        self._marked = False
+        # Only this trainer writes its element: a read, then a write, is not a race.
         if session.run(self._open):
             step = int(session.run(self._add))
+            session.run(self._clear)   # counted: a session that dies before its first step adds no more
             self._print(f"trainer {self._rank} goes on from the live model, on which its previous session did not "
                         f"end (it was killed, or failed): that session's last step may have landed part of its "
                         f"table updates without its global-step increment, so the global step counts it: "
                         f"{step - 1} -> {step}", flush=True)
-        session.run(self._mark)
+
+    def before_run(self, run_context):
+        if not self._marked:   # before the session's first step lands anything
+            run_context.session.run(self._mark)
+            self._marked = True
 
     def end(self, session):   # a clean end only (MonitoredSession calls no hook's end after an error)
         try:
             session.run(self._clear)
-        except tf.errors.OpError:   # the PS tasks went away meanwhile: a restore will set it back anyway
+        except tf.errors.OpError:
+            # The PS tasks went away meanwhile: the restore that follows clears the mark. (Were they
+            # back whole, the next session would count one step: a batch counted, not trained.)
             pass
 
 
