@@ -142,8 +142,7 @@ def state_saver(train, keep_checkpoint_max, num_worker_replicas):
     """The tfps.state.StateSaver of a run (the runner's and the Estimator adapter's): exact with
     manifests for training, counting the other trainers' in-flight steps; alike otherwise."""
     return StateSaver(sharded=True, max_to_keep=keep_checkpoint_max, defer_build=True, save_relative_paths=True,
-                      exact=train, write_manifest=train, in_flight=max(num_worker_replicas - 1, 0),
-                      trainers=max(num_worker_replicas, 1))
+                      exact=train, write_manifest=train, in_flight=max(num_worker_replicas - 1, 0))
 
 
 def build(model_fn, params, mode, settings, input_fn=None, features=None):

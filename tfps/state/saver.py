@@ -27,6 +27,9 @@ class _ManifestSaveable(saveable_object.SaveableObject):
         return tf.no_op()
 
 
+TRAINER_SLOTS = 1 << 16   # the trainer ranks rejoin_hook takes (an int64 each, on a PS)
+
+
 class StateSaver(Saver):
     """A Saver (sharded, relative paths, as tfps's runners use it) whose checkpoints carry the
     model's manifest, and whose restore of a model_dir's latest checkpoint also applies the
@@ -39,18 +42,15 @@ class StateSaver(Saver):
     (manifest.StateMismatch) naming the first difference. `restored_step` is the step of the cut
     the last restore resumed at.
 
-    On a cluster of `trainers` trainers, each trainer's rejoin_hook marks its session on the live
+    On a cluster, each trainer's rejoin_hook marks its session on the live
     state from its first step (a clean end, or a restore, clears the marks): a trainer whose
     previous session did not end -- its task was killed, or the session failed -- may have died
     between its step's table updates and its global-step increment, so its new session counts
     that step."""
 
-    def __init__(self, *args, exact=True, write_manifest=True, in_flight=0, trainers=1, printer=print, **kwargs):
+    def __init__(self, *args, exact=True, write_manifest=True, in_flight=0, printer=print, **kwargs):
         self._exact, self._write_manifest, self._print = exact, write_manifest, printer
         self._in_flight = int(in_flight)
-        if int(trainers) < 1:
-            raise ValueError(f"StateSaver: trainers must be >= 1, got {trainers}")
-        self._trainers = int(trainers)
         self._sessions = None
         self._state_ops = None
         self.restored_step = None
@@ -64,7 +64,9 @@ class StateSaver(Saver):
                                                     initializer=tf.compat.v1.ones_initializer(),
                                                     collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
             # Never saved either: initialized with the model, and cleared by a restore (rejoin_hook).
-            self._sessions = tf.compat.v1.get_variable(manifests.TRAINER_SESSIONS, shape=[self._trainers],
+            # One slot per trainer rank whatever the job's trainer count, so that a job started again
+            # with more trainers on PS tasks still alive finds its slots.
+            self._sessions = tf.compat.v1.get_variable(manifests.TRAINER_SESSIONS, shape=[TRAINER_SLOTS],
                                                        dtype=tf.int64, trainable=False, use_resource=True,
                                                        initializer=tf.compat.v1.zeros_initializer(),
                                                        collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
@@ -150,10 +152,11 @@ class StateSaver(Saver):
         return out
 
     def rejoin_hook(self, rank, printer=None):
-        """The hook of trainer `rank` (0 .. trainers - 1; the chief is 0) of a cluster: at each
-        session it creates, when this trainer's previous session on the same live state took a
-        step and did not end cleanly (its task was killed, or the session failed), it adds one to
-        the global step. On the chief it must run before the saver hook's first save.
+        """The hook of trainer `rank` (0 for the chief, 1, 2, ... for the others; below
+        TRAINER_SLOTS) of a cluster: at each session it creates, when this trainer's previous
+        session on the same live state took a step and did not end cleanly (its task was killed,
+        or the session failed), it adds one to the global step. On the chief it must run before
+        the saver hook's first save.
 
         A trainer's step lands its table updates on the PS tasks, then its global-step increment;
         one killed in between leaves those rows an update ahead of the global step. A restore
@@ -163,8 +166,9 @@ class StateSaver(Saver):
         landed none: a batch counted but not trained, never one trained twice)."""
         if self._sessions is None:
             raise ValueError("StateSaver.rejoin_hook: only a training StateSaver (exact=True) counts sessions")
-        if not 0 <= rank < self._trainers:
-            raise ValueError(f"StateSaver.rejoin_hook: rank {rank} is not one of the {self._trainers} trainers")
+        if not 0 <= rank < TRAINER_SLOTS:
+            raise ValueError(f"StateSaver.rejoin_hook: rank {rank} is not in [0, {TRAINER_SLOTS}): a cluster has at "
+                             f"most {TRAINER_SLOTS} trainers")
         return _Rejoin(self._sessions, rank, printer or self._print)
 
     # The ops below are made the first time a restore needs them, in the tfps_state_restore scope
