@@ -463,14 +463,15 @@ def test_a_trainer_going_on_from_the_live_state_after_a_kill_counts_its_half_app
     spec = tf.train.ClusterSpec(cluster_spec(1, 2))
     servers = {job: tf.distribute.Server(spec, job_name=job, task_index=0) for job in ("ps", "chief", "worker")}
 
-    def run(job, max_steps, kill_after=None):
+    def run(job, max_steps, kill_after=None, trainers=2, rank=None):
         hooks = [_HalfStepThenKilled(kill_after)] if kill_after else []
         device_fn = replica_device_setter(cluster=spec, worker_device=f"/job:{job}/task:0")
         try:
             if runner == "tfps":
                 settings = RunSettings(str(tmp_path), save_checkpoints_steps=1000, master=servers[job].target,
-                                       is_chief=job == "chief", num_worker_replicas=2,
-                                       trainer_rank=int(job == "worker"), device_fn=device_fn)
+                                       is_chief=job == "chief", num_worker_replicas=trainers,
+                                       trainer_rank=int(job == "worker") if rank is None else rank,
+                                       device_fn=device_fn)
                 train(_every_batch_model_fn, {}, _every_batch_input_fn, settings, max_steps, hooks=hooks)
             else:
                 from tfps.estimator.runner import with_checked_saver
@@ -521,3 +522,7 @@ def test_a_trainer_going_on_from_the_live_state_after_a_kill_counts_its_half_app
     run("worker", 90)
     run("chief", 100)
     assert counted() == (99, 100)
+    if runner == "tfps":   # a job started again with more trainers on the live PS tasks: a rank of its own
+        run("worker", 120, trainers=3, rank=2)
+        run("chief", 120, trainers=3)
+        assert counted() == (119, 120)
