@@ -1,13 +1,20 @@
 """The Criteo text reader against a plain-Python parse of tiny hand-written files."""
 import gzip
 import math
+import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfps.config import load_config
+from tfps.data.convert import convert
 from tfps.data.criteo import MISSING_BUCKET, NUM_CATEGORICAL, NUM_INTEGER, criteo_dataset
+from tfps.data.file_source import DataMissing
 from tfps.data.schema import numpy_batches
+from tfps.data.sources import make_source
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _row(label, ints, cats):
@@ -80,6 +87,28 @@ def test_a_malformed_row_is_named_or_skipped_and_counted(tmp_path, bad, reason):
     batches = _read([str(path)], batch_size=2, skip_bad_rows=True)
     assert sum(int(b[0]["bad_rows"]) for b in batches) == 1
     _check(batches, [ROWS[0], ROWS[1], ROWS[2]])
+
+
+@pytest.mark.parametrize("missing", ["data/criteo/train.txt", "data/criteo/day_*.gz", "empty_dir"])
+@pytest.mark.parametrize("key", ["data.path", "data.eval_path"])
+def test_a_missing_file_glob_or_directory_is_data_missing_naming_it_and_the_page_that_says_where_to_get_it(
+        tmp_path, missing, key):
+    """A shipped Criteo config whose training or eval data is not there (a file that does not
+    exist, as data/criteo/ in a clean clone; a glob that matches nothing; a directory without
+    files): DataMissing naming the key, the path and a docs page that is there; `tfps convert`
+    of it names itself ("convert")."""
+    there = tmp_path / "day.txt"
+    there.write_text("\n".join(ROWS) + "\n")
+    (tmp_path / "empty_dir").mkdir()
+    path = str(tmp_path / missing)
+    other = "data.eval_path" if key == "data.path" else "data.path"
+    with pytest.raises(DataMissing) as raised:
+        make_source(load_config("configs/criteo_deepfm.yaml", [f"{key}={path}", f"{other}={there}"]))
+    assert (raised.value.what, raised.value.path) == (key, path)
+    assert os.path.isfile(os.path.join(ROOT, raised.value.docs))
+    with pytest.raises(DataMissing) as raised:
+        convert("criteo", path, str(tmp_path / "out"), printer=lambda *a, **k: None)
+    assert (raised.value.what, raised.value.path) == ("convert", path)
 
 
 def test_trainers_read_interleaved_batches(tmp_path):

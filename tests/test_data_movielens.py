@@ -1,13 +1,20 @@
 """The MovieLens reader against a row-by-row Python featurization of a tiny hand-written directory."""
 import math
+import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import ml_tiny
+from tfps.config import load_config
+from tfps.data.convert import convert
+from tfps.data.file_source import DataMissing
 from tfps.data.movielens import movielens_dataset
 from tfps.data.schema import PAD_ID, numpy_batches
+from tfps.data.sources import make_source
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _read(directory, split, **kwargs):
@@ -111,6 +118,25 @@ def test_a_bad_header_or_missing_file_is_an_error(tmp_path):
     (tmp_path / "movies.csv").unlink()
     with pytest.raises(ValueError, match="has no movies.csv"):
         movielens_dataset(directory, 4)
+
+
+@pytest.mark.parametrize("config", ["movielens_deepfm", "movielens_mtgr"])
+def test_a_missing_directory_is_data_missing_naming_it_and_the_page_that_says_where_to_get_it(tmp_path, config):
+    """A shipped config whose data.path does not exist (data/ml-latest-small in a clean clone), or
+    is a file, or lacks movies.csv: DataMissing naming data.path and the directory, and a docs
+    page that is there; `tfps convert` of such a path names itself ("convert")."""
+    missing = tmp_path / "ml-latest-small"
+    a_file = tmp_path / "ratings.csv"
+    a_file.write_text("userId,movieId,rating,timestamp\n1,1,4.0,5\n")   # a directory without movies.csv
+    for path in (missing, a_file, tmp_path):
+        with pytest.raises(DataMissing) as raised:
+            make_source(load_config(f"configs/{config}.yaml", [f"data.path={path}"]))
+        assert (raised.value.what, raised.value.path) == ("data.path", str(path))
+        assert os.path.isfile(os.path.join(ROOT, raised.value.docs))
+    kind = "movielens_sequences" if config == "movielens_mtgr" else "movielens"
+    with pytest.raises(DataMissing) as raised:
+        convert(kind, str(missing), str(tmp_path / "out"), printer=lambda *a, **k: None)
+    assert (raised.value.what, raised.value.path) == ("convert", str(missing))
 
 
 def test_trainers_share_the_batches(tmp_path):

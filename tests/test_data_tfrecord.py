@@ -1,20 +1,25 @@
 """TFRecords: what tfps convert writes reads back as the text readers read it; a hand-written spec
 reads hand-made Examples as a Python reading of them says."""
 import dataclasses
+import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import yaml
 
 import ml_tiny
 from test_data_criteo import ROWS
 from tfps.config import load_config
 from tfps.data.convert import convert
 from tfps.data.criteo import criteo_dataset
+from tfps.data.file_source import DataMissing
 from tfps.data.movielens import movielens_dataset
 from tfps.data.schema import numpy_batches
 from tfps.data.sources import make_source, schema_of
-from tfps.data.tfrecord import files_of, schema_of as spec_schema, tfrecord_dataset
+from tfps.data.tfrecord import SPEC_FILE, files_of, schema_of as spec_schema, tfrecord_dataset
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _read(make):
@@ -98,10 +103,32 @@ def test_without_a_spec_the_source_says_what_is_missing(tmp_path):
     cfg = load_config(None, ["data.format=tfrecord", f"data.path={tmp_path}"])
     with pytest.raises(ValueError, match="data.features is empty"):
         make_source(cfg)
-    cfg = load_config(None, ["data.format=tfrecord", f"data.path={tmp_path / 'nothing'}",
-                             "data.features=[{name: x, type: int}]"])
-    with pytest.raises(ValueError, match="no files match"):
-        make_source(cfg)
+
+
+@pytest.mark.parametrize("missing", ["nothing", "nothing/*.tfrecord", "empty_dir"])
+@pytest.mark.parametrize("key", ["data.path", "data.eval_path"])
+def test_missing_records_are_data_missing_naming_the_path_and_the_page_that_says_where_to_get_them(
+        tmp_path, missing, key):
+    """Training or eval records not there (a path that does not exist, a glob that matches nothing,
+    a directory without *.tfrecord* files), the features in the config or in the tfps_features.yaml
+    beside the records: DataMissing naming the key, the path and a docs page that is there; the
+    schema of a config whose data.path is missing too (not "data.features is empty")."""
+    records = tmp_path / "rec"
+    records.mkdir()
+    _record_file(records / "part-00000.tfrecord")
+    (records / SPEC_FILE).write_text(yaml.safe_dump({"features": SPECS, "label": "label"}))
+    (tmp_path / "empty_dir").mkdir()
+    path = str(tmp_path / missing)
+    other = "data.eval_path" if key == "data.path" else "data.path"
+    for features in ([f"data.features={SPECS}"], []):
+        cfg = load_config(None, ["data.format=tfrecord", f"{key}={path}", f"{other}={records}"] + features)
+        with pytest.raises(DataMissing) as raised:
+            make_source(cfg)
+        assert (raised.value.what, raised.value.path) == (key, path)
+        assert os.path.isfile(os.path.join(ROOT, raised.value.docs))
+        if key == "data.path" and not features:
+            with pytest.raises(DataMissing):
+                schema_of(cfg)
 
 
 # -- files that end early: TF reads a file cut mid-header as a whole shorter one, and names no file

@@ -38,6 +38,8 @@ def convert(kind, path, out_dir, skip_bad_rows=False, rows_per_file=1_000_000, e
     for d in (out_dir, os.path.join(out_dir, "train"), os.path.join(out_dir, "eval")):
         if tf.io.gfile.isdir(d) and tf.io.gfile.glob(os.path.join(d, "*.tfrecord*")):
             raise ValueError(f"convert: {d} already holds TFRecords; remove them or choose another --to")
+    if kind in ("movielens", "movielens_sequences"):
+        movielens.check_directory(path, "convert")
     if kind == "criteo":
         files = _files(path, "convert")
         out = [_write(lambda: criteo.criteo_dataset(files, BATCH, skip_bad_rows), criteo.SCHEMA, out_dir, rows_per_file, printer)]

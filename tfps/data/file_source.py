@@ -6,16 +6,35 @@ import tensorflow as tf
 from tfps.data.lines import TruncatedFileError, read_lines
 from tfps.data.schema import graph_code
 
+DATA_DOCS = "docs/data-and-models.md"   # the page that says where to get each source's data
+
+
+class DataMissing(ValueError):
+    """A data path that holds no data: it does not exist, a glob matches no file, a directory lacks
+    the files its format needs. Attributes: what (the config key or command that names it, e.g.
+    "data.path"), path, and docs (the page that says where to get the data)."""
+
+    def __init__(self, what, path, problem="does not exist"):
+        self.what, self.path, self.docs = what, path, DATA_DOCS
+        super().__init__(f"{what} {path!r} {problem}: {DATA_DOCS} says where to get the data")
+
+
+def absent(what, path):
+    """The DataMissing of a path that names no file: it does not exist, or a glob matches none."""
+    return DataMissing(what, path, "matches no file" if any(c in path for c in "*?[") else "does not exist")
+
 
 def files(path, what):
-    """Sorted files of a directory (not hidden), a glob, or one file; ValueError naming path if none."""
+    """Sorted files of a directory (not hidden), a glob, or one file; DataMissing naming path if none."""
     if tf.io.gfile.isdir(path):
         found = [os.path.join(path, f) for f in sorted(tf.io.gfile.listdir(path)) if not f.startswith(".")]
         found = [f for f in found if not tf.io.gfile.isdir(f)]
-    else:
-        found = sorted(tf.io.gfile.glob(path))
+        if not found:
+            raise DataMissing(what, path, "is a directory without files")
+        return found
+    found = sorted(tf.io.gfile.glob(path))
     if not found:
-        raise ValueError(f"{what}: no files at {path!r}")
+        raise absent(what, path)
     return found
 
 

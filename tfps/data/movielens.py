@@ -26,6 +26,7 @@ import os
 
 import tensorflow as tf
 
+from tfps.data.file_source import DataMissing
 from tfps.data.schema import PAD_ID, Schema, graph_code, int64_range, share
 from tfps.ops.data import SKIP_HINT, check_rows
 
@@ -185,11 +186,16 @@ def _batches_of(columns, batch_size, seed=None, count_bad=True):
     return tf.data.Dataset.range((n + batch_size - 1) // batch_size).map(batch)
 
 
-def check_directory(directory):
-    """ValueError unless `directory` holds movies.csv and a ratings.csv with at least one rating."""
+def check_directory(directory, what="data.path"):
+    """ValueError unless `directory` holds movies.csv and a ratings.csv with at least one rating:
+    DataMissing (naming `what`, the config key or command that names it) when the directory does
+    not exist, is a file, or lacks either file."""
+    if not tf.io.gfile.isdir(directory):
+        raise DataMissing(what, directory, "is a file, not a MovieLens directory" if tf.io.gfile.exists(directory)
+                          else "does not exist")
     for name in ("ratings.csv", "movies.csv"):
         if not tf.io.gfile.exists(os.path.join(directory, name)):
-            raise ValueError(f"movielens: {directory!r} has no {name} (the GroupLens layout: ratings.csv, movies.csv)")
+            raise DataMissing(what, directory, f"has no {name} (the GroupLens layout: ratings.csv, movies.csv)")
     with tf.io.gfile.GFile(os.path.join(directory, "ratings.csv")) as f:
         f.readline()
         if not f.readline().strip():

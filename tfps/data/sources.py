@@ -179,7 +179,7 @@ class TFRecordSource(FileSource):
         self.specs, self.user, eval_path = _tfrecord_spec(cfg)
         if not eval_path:
             raise ValueError("data.eval_path must name the TFRecord eval files")
-        self.eval_files = tfrecord.files_of(eval_path)
+        self.eval_files = tfrecord.files_of(eval_path, "data.eval_path")
         self.schema = tfrecord.schema_of(self.specs, self.user)
         for files in (self.train_files, self.eval_files):
             tfrecord.check_first_record(files[0], self.specs, d.label, self.user)
@@ -208,6 +208,7 @@ def _tfrecord_spec(cfg):
     written = tfrecord.read_spec(d.path) or {}
     specs = d.features or written.get("features")
     if not specs:
+        tfrecord.files_of(d.path)   # DataMissing when there is nothing at data.path, spec file or records
         raise ValueError(f"data.features is empty and {d.path!r} has no {tfrecord.SPEC_FILE}: say what the "
                          f"features are ({{name, type: int|float|string|int_list, length}})")
     return specs, (d.user if d.features else written.get("user", d.user)), d.eval_path or written.get("eval_path")

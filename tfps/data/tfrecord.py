@@ -16,6 +16,7 @@ import os
 import tensorflow as tf
 import yaml
 
+from tfps.data.file_source import DataMissing, absent
 from tfps.data.schema import PAD_ID, Schema, graph_code, numpy_batches, share
 from tfps.ops.data import check_rows
 
@@ -117,12 +118,17 @@ def _parser(specs, label, user):
     return parse
 
 
-def files_of(path):
-    """Sorted TFRecord files of a directory (its *.tfrecord*), a glob or one file; ValueError if none."""
-    pattern = os.path.join(path, "*.tfrecord*") if tf.io.gfile.isdir(path) else path
-    files = sorted(tf.io.gfile.glob(pattern))
+def files_of(path, what="data.path"):
+    """Sorted TFRecord files of a directory (its *.tfrecord*), a glob or one file; DataMissing
+    naming `what` (the config key) and path if none."""
+    if tf.io.gfile.isdir(path):
+        files = sorted(tf.io.gfile.glob(os.path.join(path, "*.tfrecord*")))
+        if not files:
+            raise DataMissing(what, path, "is a directory without *.tfrecord* files")
+        return files
+    files = sorted(tf.io.gfile.glob(path))
     if not files:
-        raise ValueError(f"tfrecord: no files match {pattern!r}")
+        raise absent(what, path)
     return files
 
 
