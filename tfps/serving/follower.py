@@ -69,7 +69,11 @@ class TableFollower:
     def _check_model_dir(self, servable):
         """Says at once when model_dir holds another model than the version (nothing of it would
         ever apply) or no checkpoint yet; `mismatch[version]` keeps the reason."""
-        latest = disk.latest_checkpoint(self.model_dir)
+        try:
+            latest = disk.latest_checkpoint(self.model_dir)
+        except disk.CheckpointUnreadable as e:
+            self._report(f"nothing of {self.model_dir} is applied to version {servable.version} while {error_line(e)}")
+            return
         if latest is None:
             self._report(f"{self.model_dir} holds no checkpoint yet: version {servable.version} serves as exported "
                          f"until one appears")
@@ -109,7 +113,11 @@ class TableFollower:
                          f"applies tables' checkpoints and deltas, so nothing of {self.model_dir} is applied to it")
             return []
         done = []
-        latest = disk.latest_checkpoint(self.model_dir)
+        try:
+            latest = disk.latest_checkpoint(self.model_dir)
+        except disk.CheckpointUnreadable as e:   # a partial copy: never passed over for an older cut
+            self._report(f"version {servable.version} keeps serving step {state['applied']}: {error_line(e)}")
+            return done
         try:   # the global step it holds (on a cluster it can be past the one in its name)
             full_step = self._steps[latest] if latest in self._steps else checkpoint_step(latest) if latest else None
         except ValueError as e:

@@ -3,10 +3,19 @@
 The index is a convenience that a copy can lose (a sync of `model.ckpt-*` only, a cleanup
 script): a model_dir without it still holds its model. So every reader and every resume finds
 the newest full checkpoint by its files: `model.ckpt-<step>.index` with each data shard it names
-(`.data-<i>-of-<n>`). TensorFlow's sharded save writes the index last, so a checkpoint whose
-index is there is whole unless a file was damaged afterwards (which its read then refuses,
-naming it). The newest such checkpoint is the one the index names, but for the moment between a
-save's last rename and the index's update, when it is the newer and whole one.
+(`.data-<i>-of-<n>`). The newest such checkpoint is the one the index names, but for the moment
+between a save's last rename and the index's update, when it is the newer and whole one.
+
+TensorFlow's save (sharded or not) renames the data shards into place before it writes the
+index, and its rotation deletes an old checkpoint's index before its data. So, as files go:
+- an index with every data shard it names is a whole checkpoint (a file damaged afterwards is
+  refused when it is read, naming it);
+- an index with a data shard missing never comes from a save: it is a partial copy. When it is
+  newer than every whole checkpoint, every reader refuses it (CheckpointUnreadable, naming the
+  missing files) rather than pass over it to an older checkpoint or to step 0;
+- data shards without an index come from a save cut short (kill -9 between the renames and the
+  index) or from a copy that has not reached the index yet: unreadable either way, so a resume
+  goes on from the newest whole checkpoint and says so (`unfinished`).
 """
 import glob
 import os
@@ -23,31 +32,105 @@ _SHARD = re.compile(r"\.data-(\d+)-of-(\d+)$")
 def full_checkpoints(model_dir):
     """[(step, prefix)] of the whole full checkpoints in model_dir, in step order: those whose
     index file and every data shard are there."""
-    out = []
-    for index in glob.glob(os.path.join(glob.escape(model_dir), f"{BASENAME}-*.index")):
-        match = _STEP.search(os.path.basename(index))
-        if match is None:
-            continue
-        prefix = index[:-len(".index")]
-        if _whole(prefix):
-            out.append((int(match.group(1)), prefix))
-    return sorted(out)
+    return sorted((step, prefix) for step, prefix in _indexed(model_dir) if not missing_files(prefix))
 
 
-def _whole(prefix):
-    shards = [_SHARD.search(p) for p in glob.glob(glob.escape(prefix) + ".data-*-of-*")]
-    counts = {int(m.group(2)) for m in shards if m}
-    if len(counts) != 1:
-        return False
-    (n,) = counts
-    return {int(m.group(1)) for m in shards if m} == set(range(n))
+def missing_files(prefix):
+    """The names of the data shards that checkpoint `prefix`'s index names and that are not
+    there ([] for a whole checkpoint). The shard count is the index header's (a tensor bundle's
+    first entry, under the empty key), or the data files' names where the header cannot be read."""
+    present = {}
+    for path in glob.glob(glob.escape(prefix) + ".data-*-of-*"):
+        m = _SHARD.search(path)
+        if m:
+            present.setdefault(int(m.group(2)), set()).add(int(m.group(1)))
+    n = _header_shards(prefix + ".index")
+    if n is None:
+        if len(present) != 1:
+            return [os.path.basename(prefix) + ".data-*-of-*"]
+        (n,) = present
+    name = os.path.basename(prefix)
+    return [f"{name}.data-{i:05d}-of-{n:05d}" for i in range(n) if i not in present.get(n, ())]
+
+
+def _header_shards(index):
+    """num_shards of a tensor bundle's index file, or None when it cannot be read. The index is a
+    table whose first entry, under the empty key, is the BundleHeaderProto; TensorFlow writes it
+    uncompressed: varints (shared key bytes 0, key bytes 0, value length), then the value."""
+    from tensorflow.core.protobuf import tensor_bundle_pb2
+    try:
+        with open(index, "rb") as f:
+            head = f.read(64)
+        values, i = [], 0
+        for _ in range(3):
+            value, shift = 0, 0
+            while True:
+                byte = head[i]
+                i += 1
+                value |= (byte & 0x7F) << shift
+                shift += 7
+                if byte < 0x80:
+                    break
+            values.append(value)
+        if values[:2] != [0, 0] or i + values[2] > len(head):
+            return None
+        header = tensor_bundle_pb2.BundleHeaderProto.FromString(head[i:i + values[2]])
+        return header.num_shards or None
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def latest_checkpoint(model_dir):
     """The prefix of model_dir's newest whole full checkpoint, or None: with or without the
-    `checkpoint` index file."""
+    `checkpoint` index file. CheckpointUnreadable, naming the missing files, when a newer
+    checkpoint's index is there without all of its data shards (a partial copy): a reader never
+    passes over it to an older checkpoint."""
     found = full_checkpoints(model_dir)
+    newest = found[-1][0] if found else -1
+    for step, prefix in _indexed(model_dir):
+        if step > newest:
+            missing = missing_files(prefix)
+            raise unreadable(prefix, f"its index is there, but not its data file{'s' if len(missing) > 1 else ''} "
+                                     f"{', '.join(missing)}: a partial copy")
     return found[-1][1] if found else None
+
+
+def _indexed(model_dir):
+    """[(step, prefix)] of every `model.ckpt-<step>.index` in model_dir, newest first."""
+    out = []
+    for index in glob.glob(os.path.join(glob.escape(model_dir), f"{BASENAME}-*.index")):
+        match = _STEP.search(os.path.basename(index))
+        if match:
+            out.append((int(match.group(1)), index[:-len(".index")]))
+    return sorted(out, reverse=True)
+
+
+def unfinished(model_dir):
+    """The prefixes of checkpoints newer than model_dir's newest whole one that have data shards
+    but no index (a save cut short, or a copy that has not reached the index yet): nothing can
+    be read from them, and a resume goes on from the newest whole checkpoint (see above)."""
+    found = full_checkpoints(model_dir)
+    newest = found[-1][0] if found else -1
+    out = set()
+    for path in glob.glob(os.path.join(glob.escape(model_dir), f"{BASENAME}-*.data-*-of-*")):
+        prefix = path[:_SHARD.search(path).start()] if _SHARD.search(path) else None
+        match = prefix and _STEP.search(os.path.basename(prefix) + ".index")
+        if match and int(match.group(1)) > newest and not os.path.exists(prefix + ".index"):
+            out.add((int(match.group(1)), prefix))
+    return [p for _, p in sorted(out)]
+
+
+def unfinished_note(model_dir):
+    """A line that says which unfinished checkpoints (see unfinished) a reader of model_dir
+    passes over and where it goes on from, or None when there are none."""
+    skipped = unfinished(model_dir)
+    if not skipped:
+        return None
+    latest = latest_checkpoint(model_dir)
+    names = ", ".join(os.path.basename(p) for p in skipped)
+    return (f"{model_dir}: {names} {'have' if len(skipped) > 1 else 'has'} data files but no .index (a save cut "
+            f"short, or a copy still in progress): not readable, so passed over for "
+            f"{os.path.basename(latest) if latest else 'step 0 (no whole checkpoint is there)'}")
 
 
 def index_stale(model_dir):

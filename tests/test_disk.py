@@ -1,0 +1,101 @@
+"""tfps.state.disk: a model_dir's checkpoints as its files say. A partial copy of the newest
+checkpoint is refused, naming its missing files, whatever other files are there; it is never
+passed over for an older checkpoint or for step 0 in silence."""
+import itertools
+import os
+import shutil
+
+import pytest
+import tensorflow as tf
+
+from tfps.state import disk
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A model_dir with two whole checkpoints, of steps 10 and 20, each in two data shards, with
+    its `checkpoint` index file."""
+    model_dir = str(tmp_path_factory.mktemp("saved"))
+    with tf.Graph().as_default():
+        with tf.device("/cpu:0"):
+            v = tf.compat.v1.get_variable("v", initializer=[1.0, 2.0])
+        with tf.device("/cpu:1"):
+            w = tf.compat.v1.get_variable("w", initializer=[3.0])
+            gs = tf.compat.v1.train.create_global_step()
+        saver = tf.compat.v1.train.Saver([v, w, gs], sharded=True, max_to_keep=None)
+        config = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
+        with tf.compat.v1.Session(config=config) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            for step in (10, 20):
+                session.run(gs.assign(step))
+                saver.save(session, os.path.join(model_dir, disk.BASENAME), global_step=step)
+    return model_dir
+
+
+NEWEST = ["model.ckpt-20.index", "model.ckpt-20.data-00000-of-00002", "model.ckpt-20.data-00001-of-00002",
+          "model.ckpt-20.meta", disk.INDEX]
+DATA = NEWEST[1:3]
+
+
+def _subsets():
+    for n in range(len(NEWEST) + 1):
+        yield from itertools.combinations(NEWEST, n)
+
+
+@pytest.mark.parametrize("older", [False, True], ids=["alone", "beside-an-older-whole-one"])
+def test_every_subset_of_the_newest_checkpoints_files(saved, tmp_path, older):
+    """Every subset of the newest checkpoint's files (index, both data shards, meta graph, the
+    `checkpoint` index file), with and without an older whole checkpoint beside it:
+    - an index without all its data shards is refused (CheckpointUnreadable) naming exactly the
+      missing shards, by every reader (latest_checkpoint, full_checkpoints' newest, the cut);
+    - an index with its shards is the newest checkpoint (the meta graph and `checkpoint` file are
+      not needed);
+    - shards without an index are unreadable, passed over for the older checkpoint (or none) and
+      said so (unfinished_note names them and where a reader goes on from)."""
+    from tfps.state.deltas import latest_cut
+    older_files = [f for f in os.listdir(saved) if f.startswith("model.ckpt-10.")] if older else []
+    for subset in _subsets():
+        model_dir = tmp_path / ("s" + "".join(str(NEWEST.index(f)) for f in subset))
+        model_dir.mkdir()
+        for name in list(subset) + older_files:
+            shutil.copy(os.path.join(saved, name), model_dir / name)
+        fallback = str(model_dir / "model.ckpt-10") if older else None
+        missing = [f for f in DATA if f not in subset]
+        if NEWEST[0] in subset and missing:
+            with pytest.raises(disk.CheckpointUnreadable) as refused:
+                disk.latest_checkpoint(str(model_dir))
+            assert refused.value.files == [str(model_dir / "model.ckpt-20")], subset
+            assert all(f in str(refused.value) for f in missing) and \
+                not any(f in str(refused.value) for f in DATA if f in subset), (subset, str(refused.value))
+            with pytest.raises(disk.CheckpointUnreadable):
+                latest_cut(str(model_dir))
+            assert sorted(disk.missing_files(str(model_dir / "model.ckpt-20"))) == missing
+        elif NEWEST[0] in subset:
+            assert disk.latest_checkpoint(str(model_dir)) == str(model_dir / "model.ckpt-20"), subset
+            assert disk.unfinished_note(str(model_dir)) is None
+            assert latest_cut(str(model_dir))[0] == str(model_dir / "model.ckpt-20")
+        else:
+            assert disk.latest_checkpoint(str(model_dir)) == fallback, subset
+            note = disk.unfinished_note(str(model_dir))
+            if len(missing) < len(DATA):   # some data without an index: passed over, and said so
+                assert disk.unfinished(str(model_dir)) == [str(model_dir / "model.ckpt-20")]
+                assert "model.ckpt-20" in note and ("model.ckpt-10" if older else "step 0") in note, note
+            else:
+                assert disk.unfinished(str(model_dir)) == [] and note is None
+
+
+def test_a_partial_checkpoint_older_than_a_whole_one_does_not_matter(saved, tmp_path):
+    """Only a partial copy newer than every whole checkpoint stops a reader: a whole newer one is
+    where a resume goes on from anyway."""
+    for name in os.listdir(saved):
+        if name.startswith("model.ckpt-20.") or name == "model.ckpt-10.index":
+            shutil.copy(os.path.join(saved, name), tmp_path / name)
+    assert disk.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-20")
+    assert disk.full_checkpoints(str(tmp_path)) == [(20, str(tmp_path / "model.ckpt-20"))]
+
+
+def test_the_shard_count_is_read_from_the_index_header(saved, tmp_path):
+    shutil.copy(os.path.join(saved, "model.ckpt-20.index"), tmp_path / "model.ckpt-20.index")
+    assert disk.missing_files(str(tmp_path / "model.ckpt-20")) == DATA
+    (tmp_path / "model.ckpt-20.index").write_bytes(b"\x05garbage")   # a header that cannot be read
+    assert disk.missing_files(str(tmp_path / "model.ckpt-20")) == ["model.ckpt-20.data-*-of-*"]
