@@ -99,3 +99,68 @@ def test_train_of_a_program_of_ones_own_logs_its_progress_on_the_tfps_runner_log
     assert [r.args[0] for r in records] == [5, 10, 15, 20]
     assert records[-1].args[1] == pytest.approx(last)
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("-20")
+
+
+class _CountSteps(tf.compat.v1.train.SessionRunHook):
+    """The steps this trainer ran, and whether its session has been created (an event)."""
+
+    def __init__(self):
+        import threading
+        self.steps, self.begun, self.created = 0, threading.Event(), threading.Event()
+
+    def begin(self):
+        self.begun.set()   # the graph is made: the session is asked for next
+
+    def after_create_session(self, session, coord):
+        self.created.set()
+
+    def after_run(self, run_context, run_values):
+        self.steps += 1
+
+
+def test_a_worker_started_with_the_chief_trains_a_share_of_the_steps(tmp_path):
+    """In-process servers (a PS, a chief, a worker); the worker asks for its session first, before
+    the chief has initialized the model. It trains as soon as the model is ready: the worker runs
+    a share of the job's steps (MonitoredTrainingSession's worker waited 30 s between asks, and
+    ran none of a job this short), and the two trainers' steps add up to the global step."""
+    import threading
+    import tfps
+    from tfps.cluster.placement import replica_device_setter
+    from tfps.cluster.ports import cluster_spec
+    from tfps.runner import train
+    spec = tf.train.ClusterSpec(cluster_spec(1, 2))
+    servers = {job: tf.distribute.Server(spec, job_name=job, task_index=0) for job in ("ps", "chief", "worker")}
+    steps = 600
+
+    def model_fn(features, labels, mode, params):
+        emb = tfps.get_embedding_variable("ids", embedding_dim=4)
+        logits = tf.reduce_sum(tfps.embedding_lookup(emb, features["ids"]), [1, 2])
+        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+        gs = tf.compat.v1.train.get_or_create_global_step()
+        return ModelSpec(mode, loss=loss, train_op=tfps.train.AdagradOptimizer(0.1).minimize(loss, global_step=gs))
+
+    def input_fn():
+        ids = tf.data.Dataset.range(10**7).map(lambda i: tf.stack([i % 97, i % 3 + 100]))
+        return tf.data.Dataset.zip(({"ids": ids}, ids.map(lambda i: tf.cast(i[1] % 2, tf.float32)))).batch(8)
+
+    counts = {job: _CountSteps() for job in ("chief", "worker")}
+    errors = []
+
+    def run(job):
+        settings = RunSettings(str(tmp_path), save_checkpoints_steps=10**6, master=servers[job].target,
+                               is_chief=job == "chief", num_worker_replicas=2, trainer_rank=int(job == "worker"),
+                               device_fn=replica_device_setter(cluster=spec, worker_device=f"/job:{job}/task:0"))
+        try:
+            train(model_fn, {}, input_fn, settings, steps, hooks=[counts[job]])
+        except Exception as e:   # noqa: BLE001 -- reported below
+            errors.append((job, e))
+    worker = threading.Thread(target=run, args=("worker",))
+    worker.start()
+    assert counts["worker"].begun.wait(timeout=120)   # the worker asks before the chief has begun
+    run("chief")
+    worker.join(timeout=300)
+    assert not worker.is_alive() and not errors, errors
+    assert counts["worker"].created.is_set()
+    final = int(tf.train.load_variable(tf.train.latest_checkpoint(str(tmp_path)), "global_step"))
+    assert final == steps == counts["chief"].steps + counts["worker"].steps
+    assert counts["worker"].steps >= steps // 10, counts

@@ -37,6 +37,9 @@ def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_list
         if removed:
             printer(f"{settings.model_dir}: removed {len(removed)} directories of saves that never finished "
                     f"({', '.join(os.path.basename(p) for p in removed)})", flush=True)
+        note = disk.unfinished_note(settings.model_dir)
+        if note:   # a save cut short (or a copy in progress): never passed over in silence
+            printer(note, flush=True)
     if settings.is_chief and disk.index_stale(settings.model_dir):
         # TensorFlow's restore goes by the `checkpoint` index: a model_dir copied without it (or
         # with an old one) would train from step 0 over its own checkpoints.
@@ -66,18 +69,52 @@ def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_list
             chief_hooks, worker_hooks = ([rejoin] + chief_hooks, worker_hooks) if settings.is_chief else (
                 chief_hooks, worker_hooks + [rejoin])
         loss, steps = None, 0
-        with tf.compat.v1.train.MonitoredTrainingSession(
-                master=settings.master, is_chief=settings.is_chief, checkpoint_dir=settings.model_dir,
-                scaffold=scaffold, hooks=worker_hooks, chief_only_hooks=chief_hooks,
-                save_checkpoint_secs=0,   # the saver hook saves
-                save_summaries_steps=settings.save_summary_steps, config=settings.config,
-                max_wait_secs=settings.session_creation_timeout_secs, log_step_count_steps=None) as session:
+        with _session(settings, scaffold, worker_hooks, chief_hooks) as session:
             while not session.should_stop():
                 steps += 1
                 _, loss = session.run([spec.train_op, spec.loss])
         if steps == 0 and settings.is_chief:   # (a worker may start after its last step)
             printer("training made no steps: is the input empty?", flush=True)
         return loss
+
+
+READY_POLL_SECS = 0.5   # how often a worker asks whether the model is ready on the PS tasks
+
+
+def _session(settings, scaffold, worker_hooks, chief_hooks):
+    """The trainer's MonitoredSession: the chief's as MonitoredTrainingSession makes it (it
+    initializes or restores the model); another trainer's waits for the model to be ready on the
+    PS tasks, asking every READY_POLL_SECS (MonitoredTrainingSession's worker asks every 30 s: a
+    worker that first asked before the chief's restore idled 30 s, as good as absent from a short
+    job)."""
+    if settings.is_chief or not settings.master:
+        return tf.compat.v1.train.MonitoredTrainingSession(
+            master=settings.master, is_chief=settings.is_chief, checkpoint_dir=settings.model_dir,
+            scaffold=scaffold, hooks=worker_hooks, chief_only_hooks=chief_hooks,
+            save_checkpoint_secs=0,   # the saver hook saves
+            save_summaries_steps=settings.save_summary_steps, config=settings.config,
+            max_wait_secs=settings.session_creation_timeout_secs, log_step_count_steps=None)
+    return tf.compat.v1.train.MonitoredSession(
+        session_creator=_WorkerSessionCreator(scaffold, settings.master, settings.config,
+                                              settings.session_creation_timeout_secs),
+        hooks=worker_hooks)
+
+
+class _WorkerSessionCreator(tf.compat.v1.train.SessionCreator):
+    """A session on a cluster whose model another trainer (the chief) initializes or restores:
+    waits until the scaffold's ready op says the model is ready, asking every READY_POLL_SECS,
+    then runs the local init op (tf.compat.v1.train.WorkerSessionCreator's work, on a short poll)."""
+
+    def __init__(self, scaffold, master, config, max_wait_secs):
+        self._scaffold, self._master, self._config, self._max_wait_secs = scaffold, master, config, max_wait_secs
+
+    def create_session(self):
+        self._scaffold.finalize()
+        manager = tf.compat.v1.train.SessionManager(
+            local_init_op=self._scaffold.local_init_op, local_init_feed_dict=self._scaffold.local_init_feed_dict,
+            ready_op=self._scaffold.ready_op, ready_for_local_init_op=self._scaffold.ready_for_local_init_op,
+            graph=tf.compat.v1.get_default_graph(), recovery_wait_secs=READY_POLL_SECS)
+        return manager.wait_for_session(self._master, config=self._config, max_wait_secs=self._max_wait_secs)
 
 
 def last_step(max_steps, settings):
