@@ -1,6 +1,7 @@
 """tfps serve and the model's state: --follow applies a trainer's checked deltas to the served
 tables (and refuses another model's), an export that does not fit its config is refused, and
 metadata reports the served fingerprint and step. Shares test_serve.py's trained model."""
+import json
 import os
 import shutil
 import time
@@ -137,5 +138,74 @@ def test_metadata_reports_the_fingerprint_and_step(trained):
         assert dict(state) == {"fingerprint": manifest["fingerprint"], "step": 40.0}
         status, body = _rest(server.rest_api_port, "/v1/models/demo/metadata")
         assert status == 200 and body["metadata"]["tfps_state"] == {"fingerprint": manifest["fingerprint"], "step": 40}
+    finally:
+        server.stop()
+
+
+def _tree(model_dir):
+    """{name: bytes} of model_dir's files: what a refused run must leave as it was."""
+    return {p.name: p.read_bytes() for p in sorted(model_dir.iterdir()) if p.is_file()}
+
+
+def test_inspect_shows_the_newest_cut_and_every_reader_refuses_a_partial_copy(trained, tmp_path, cli):
+    """A model_dir whose newest cut is the checkpoint of step 40 and deltas 50, 60, 70:
+    - `tfps inspect` shows that cut (the step an export of it is cut at: the oracle) and every
+      merged feature by the name the model gave it;
+    - with delta 60 gone, it shows the usable cut before the gap and the deltas a resume refuses
+      (those train's own check names);
+    - a partial copy of a newer checkpoint (its index without its data file, no `checkpoint`
+      file): `tfps train`, `tfps export` and `tfps inspect` refuse it (exit 2, model_dir and the
+      export directory left as they were), and `tfps serve --follow` applies nothing until the
+      partial copy is gone, then the whole chain."""
+    from tfps.data.sources import schema_of
+    from tfps.state import deltas
+    cfg = _cfg(tmp_path / "model")
+    shutil.copytree(trained["cfg"].model_dir, cfg.model_dir)
+    inc = IncrementalCheckpoints(str(cfg.model_dir), every_steps=10, printer=lambda *a, **k: None)
+    _train(cfg, 70, hooks=[inc], save_checkpoints_steps=None, save_checkpoints_secs=None)
+    model_dir = tmp_path / "model"
+    code, out, err = cli("inspect", str(model_dir))
+    assert code == 0, err[-2000:]
+    shown = json.loads(out.strip().splitlines()[-1])
+    cut = export(cfg, str(tmp_path / "cut"))
+    assert (shown["state"]["checkpoint"], shown["state"]["deltas"], shown["state"]["step"]) == \
+        ("model.ckpt-40", [50, 60, 70], read_export_manifest(cut)["step"])
+    assert {f["feature"] for t in shown["tables"] for f in t["features"]} == set(schema_of(cfg).id_features)
+
+    gap = tmp_path / "gap"
+    shutil.copytree(model_dir, gap)
+    for path in gap.glob("delta-60.*"):
+        path.unlink()
+    with pytest.raises(deltas.DeltaRefused) as refused:
+        deltas.latest_cut(str(gap))
+    code, out, err = cli("inspect", str(gap))
+    assert code == 0, err[-2000:]
+    state = json.loads(out.strip().splitlines()[-1])["state"]
+    assert (state["deltas"], state["step"]) == ([50], 50)
+    assert state["refused_files"] == [os.path.basename(p) for p in refused.value.files] == ["delta-70"]
+
+    (model_dir / "checkpoint").unlink()
+    for suffix in (".index", ".meta"):   # copied without its data file
+        shutil.copy(model_dir / f"model.ckpt-40{suffix}", model_dir / f"model.ckpt-75{suffix}")
+    before = _tree(model_dir)
+    sets = [a for s in SETS + [f"model_dir={model_dir}"] for a in ("--set", s)]
+    for argv in (["train", *sets, "--set", "train.steps=90"],
+                 ["export", *sets, "--export-dir", str(tmp_path / "refused")], ["inspect", str(model_dir)]):
+        code, _, err = cli(argv[0], "--config", "configs/demo.yaml", *argv[1:]) if argv[0] != "inspect" else \
+            cli(*argv)
+        assert code == 2, (argv[0], err[-2000:])
+        assert _tree(model_dir) == before, argv[0]
+    assert not os.path.exists(tmp_path / "refused") or os.listdir(tmp_path / "refused") == []
+
+    server = _server(os.path.dirname(trained["export"]), poll_secs=POLL_SECS, follow=str(model_dir))
+    try:
+        _polls(server, 3)
+        assert server.store.follower.applied == []   # the partial copy stops it: nothing applied
+        for suffix in (".index", ".meta"):
+            (model_dir / f"model.ckpt-75{suffix}").unlink()
+        deadline = time.monotonic() + 120
+        while [s for _, kind, s in server.store.follower.applied if kind == "delta"] != [50, 60, 70]:
+            assert time.monotonic() < deadline, server.store.follower.applied
+            time.sleep(0.05)
     finally:
         server.stop()

@@ -61,7 +61,7 @@ def _export(args):
         raise ConfigError("export needs model_dir (--set model_dir=DIR) holding a trained checkpoint")
     quiet_python_logs()
     from tfps.runner.job import export
-    path = export(cfg, args.export_dir, args.format)
+    path = export(cfg, args.export_dir, args.format, version=args.version)
     print(json.dumps({"saved_model": path}), flush=True)
     return 0
 
@@ -70,6 +70,7 @@ def _inspect(args):
     quiet_python_logs()
     import tensorflow as tf
     from tfps.embedding.checkpoint_tools import inspect
+    from tfps.state import deltas, manifest
     names, embedding_dim = (), None
     if args.config:   # names the features of merged tables, and gives the model's embedding_dim
         from tfps.config import load_config
@@ -77,15 +78,31 @@ def _inspect(args):
         cfg = load_config(args.config)
         schema, embedding_dim = schema_of(cfg), cfg.model.embedding_dim
         names = tuple(schema.id_features) + tuple(schema.list_features)
-    if os.path.isdir(args.checkpoint):   # a model_dir: its newest checkpoint by its files (no index needed)
-        from tfps.state import disk
-        args.checkpoint = disk.latest_checkpoint(args.checkpoint) or args.checkpoint
-    try:
-        tables = inspect(args.checkpoint, top=args.top, feature_names=names)
-    except (tf.errors.OpError, ValueError, RuntimeError, IndexError) as e:
-        raise ValueError(f"cannot read checkpoint {args.checkpoint!r}: {str(e).strip().splitlines()[0]}") from None
-    if not tables:
-        print(f"no tfps tables in {args.checkpoint}", flush=True)
+    # A model_dir: what a resume would do (its newest cut, found by its files, or the refusal).
+    checkpoint, state = args.checkpoint, None
+    if os.path.isdir(args.checkpoint):
+        state = deltas.resume_summary(args.checkpoint)
+        checkpoint = os.path.join(args.checkpoint, state["checkpoint"]) if state.get("checkpoint") else None
+        if checkpoint is None and "refused" in state:   # nothing to show but the refusal train would print
+            raise ValueError(state["refused"])
+        if checkpoint is None:   # a Saver's own names, by its `checkpoint` file
+            checkpoint, state = tf.train.latest_checkpoint(args.checkpoint), None
+            if checkpoint is None:
+                raise ValueError(f"cannot read checkpoint {args.checkpoint!r}: no checkpoint there (no whole "
+                                 f"model.ckpt-<step>.index with its data files, nor a `checkpoint` file naming one)")
+    tables = []
+    if checkpoint:
+        try:
+            state = deltas.resume_summary(checkpoint) if state is None else state
+            saved = manifest.read(checkpoint)
+            names = names + tuple(n for pairs in ((saved or {}).get("features") or {}).values() for _, n in pairs
+                                  if n not in names)
+            tables = inspect(checkpoint, top=args.top, feature_names=names)
+        except (tf.errors.OpError, ValueError, RuntimeError, IndexError) as e:
+            raise ValueError(f"cannot read checkpoint {checkpoint!r}: {str(e).strip().splitlines()[0]}") from None
+        if not tables:
+            print(f"no tfps tables in {checkpoint}", flush=True)
+    state = state or {}
     for t in tables:
         top = ", ".join(f"{k}:{f}" for k, f in t["top_ids_by_freq"])
         dim = (f"dim {t['dim']} (embedding_dim {embedding_dim} + 1: the first-order weight)"
@@ -96,40 +113,17 @@ def _inspect(args):
         for f in sorted(t.get("features", []), key=lambda f: (order.get(f["feature"], len(order)), f["tag"])):
             print(f"  tag {f['tag']:>5} {f['feature'] or '?':<16} {f['rows']} rows, {f['updates']} updates", flush=True)
     if any("features" in t for t in tables):
-        print("(tag: a merged table's key is (tag << 48) | id, the tag a feature's own (crc32 of its name); "
-              + ("? is a tag no feature of the config has)" if args.config else
-                 "--config names the features and gives the model's embedding_dim)"), flush=True)
-    state = _state_of(args.checkpoint)
-    if state:
+        print("(tag: a merged table's key is (tag << 48) | id, the tag a feature's own (crc32 of its name)"
+              + ("; ? is a tag no feature of the model has)" if names else
+                 "; --config names the features and gives the model's embedding_dim)"), flush=True)
+    if state.get("checkpoint"):
         print(f"model fingerprint {state['fingerprint']}; tables above are {state['checkpoint']}"
-              + (f"; the newest cut adds deltas {state['deltas']} (step {state['step']})" if state["deltas"] else ""),
-              flush=True)
-        if "refused" in state:
-            print(f"a resume would refuse: {state['refused']}", flush=True)
+              + (f"; the newest cut adds deltas {state['deltas']} (step {state['step']})" if state["deltas"] else
+                 f" (step {state['step']})"), flush=True)
+    if "refused" in state:
+        print(f"a resume would refuse: {state['refused']}", flush=True)
     print(json.dumps({"tables": tables, **({"state": state} if state else {})}), flush=True)
     return 0
-
-
-def _state_of(path):
-    """{fingerprint, checkpoint, step, deltas} of a checkpoint (or of a model_dir's newest cut:
-    its latest checkpoint and the deltas after it); {} without a manifest."""
-    import os
-    import tensorflow as tf
-    from tfps.state import deltas, disk, manifest
-    checkpoint, chain = (disk.latest_checkpoint(path), []) if os.path.isdir(path) else (path, [])
-    saved = manifest.read(checkpoint) if checkpoint else None
-    if saved is None:
-        return {}
-    if os.path.isdir(path):
-        try:
-            checkpoint, chain, _ = deltas.latest_cut(path)
-        except deltas.DeltaRefused as e:   # the newest usable cut is the one before the refused deltas
-            usable = [(s, p) for s, p in deltas.delta_files(path, deltas.checkpoint_step(checkpoint)) if p not in e.files]
-            return {"fingerprint": saved["fingerprint"], "checkpoint": os.path.basename(checkpoint),
-                    "deltas": [s for s, _ in usable], "step": usable[-1][0] if usable else deltas.checkpoint_step(checkpoint),
-                    "refused": str(e), "refused_files": [os.path.basename(p) for p in e.files]}
-    return {"fingerprint": saved["fingerprint"], "checkpoint": os.path.basename(checkpoint),
-            "deltas": [s for s, _ in chain], "step": chain[-1][0] if chain else deltas.checkpoint_step(checkpoint)}
 
 
 def _convert(args):
@@ -266,7 +260,11 @@ def main(argv=None):
                           help="write a serving SavedModel from the latest checkpoint")
     exp.add_argument("--config", help="the YAML job config the model was trained with")
     exp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    exp.add_argument("--export-dir", required=True, help="directory under which the SavedModel is written")
+    exp.add_argument("--export-dir", required=True, help="directory under which the SavedModel is written, as a "
+                     "new newest version EXPORT_DIR/<version>/ (what TF Serving's --model_base_path reads)")
+    exp.add_argument("--version", type=int, default=None,
+                     help="the version number (default: the time in seconds, or one above the highest version "
+                          "there); it must be above every version already in --export-dir")
     exp.add_argument("--format", choices=("stock", "tfps"), default=None,
                      help="stock: stock TensorFlow ops only (the unmodified tensorflow_model_server loads it); "
                           "tfps: tfps's table ops (default: export.format of the config)")

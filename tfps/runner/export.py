@@ -6,29 +6,34 @@ the `classification` and `regression` signatures over serialized tf.train.Exampl
 Classify and Regress), and the tfps manifest in assets.extra."""
 import json
 import os
-import shutil
-import tempfile
 
 import tensorflow as tf
-from tensorflow.python.saved_model import model_utils
 
 from tfps.runner.graph import latest_checkpoint
+from tfps.runner.versions import new_version
 from tfps.runner.serving_inputs import (example_serving_inputs, sequence_serving_inputs,  # noqa: F401
                                        serving_graph, serving_inputs)
 from tfps.state import manifest as manifests
 
 
-def export_saved_model(model_fn, params, inputs_fn, settings, export_base, checkpoint=None):
-    """Writes export_base/<timestamp>/ (a SavedModel of `checkpoint`, default model_dir's latest
-    with its deltas) and returns its path. inputs_fn() makes the placeholders {name: Tensor} the
-    signature takes (serving_inputs, sequence_serving_inputs) or a ServingInputs
-    (example_serving_inputs: the Examples signatures too)."""
+def export_saved_model(model_fn, params, inputs_fn, settings, export_base, checkpoint=None, version=None):
+    """Writes export_base/<version>/ (a SavedModel of `checkpoint`, default model_dir's latest
+    with its deltas: a new newest version, see tfps.runner.versions) and returns its path.
+    inputs_fn() makes the placeholders {name: Tensor} the signature takes (serving_inputs,
+    sequence_serving_inputs) or a ServingInputs (example_serving_inputs: the Examples signatures
+    too)."""
     checkpoint = checkpoint or latest_checkpoint(settings.model_dir)
     if not checkpoint:
         raise ValueError(f"export: no checkpoint in model_dir {settings.model_dir!r}; train first")
+    with new_version(export_base, version) as (number, path):
+        write_saved_model(model_fn, params, inputs_fn, settings, path, checkpoint)
+    return os.path.join(export_base, str(number))
+
+
+def write_saved_model(model_fn, params, inputs_fn, settings, path, checkpoint):
+    """Writes the tfps-format SavedModel of `checkpoint` at `path` (see export_saved_model)."""
     with tf.Graph().as_default():
         spec, scaffold, signatures = serving_graph(model_fn, params, inputs_fn, settings)
-        path = model_utils.get_timestamped_export_dir(export_base).decode()
         builder = tf.compat.v1.saved_model.Builder(path)
         with tf.compat.v1.Session(config=settings.config) as session:
             local_init = scaffold.local_init_op if scaffold.local_init_op is not None else \
@@ -40,37 +45,32 @@ def export_saved_model(model_fn, params, inputs_fn, settings, export_base, check
                 assets_collection=tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS),
                 main_op=local_init, saver=saver, strip_default_attrs=True)
         builder.save()
-    return path
 
 
 FORMATS = ("tfps", "stock")
 
 
-def export_with_manifest(model_fn, params, inputs_fn, settings, export_dir, export_format="tfps", warmup=()):
-    """export_saved_model (export_format "tfps") or tfps.runner.stock_export's
-    export_stock_saved_model ("stock": stock ops only, with `warmup` requests) into export_dir,
-    given the checkpoint's manifest: exported aside (a directory a server's version poll skips),
-    its manifest written, then renamed into export_dir, so a server never sees a version without
-    its manifest, and a refused or failed export leaves nothing behind. Returns the version's path."""
+def export_with_manifest(model_fn, params, inputs_fn, settings, export_dir, export_format="tfps", warmup=(),
+                         version=None):
+    """A SavedModel of model_dir's newest cut as a new newest version of export_dir
+    (tfps.runner.versions: `version` None for a timestamp): the tfps format (write_saved_model) or
+    stock ops only (tfps.runner.stock_export, with `warmup` requests), given the checkpoint's
+    manifest. Exported aside (a directory a server's version poll skips), its manifest written,
+    then renamed into export_dir, so a server never sees a version without its manifest, and a
+    refused or failed export leaves nothing behind. Returns the version's path."""
     if export_format not in FORMATS:
         raise ValueError(f"export: format must be one of {list(FORMATS)}, got {export_format!r}")
     checkpoint = latest_checkpoint(settings.model_dir)
     if not checkpoint:
         raise ValueError(f"export: no checkpoint in model_dir {settings.model_dir!r}; train first")
-    os.makedirs(export_dir, exist_ok=True)
-    aside = tempfile.mkdtemp(prefix=".tfps-export-", dir=export_dir)
-    try:
+    with new_version(export_dir, version) as (number, path):
         if export_format == "stock":
-            from tfps.runner.stock_export import export_stock_saved_model
-            made = export_stock_saved_model(model_fn, params, inputs_fn, settings, aside, checkpoint, warmup)
+            from tfps.runner.stock_export import write_stock_saved_model
+            write_stock_saved_model(model_fn, params, inputs_fn, settings, path, checkpoint, warmup)
         else:
-            made = export_saved_model(model_fn, params, inputs_fn, settings, aside, checkpoint)
-        write_export_manifest(made, checkpoint, export_format)
-        path = os.path.join(export_dir, os.path.basename(made))
-        os.rename(made, path)
-    finally:
-        shutil.rmtree(aside, ignore_errors=True)
-    return path
+            write_saved_model(model_fn, params, inputs_fn, settings, path, checkpoint)
+        write_export_manifest(path, checkpoint, export_format)
+    return os.path.join(export_dir, str(number))
 
 
 def write_export_manifest(export_path, checkpoint, export_format="tfps"):

@@ -57,7 +57,7 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
         graph = tf.compat.v1.get_default_graph()
         tables = embedding_variables()
         self._tables = bool(tables)
-        text = manifests.manifest(manifests.describe(graph), "delta")
+        text = manifests.manifest(manifests.describe(graph), "delta", manifests.feature_names(graph))
         self._save, self._complete = deltas.save_op(tables, manifests.dense_variables(graph), text, self._since,
                                                     self._base, self._prefix)
         track = []

@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import sys
 
 import tensorflow as tf
 
@@ -180,21 +181,26 @@ def final_metrics(cfg, source, printer, evaluation=None, name=None):
             "bad_rows_eval": eval_bad, "eval_examples": progress.examples}
 
 
-def export(cfg, export_dir, export_format=None):
+def export(cfg, export_dir, export_format=None, version=None, printer=print):
     """Writes a SavedModel of the latest checkpoint in cfg.model_dir under export_dir; returns its
     path. Its lookups never insert: an id the model never saw reads as its initializer value, and
     serving leaves the tables unchanged. Signatures: `serving_default` (raw tensors) and, but for
     MTGR's samples, `classification` and `regression` over tf.train.Examples of the data's feature
     specs (example_specs: what tfps convert writes). export_format: "tfps" or "stock" (None:
-    cfg.export.format); a stock export also holds warm-up requests of the data's first eval rows."""
+    cfg.export.format); a stock export also holds warm-up requests of the data's first eval rows.
+    version: the export's version number (tfps.runner.versions; None: a timestamp)."""
     export_format = export_format or cfg.export.format
+    note = disk.unfinished_note(cfg.model_dir)
+    if note:
+        printer(note, file=sys.stderr, flush=True)
     if cfg.data.format == "movielens_sequences":
         inputs = sequence_serving_inputs
     else:
         schema, specs = schema_of(cfg), example_specs(cfg)
         inputs = lambda: example_serving_inputs(schema, specs)   # noqa: E731
     warmup = warmup_requests(cfg) if export_format == "stock" else ()
-    return export_with_manifest(model_fn, params_of(cfg), inputs, settings_of(cfg), export_dir, export_format, warmup)
+    return export_with_manifest(model_fn, params_of(cfg), inputs, settings_of(cfg), export_dir, export_format, warmup,
+                                version=version)
 
 
 def warmup_requests(cfg, sizes=(1, 4)):

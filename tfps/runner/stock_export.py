@@ -9,7 +9,6 @@ import os
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.saved_model import model_utils
 
 from tfps.embedding import stock
 from tfps.embedding.variable import embedding_variables
@@ -88,9 +87,9 @@ def write_warmup(path, requests, model_name="model"):
             writer.write(log.SerializeToString())
 
 
-def export_stock_saved_model(model_fn, params, inputs_fn, settings, export_base, checkpoint, warmup=()):
-    """Writes export_base/<timestamp>/, a stock-ops SavedModel of `checkpoint`, and returns its
-    path. inputs_fn as for tfps.runner.export.export_saved_model; warmup: requests for the
+def write_stock_saved_model(model_fn, params, inputs_fn, settings, path, checkpoint, warmup=()):
+    """Writes a stock-ops SavedModel of `checkpoint` at `path` (tfps.runner.export.export_with_manifest
+    makes it a new version of an export base path). inputs_fn as for tfps.runner.export.export_saved_model; warmup: requests for the
     warm-up file ({input name: numpy rows} each)."""
     values, rows = trained_state(model_fn, params, inputs_fn, settings, checkpoint)
     with tf.Graph().as_default() as graph:
@@ -105,7 +104,6 @@ def export_stock_saved_model(model_fn, params, inputs_fn, settings, export_base,
         foreign = foreign_ops(graph.as_graph_def())
         if foreign:
             raise ValueError(f"stock export: the serving graph holds ops that stock TensorFlow lacks: {foreign}")
-        path = model_utils.get_timestamped_export_dir(export_base).decode()
         builder = tf.compat.v1.saved_model.Builder(path)
         with tf.compat.v1.Session(config=settings.config) as session:
             _load_values(session, tf.compat.v1.global_variables(), values, tables, rows)
@@ -115,4 +113,3 @@ def export_stock_saved_model(model_fn, params, inputs_fn, settings, export_base,
                 main_op=main_op, saver=saver, strip_default_attrs=True)
         builder.save()
     write_warmup(path, warmup)
-    return path

@@ -175,6 +175,39 @@ def latest_cut(model_dir):
     return None, [], 0
 
 
+def resume_summary(path):
+    """What a resume of model_dir `path` would do, as `tfps inspect` shows it: {fingerprint,
+    checkpoint (its file name), step, deltas: [step, ...]} of its newest cut (the latest whole
+    checkpoint and the deltas after it), or of the checkpoint prefix `path` alone; {} when there
+    is no checkpoint, or it has no manifest. When a resume would refuse, also `refused` (the
+    message train prints) and `refused_files`; the cut is then the newest one still usable
+    before them (checkpoint None when there is none)."""
+    if not os.path.isdir(path):
+        saved = manifests.read(path)
+        return {} if saved is None else {"fingerprint": saved["fingerprint"], "checkpoint": os.path.basename(path),
+                                         "deltas": [], "step": checkpoint_step(path)}
+    refusal = {}
+    try:
+        checkpoint, chain, step = latest_cut(path)
+    except disk.CheckpointUnreadable as e:   # a partial or damaged checkpoint: nothing resumes
+        return {"fingerprint": None, "checkpoint": None, "deltas": [], "step": None, "refused": str(e),
+                "refused_files": [os.path.basename(p) for p in e.files]}
+    except DeltaRefused as e:   # the newest usable cut is the one before the refused deltas
+        checkpoint = disk.latest_checkpoint(path)
+        refusal = {"refused": str(e), "refused_files": [os.path.basename(p) for p in e.files]}
+        if checkpoint is None:
+            return {"fingerprint": None, "checkpoint": None, "deltas": [], "step": None, **refusal}
+        chain = [(s, p) for s, p in delta_files(path, checkpoint_step(checkpoint)) if p not in e.files]
+        step = chain[-1][0] if chain else checkpoint_step(checkpoint)
+    if checkpoint is None:
+        return {}
+    saved = manifests.read(checkpoint)
+    if saved is None:
+        return {}
+    return {"fingerprint": saved["fingerprint"], "checkpoint": os.path.basename(checkpoint),
+            "deltas": [s for s, _ in chain], "step": step, **refusal}
+
+
 def save_op(tables, dense, manifest_text, since, base, prefix):
     """(op that writes a delta of `tables` (EmbeddingVariables) and `dense` ({name: variable})
     to `prefix` (string tensor): the rows updated at or after `since` and the step `base` of the

@@ -8,7 +8,7 @@ The description is derived from the model alone (never from placement, shard or 
 
 its fingerprint is the first 16 hex digits of the SHA-256 of its canonical JSON. Every full
 checkpoint and every delta holds it as the string tensor `tfps_manifest` (JSON: format, version,
-kind, fingerprint, model); an export holds it in `assets.extra/tfps_manifest.json` with the step
+kind, fingerprint, model, and features: the feature names of merged tables' tags); an export holds it in `assets.extra/tfps_manifest.json` with the step
 it was cut at. A reader compares the saved description with its model's before it changes
 anything (`difference`) and names the first difference.
 """
@@ -102,10 +102,19 @@ def fingerprint(description):
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def manifest(description, kind):
-    """The manifest JSON string of a cut of `kind` ('full' or 'delta')."""
+def feature_names(graph=None):
+    """{table name: [[tag, feature name], ...]} of the merged tables of the model built in `graph`,
+    in the order the model made its features: what
+    `tfps inspect` names a merged table's tags by. Kept beside the description in a manifest, not
+    in it: names do not change what a checkpoint restores, nor the fingerprint."""
+    model_graph = ModelGraph.of(graph or tf.compat.v1.get_default_graph())
+    return {ev.name: [[tag, name] for tag, name in tags.items()] for ev, tags in model_graph.merged.values()}
+
+
+def manifest(description, kind, features=None):
+    """The manifest JSON string of a cut of `kind` ('full' or 'delta'); features: feature_names()."""
     return json.dumps({"format": FORMAT, "version": VERSION, "kind": kind, "fingerprint": fingerprint(description),
-                       "model": description}, sort_keys=True)
+                       "model": description, **({"features": features} if features else {})}, sort_keys=True)
 
 
 def parse(text, where):

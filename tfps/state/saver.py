@@ -1,6 +1,5 @@
 """StateSaver: the Saver of a model's whole state -- full checkpoints with a manifest, and a
 restore of the newest cut (the checkpoint and its delta chain) that checks everything first."""
-import contextlib
 import os
 
 import tensorflow as tf
@@ -70,6 +69,10 @@ class StateSaver(Saver):
                                                        dtype=tf.int64, trainable=False, use_resource=True,
                                                        initializer=tf.compat.v1.zeros_initializer(),
                                                        collections=[tf.compat.v1.GraphKeys.GLOBAL_VARIABLES])
+        # The op a completed restore runs, made here with the flags (a control dependency on an
+        # op marks it: made later, after a session ran the flags' initializers, it would change them).
+        self._ready_op = tf.group(self._ready.initializer, self._sessions.initializer,
+                                  name="tfps_state_ready_set") if exact else None
         kwargs.setdefault("defer_build", True)
         super().__init__(*args, **kwargs)
 
@@ -81,15 +84,24 @@ class StateSaver(Saver):
             self._var_list = [v for v in tf_variables._all_saveable_objects()   # pylint: disable=protected-access
                               if not manifests.internal(v)]
             if self._write_manifest:
-                self._var_list.append(_ManifestSaveable(manifests.manifest(description, "full")))
-        if whole:   # the saver of the whole model: it restores deltas too (_delta_ops, made when needed)
+                self._var_list.append(_ManifestSaveable(manifests.manifest(description, "full",
+                                                                          manifests.feature_names(graph))))
+        if whole:   # the saver of the whole model: it restores deltas too
+            # Every op a restore may run is made here, before a session can finalize the graph: a
+            # delta chain's apply ops (a RestoreV2 and a cond per table, one RestoreV2 for the dense
+            # state) and the count of what is not initialized on a cluster.
             gs = tf.compat.v1.train.get_global_step(graph)
-            with tf.compat.v1.name_scope("tfps_state_restore"):
+            tables = embedding_variables(graph)
+            with tf.compat.v1.name_scope("tfps_state_restore/"):
+                prefix = tf.compat.v1.placeholder(tf.string, [], name="delta_prefix")
                 self._state_ops = dict(
-                    description=description, tables=embedding_variables(graph),
+                    description=description, tables=tables, prefix=prefix,
                     in_flight=tf.compat.v1.assign_add(gs, self._in_flight) if gs is not None and self._in_flight else None,
-                    ready=tf.group(self._ready.initializer, self._sessions.initializer)
-                    if self._ready is not None else None)
+                    ready=self._ready_op,
+                    apply_tables=deltas.apply_tables_op(tables, prefix),
+                    apply_dense=deltas.apply_dense_op(manifests.dense_variables(graph), prefix),
+                    uninitialized=tf.size(tf.compat.v1.report_uninitialized_variables()) + tf.size(
+                        resources.report_uninitialized_resources()))
         super().build()
 
     def save(self, sess, save_path, *args, **kwargs):
@@ -104,7 +116,7 @@ class StateSaver(Saver):
                 self.build()
         chain, step = [], None
         ops = self._state_ops
-        if ops is not None and _remote(sess) and not sess.run(self._uninitialized(sess.graph)):
+        if ops is not None and _remote(sess) and not sess.run(ops["uninitialized"]):
             # A trainer of a cluster (the chief restarted) finds the model whole on the PS tasks:
             # that live state is newer than any cut, and the other trainers are training on it.
             self._print("the model on the PS tasks is whole: going on from it, not restoring "
@@ -127,7 +139,6 @@ class StateSaver(Saver):
             latest = disk.latest_checkpoint(model_dir)
             if latest is not None and os.path.abspath(latest) == os.path.abspath(save_path):
                 chain = deltas.delta_chain(model_dir, step, ops["tables"], ops["description"], self._exact)
-        apply_tables, apply_dense, placeholder = self._delta_ops(sess.graph) if chain else (None, None, None)
         try:
             out = super().restore(sess, save_path)
         except (tf.errors.DataLossError, tf.errors.OutOfRangeError, tf.errors.NotFoundError) as e:
@@ -136,9 +147,9 @@ class StateSaver(Saver):
             raise disk.unreadable(save_path, error_line(e)) from None
         if chain:
             for _, prefix in chain:
-                sess.run(apply_tables, {placeholder: prefix})
-            if apply_dense is not None:
-                sess.run(apply_dense, {placeholder: chain[-1][1]})
+                sess.run(ops["apply_tables"], {ops["prefix"]: prefix})
+            if ops["apply_dense"] is not None:
+                sess.run(ops["apply_dense"], {ops["prefix"]: chain[-1][1]})
             self._print(f"restored the state at step {chain[-1][0]}: checkpoint {os.path.basename(save_path)} and "
                         f"{len(chain)} deltas {[s for s, _ in chain]}", flush=True)
         if ops is not None and ops["in_flight"] is not None and _remote(sess):
@@ -170,32 +181,6 @@ class StateSaver(Saver):
             raise ValueError(f"StateSaver.rejoin_hook: rank {rank} is not in [0, {TRAINER_SLOTS}): a cluster has at "
                              f"most {TRAINER_SLOTS} trainers")
         return _Rejoin(self._sessions, rank, printer or self._print)
-
-    # The ops below are made the first time a restore needs them, in the tfps_state_restore scope
-    # build() opened (the graph extended even when a MonitoredSession finalized it: the session
-    # adds them on its next run, locally or on a cluster alike). A delta chain's apply ops -- a
-    # RestoreV2 and a cond per table, a RestoreV2 and an assign per dense variable -- and the
-    # check of a cluster's variables were about 0.3 CPU-s of the demo's every train or eval graph
-    # (StateSaver.build 0.8 -> 0.2 CPU-s over a train + eval run's two); most restores run neither.
-
-    def _delta_ops(self, graph):
-        """(the tables' apply op, the dense state's (None without any), the prefix placeholder)."""
-        ops = self._state_ops
-        if "prefix" not in ops:
-            with _extended(graph), tf.compat.v1.name_scope("tfps_state_restore/"):
-                prefix = tf.compat.v1.placeholder(tf.string, [], name="delta_prefix")
-                ops.update(prefix=prefix, apply_tables=deltas.apply_tables_op(ops["tables"], prefix),
-                           apply_dense=deltas.apply_dense_op(manifests.dense_variables(graph), prefix))
-        return ops["apply_tables"], ops["apply_dense"], ops["prefix"]
-
-    def _uninitialized(self, graph):
-        """The count of the model's variables and resources not initialized (on a cluster: on the PS tasks)."""
-        ops = self._state_ops
-        if "uninitialized" not in ops:
-            with _extended(graph), tf.compat.v1.name_scope("tfps_state_restore/"):
-                ops["uninitialized"] = tf.size(tf.compat.v1.report_uninitialized_variables()) + tf.size(
-                    resources.report_uninitialized_resources())
-        return ops["uninitialized"]
 
 
 class _Rejoin(tf.compat.v1.train.SessionRunHook):
@@ -243,28 +228,6 @@ class _Rejoin(tf.compat.v1.train.SessionRunHook):
             # The PS tasks went away meanwhile: the restore that follows clears the mark. (Were they
             # back whole, the next session would count one step: a batch counted, not trained.)
             pass
-
-
-@contextlib.contextmanager
-def _extended(graph):
-    """`graph` as the default graph, open for new ops even when it was finalized (and finalized
-    again after).
-
-    TensorFlow's internal _unsafe_unfinalize warns that unfinalizing a graph a session uses may
-    lead to undefined behaviour. Here the session is the one being restored, and nothing else
-    touches the graph meanwhile: making an op holds the graph's mutation lock and a session run
-    (which extends the session by the new ops) the session's run lock, and the hooks and queue
-    runners that run the graph from other threads start only after the session is created,
-    after its restore. A graph the user finalized is open only for this."""
-    finalized = graph.finalized
-    if finalized:
-        graph._unsafe_unfinalize()   # pylint: disable=protected-access -- see above
-    try:
-        with graph.as_default():
-            yield
-    finally:
-        if finalized:
-            graph.finalize()
 
 
 def _remote(sess):

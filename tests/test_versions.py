@@ -1,0 +1,103 @@
+"""tfps.runner.versions: an export is a new newest version of its base path, or a refusal."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from tfps.runner import versions
+from tfps.runner.versions import ExportRefused, new_version
+
+NOW = 1_700_000_000
+
+
+def _publish(base, **kwargs):
+    with new_version(str(base), **kwargs) as (number, path):
+        os.makedirs(path)
+        with open(os.path.join(path, "saved_model.pb"), "w") as f:
+            f.write(str(number))
+    return number
+
+
+def test_exports_running_at_once_in_one_second_get_distinct_versions(tmp_path):
+    """Eight exports reserve their versions at the same clock second, all at once (each holds its
+    reservation until all have one): eight distinct versions from NOW up, each published whole."""
+    ready, got, errors = threading.Barrier(8), [], []
+
+    def export():
+        try:
+            with new_version(str(tmp_path), now=NOW) as (number, path):
+                ready.wait(timeout=60)
+                os.makedirs(path)
+                open(os.path.join(path, "saved_model.pb"), "w").close()
+                got.append(number)
+        except Exception as e:   # noqa: BLE001 -- reported below
+            errors.append(e)
+    threads = [threading.Thread(target=export) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(got) == list(range(NOW, NOW + 8))
+    assert sorted(os.listdir(tmp_path)) == sorted(str(v) for v in got)   # no aside left
+    assert sorted(versions.versions(str(tmp_path))) == sorted(got)
+
+
+def test_a_new_export_is_above_every_version_there(tmp_path):
+    assert _publish(tmp_path, now=NOW) == NOW
+    assert _publish(tmp_path, now=NOW - 50) == NOW + 1     # a clock that went back: still the newest
+    assert _publish(tmp_path, now=NOW + 10) == NOW + 10
+    assert _publish(tmp_path, version=NOW + 100) == NOW + 100
+
+
+def test_an_export_below_a_higher_version_is_refused_naming_it(tmp_path):
+    os.makedirs(tmp_path / "9999999999")
+    with pytest.raises(ExportRefused, match="9999999999"):
+        _publish(tmp_path, now=NOW)
+    for v in (5, 9999999999):
+        with pytest.raises(ExportRefused, match="9999999999"):
+            _publish(tmp_path, version=v)
+    assert sorted(os.listdir(tmp_path)) == ["9999999999"]   # nothing written
+    assert _publish(tmp_path, version=10**10) == 10**10
+
+
+def test_a_file_at_the_export_path_is_not_a_directory(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ExportRefused, match="not a directory"):
+        _publish(tmp_path / "file")
+
+
+def test_a_failed_export_leaves_nothing(tmp_path):
+    with pytest.raises(RuntimeError):
+        with new_version(str(tmp_path), now=NOW) as (_, path):
+            os.makedirs(path)
+            raise RuntimeError("the export failed")
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_aside_directory_of_a_killed_export_is_removed_and_a_running_ones_kept(tmp_path):
+    """One export is killed (SIGKILL) while it writes, another is still running: the next export
+    removes the first's aside directory, keeps the second's, and numbers itself above the second's."""
+    code = ("import os, sys; from tfps.runner.versions import new_version\n"
+            "with new_version(sys.argv[1], now=int(sys.argv[2])) as (n, path):\n"
+            "    os.makedirs(path); print(n, flush=True); sys.stdin.read()\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(NOW)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    numbers = [int(p.stdout.readline()) for p in procs]
+    assert sorted(numbers) == [NOW, NOW + 1]
+    (killed, running), killed_number = procs, numbers[0]
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    asides = {name for name in os.listdir(tmp_path) if name.startswith(".tfps-export-")}
+    assert len(asides) == 2
+    running_number = numbers[1]
+    new = _publish(tmp_path, now=NOW)
+    assert new == running_number + 1   # above the running export's (the killed one's number is free again)
+    left = {name for name in os.listdir(tmp_path) if name.startswith(".tfps-export-")}
+    assert left == asides - {f".tfps-export-{killed_number}"}, (left, killed_number)
+    running.stdin.close()
+    assert running.wait(timeout=60) == 0
+    assert sorted(os.listdir(tmp_path)) == sorted([str(running_number), str(new)])

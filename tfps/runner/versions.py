@@ -1,0 +1,112 @@
+"""The version directories of an export base path, as TF Serving reads them: `BASE/<int>/`, the
+newest served. An export is a new newest version there, or a refusal that says why.
+
+An export is written aside, in `BASE/.tfps-export-<version>/` (a name no server takes for a
+version), then renamed to `BASE/<version>/` whole. The version is reserved under an exclusive
+lock (flock) of the directory BASE itself, so that exports running at once never pick the same
+one:
+
+- by default the export's time in seconds, or one above the highest version there (finished, or
+  reserved by an export still running) when that is at or past it (exports in the same second);
+- a highest version more than a day ahead of the clock is refused, naming it: it is no
+  timestamp, and an export numbered below it would never be served. `version=N` names one
+  instead, which must be above every version there.
+
+Each aside directory holds a `.lock` its export keeps locked (flock) while it runs: an aside
+whose lock is free belongs to an export that died (kill -9), and the next export removes it.
+"""
+import contextlib
+import fcntl
+import os
+import re
+import shutil
+import time
+
+_ASIDE = ".tfps-export-"
+_ASIDE_NAME = re.compile(re.escape(_ASIDE) + r"(\d+)$")
+_AHEAD_SECS = 86400
+_MAX_VERSION = 2**63 - 1
+
+
+class ExportRefused(ValueError):
+    """An export that would not be the newest version of its base path, or whose base path is
+    not a directory: nothing was written."""
+
+
+def versions(base):
+    """The versions under `base`: directories named by an int64 in ASCII digits."""
+    out = []
+    for entry in os.scandir(base):
+        if entry.name.isascii() and entry.name.isdigit() and int(entry.name) <= _MAX_VERSION and entry.is_dir():
+            out.append(int(entry.name))
+    return out
+
+
+@contextlib.contextmanager
+def new_version(base, version=None, now=None):
+    """Reserves the next version of export base path `base` (see the module docstring) and yields
+    (version, the path to write its SavedModel at). On a clean exit the SavedModel is
+    renamed into `base/<version>/`; on an error nothing is left. Removes the aside directories of
+    exports that are no longer running. ExportRefused when `base` is not a directory, or the
+    version would not be the newest."""
+    if os.path.exists(base) and not os.path.isdir(base):
+        raise ExportRefused(f"export: {base!r} is not a directory (a file is there): choose another --export-dir")
+    os.makedirs(base, exist_ok=True)
+    lock = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        remove_abandoned(base)
+        chosen = _choose(base, version, int(time.time() if now is None else now))
+        aside = os.path.join(base, f"{_ASIDE}{chosen}")
+        os.mkdir(aside)
+        held = open(os.path.join(aside, ".lock"), "w")   # locked while this export runs
+        fcntl.flock(held, fcntl.LOCK_EX)
+    finally:
+        os.close(lock)   # (and its flock)
+    try:
+        yield chosen, os.path.join(aside, str(chosen))
+        try:
+            os.rename(os.path.join(aside, str(chosen)), os.path.join(base, str(chosen)))
+        except OSError as e:   # a version made meanwhile by something other than a tfps export
+            raise ExportRefused(f"export: cannot move version {chosen} into {base}: {e}; nothing exported") from None
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+        held.close()
+
+
+def _choose(base, version, now):
+    taken = versions(base) + [int(m.group(1)) for m in map(_ASIDE_NAME.match, os.listdir(base)) if m]
+    highest = max(taken, default=None)
+    if version is not None:
+        if not 0 <= version <= _MAX_VERSION:
+            raise ExportRefused(f"export: --version must be in [0, 2^63), got {version}")
+        if highest is not None and version <= highest:
+            raise ExportRefused(f"export: {base} already holds version {highest}, at or above --version {version}: "
+                                f"a server would keep serving {highest}; name a version above it")
+        return version
+    if highest is not None and highest > now + _AHEAD_SECS:
+        raise ExportRefused(
+            f"export: {base} holds version {highest}, more than a day ahead of this export's timestamp {now}: "
+            f"an export below it would never be served (a server serves the highest); remove "
+            f"{os.path.join(base, str(highest))}, or name a version above it with --version")
+    return max(now, highest + 1) if highest is not None else now
+
+
+def remove_abandoned(base):
+    """Removes `base`'s aside directories of exports that are no longer running (their lock is
+    free); call under the base path's lock. Returns the paths removed."""
+    removed = []
+    for name in os.listdir(base):
+        if not name.startswith(_ASIDE):
+            continue
+        path = os.path.join(base, name)
+        try:
+            with open(os.path.join(path, ".lock"), "r") as held:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue   # its export is running
+        except OSError:
+            pass       # no lock: its export died before it took one (under the base path's lock)
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
