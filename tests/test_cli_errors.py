@@ -67,10 +67,11 @@ def test_user_errors_are_one_line(tmp_path, cli):
 
 def _all_bad(tmp_path, reader):
     """(config overrides) of a data set of `reader` whose every row is malformed."""
-    if reader == "criteo":
-        path = tmp_path / "bad.txt"
+    if reader == "criteo":   # (a good eval row: the check of the eval set before training passes)
+        path, good = tmp_path / "bad.txt", tmp_path / "eval.txt"
         path.write_text("1\t2\n" * 40 + "x\t" * 39 + "y\n")
-        return ["data.format=criteo", f"data.path={path}", f"data.eval_path={path}"]
+        good.write_text("\t".join(["1"] + ["1"] * 13 + ["a"] * 26) + "\n")
+        return ["data.format=criteo", f"data.path={path}", f"data.eval_path={good}"]
     if reader == "tfrecord":   # an empty file: nothing to read at all
         path = tmp_path / "empty.tfrecord"
         path.write_bytes(b"")
@@ -106,6 +107,39 @@ def test_an_eval_set_that_is_empty_is_refused_before_training(tmp_path, cli):
     (directory / "movies.csv").write_text("movieId,title,genres\n1,Toy Story (1995),Comedy\n")
     sets = ["data.format=movielens", f"data.path={directory}", "data.skip_bad_rows=true", "train.steps=20",
             f"model_dir={tmp_path / 'm'}"]
+    code, _, err = cli("train", "--config", "configs/demo.yaml", *[a for s in sets for a in ("--set", s)])
+    assert code == 2, err[-2000:]
+    assert not glob.glob(str(tmp_path / "m" / "model.ckpt-*"))
+
+
+def _bad_eval(tmp_path, case):
+    """(config overrides) of good training data and an eval set without a good row."""
+    train = tmp_path / "train.txt"
+    train.write_text("\t".join(["1"] + ["1"] * 13 + ["a"] * 26) + "\n" + "\t".join(["0"] + ["2"] * 13 + ["b"] * 26)
+                     + "\n")
+    if case.startswith("criteo"):
+        bad = tmp_path / "eval.txt"
+        bad.write_text("1\t2\n" * 40)
+        return ["data.format=criteo", f"data.path={train}", f"data.eval_path={bad}",
+                f"data.skip_bad_rows={str(case == 'criteo_skipped').lower()}"]
+    if case == "tfrecord":   # records of the training text, and an eval file of none
+        from tfps.data.convert import convert
+        data = convert("criteo", str(train), str(tmp_path / "rec"), printer=lambda *a, **k: None)["data"]
+        (tmp_path / "eval.tfrecord").write_bytes(b"")
+        return ["data.format=tfrecord", f"data.path={data['path']}", f"data.eval_path={tmp_path / 'eval.tfrecord'}"]
+    directory = tmp_path / "ml"   # one rating a user: each user's latest 20% rounds down to none
+    directory.mkdir()
+    (directory / "ratings.csv").write_text("userId,movieId,rating,timestamp\n1,1,4.0,100\n2,1,1.0,200\n")
+    (directory / "movies.csv").write_text("movieId,title,genres\n1,Toy Story (1995),Comedy\n")
+    return ["data.format=movielens_sequences", f"data.path={directory}", "model.name=mtgr"]
+
+
+@pytest.mark.parametrize("case", ["criteo_skipped", "criteo_not_skipped", "tfrecord", "movielens_sequences"])
+def test_an_eval_set_without_a_good_row_is_refused_before_training(tmp_path, cli, case):
+    """Criteo eval rows all malformed (skipped or not), a TFRecord eval file of no record, MTGR's
+    empty eval split: exit 2 before any step is trained (no checkpoint written), not after
+    training and a checkpoint."""
+    sets = _bad_eval(tmp_path, case) + ["train.steps=20", "train.batch_size=2", f"model_dir={tmp_path / 'm'}"]
     code, _, err = cli("train", "--config", "configs/demo.yaml", *[a for s in sets for a in ("--set", s)])
     assert code == 2, err[-2000:]
     assert not glob.glob(str(tmp_path / "m" / "model.ckpt-*"))

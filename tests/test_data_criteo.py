@@ -10,9 +10,10 @@ import tensorflow as tf
 from tfps.config import load_config
 from tfps.data.convert import convert
 from tfps.data.criteo import MISSING_BUCKET, NUM_CATEGORICAL, NUM_INTEGER, criteo_dataset
-from tfps.data.file_source import DataMissing
+from tfps.data.file_source import DataMissing, EvalSetEmpty
 from tfps.data.schema import numpy_batches
 from tfps.data.sources import make_source
+from tfps.errors import ReaderError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -109,6 +110,33 @@ def test_a_missing_file_glob_or_directory_is_data_missing_naming_it_and_the_page
     with pytest.raises(DataMissing) as raised:
         convert("criteo", path, str(tmp_path / "out"), printer=lambda *a, **k: None)
     assert (raised.value.what, raised.value.path) == ("convert", path)
+
+
+def test_an_eval_file_is_checked_up_to_its_first_good_row(tmp_path):
+    """check_eval_rows, before training: an eval file of malformed rows only is EvalSetEmpty naming
+    it and its rows skipped (data.skip_bad_rows); without data.skip_bad_rows a malformed row
+    before the first good one is the reader's error naming it, one after it is not the check's
+    (the evaluation meets it: the check reads no further)."""
+    train, bad = tmp_path / "train.txt", tmp_path / "bad.txt"
+    train.write_text("\n".join(ROWS) + "\n")
+    bad.write_text("1\t2\n" * 40 + "\n" + "x\t" * 39 + "y\n")   # 41 rows and an empty line, none good
+    bad_first, good_first = tmp_path / "bad_first.txt", tmp_path / "good_first" / "a.txt"
+    bad_first.write_text("\n".join(["1\t2", ROWS[0]]) + "\n")
+    good_first.parent.mkdir()
+    good_first.write_text("\n".join([ROWS[0], "1\t2"]) + "\n")
+    (tmp_path / "good_first" / "b.txt").write_text("1\t2\n")
+
+    def check(eval_path, skip):
+        make_source(load_config("configs/criteo_deepfm.yaml", [
+            f"data.path={train}", f"data.eval_path={eval_path}", f"data.skip_bad_rows={skip}"])).check_eval_rows()
+    with pytest.raises(EvalSetEmpty) as raised:
+        check(bad, "true")
+    assert (raised.value.path, raised.value.bad_rows) == (str(bad), 41)
+    with pytest.raises(ReaderError) as raised:
+        check(bad_first, "false")
+    assert (raised.value.reader, raised.value.file, raised.value.line) == ("criteo", str(bad_first), 1)
+    check(bad_first, "true")
+    check(good_first.parent, "false")
 
 
 def test_trainers_read_interleaved_batches(tmp_path):

@@ -9,10 +9,11 @@ import tensorflow as tf
 import ml_tiny
 from tfps.config import load_config
 from tfps.data.convert import convert
-from tfps.data.file_source import DataMissing
+from tfps.data.file_source import DataMissing, EvalSetEmpty
 from tfps.data.movielens import movielens_dataset
 from tfps.data.schema import PAD_ID, numpy_batches
 from tfps.data.sources import make_source
+from tfps.errors import ReaderError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -137,6 +138,24 @@ def test_a_missing_directory_is_data_missing_naming_it_and_the_page_that_says_wh
     with pytest.raises(DataMissing) as raised:
         convert(kind, str(missing), str(tmp_path / "out"), printer=lambda *a, **k: None)
     assert (raised.value.what, raised.value.path) == ("convert", str(missing))
+
+
+@pytest.mark.parametrize("config", ["movielens_deepfm", "movielens_mtgr"])
+def test_an_eval_split_without_a_rating_is_refused_by_the_check_before_training(tmp_path, config):
+    """check_eval_rows: users of one rating each (their latest 20% rounds down to none) leave the
+    eval split empty, as ratings and as MTGR's samples: EvalSetEmpty naming the directory; a
+    malformed first rating is the reader's error naming the file and line; the tiny set passes."""
+    directory = ml_tiny.write(tmp_path, ratings=[(1, 1, 4.0, 100), (2, 2, 3.0, 200)])
+    with pytest.raises(EvalSetEmpty) as raised:
+        make_source(load_config(f"configs/{config}.yaml", [f"data.path={directory}"])).check_eval_rows()
+    assert raised.value.path == directory
+    ml_tiny.write(tmp_path, extra_rating_lines=["1,x,4.0,5"])
+    with pytest.raises(ValueError) as raised:
+        make_source(load_config(f"configs/{config}.yaml", [f"data.path={directory}"])).check_eval_rows()
+    found = ReaderError.find(raised.value)   # (MTGR's reader raises the line in a ValueError of its own)
+    assert (found.file, found.line) == (os.path.join(directory, "ratings.csv"), 18)
+    ml_tiny.write(tmp_path)
+    make_source(load_config(f"configs/{config}.yaml", [f"data.path={directory}"])).check_eval_rows()
 
 
 def test_trainers_share_the_batches(tmp_path):

@@ -13,11 +13,12 @@ from test_data_criteo import ROWS
 from tfps.config import load_config
 from tfps.data.convert import convert
 from tfps.data.criteo import criteo_dataset
-from tfps.data.file_source import DataMissing
+from tfps.data.file_source import DataMissing, EvalSetEmpty
 from tfps.data.movielens import movielens_dataset
 from tfps.data.schema import numpy_batches
 from tfps.data.sources import make_source, schema_of
 from tfps.data.tfrecord import SPEC_FILE, files_of, schema_of as spec_schema, tfrecord_dataset
+from tfps.errors import ReaderError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -206,3 +207,30 @@ def test_a_record_with_a_nan_or_infinite_float_is_an_error_naming_its_file_and_r
     assert f"{second} line 8:" in err.value.message   # TfpsCheckRows' position: file and record number
     got = _read(lambda: tfrecord_dataset([str(first)], 4, SPECS))   # a clean file reads as before
     assert _cat(got, "ids")[:, 0].tolist() == list(range(20))
+
+
+def test_eval_records_are_checked_up_to_the_first_good_one(tmp_path):
+    """check_eval_rows, before training: eval files without a record (data.eval_path, or the one in
+    tfps_features.yaml) are EvalSetEmpty naming them; a first record with a NaN is the reader's
+    error naming its file and record; a readable eval set passes."""
+    train, empty, nan = tmp_path / "train", tmp_path / "empty", tmp_path / "nan.tfrecord"
+    for d in (train, empty):
+        d.mkdir()
+    _record_file(train / "part-00000.tfrecord")
+    (empty / "part-00000.tfrecord").write_bytes(b"")
+    (empty / "part-00001.tfrecord").write_bytes(b"")
+    with tf.io.TFRecordWriter(str(nan)) as w:
+        for i in range(3):
+            w.write(_example(label=[1.0], price=[float("nan") if i == 0 else 0.5], pos=[i]).SerializeToString())
+    (train / SPEC_FILE).write_text(yaml.safe_dump({"features": SPECS, "label": "label", "eval_path": str(empty)}))
+
+    def source(*sets):
+        return make_source(load_config(None, ["data.format=tfrecord", f"data.path={train}", *sets]))
+    for sets in ([], [f"data.eval_path={empty}", f"data.features={SPECS}"]):
+        with pytest.raises(EvalSetEmpty) as raised:
+            source(*sets).check_eval_rows()
+        assert raised.value.path == str(empty)
+    with pytest.raises(ReaderError) as raised:
+        source(f"data.eval_path={nan}").check_eval_rows()
+    assert (raised.value.reader, raised.value.file, raised.value.line) == ("tfrecord", str(nan), 1)
+    source(f"data.eval_path={train}").check_eval_rows()

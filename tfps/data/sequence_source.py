@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from tfps.data import movielens, sequences
 from tfps.data.balance import balance_by_tokens
-from tfps.data.file_source import FileSource, split_of
+from tfps.data.file_source import EvalSetEmpty, FileSource, split_of
 from tfps.data.schema import graph_code, share
 
 
@@ -114,6 +114,13 @@ class SequenceSource(FileSource):
         counted = ds.scan(tf.constant(0, tf.int64),
                           lambda seen, s: (seen + tf.size(s["label"], out_type=tf.int64), (seen, s)))
         return counted.take_while(lambda seen, s: seen < n).map(lambda seen, s: s)
+
+    def check_eval_rows(self):
+        """EvalSetEmpty (or the reader's ValueError) when the eval split has no candidate: MovieLens
+        CSVs are read whole (the split is by time per user; the samples made are kept for the
+        evaluation), converted samples say their count."""
+        if self.eval_size() == 0:
+            raise EvalSetEmpty(self.cfg.data.path, split_of(self.cfg.data))
 
     def eval_size(self):
         """The candidates evaluated (None when unknown before reading: converted samples, cut)."""

@@ -5,6 +5,7 @@
     source.train_input_fn(batch_size, start, shard_index, num_shards)   # endless
     source.eval_input_fn(batch_size)                # the eval set, once
     source.eval_size()                              # examples in the eval set (None: unknown)
+    source.check_eval_rows()                        # EvalSetEmpty unless the eval set has a good row
     source.oracle_auc()                             # the best reachable AUC (synthetic data only)
 
 Every source deals a trainer the same share of its stream of batches (tfps.data.schema.share):
@@ -16,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfps.data import criteo, movielens, sequences, tfrecord
-from tfps.data.file_source import FileSource, has_text, split_of
+from tfps.data.file_source import EvalSetEmpty, FileSource, has_text, readers_error, split_of
 from tfps.data.file_source import files as _files
 from tfps.data.lines import TruncatedFileError, read_lines
 from tfps.data.sequence_source import SequenceSource
@@ -65,6 +66,9 @@ class SyntheticSource:
     def oracle_auc(self, batch_size):
         _, labels, prob = self.eval_set(batch_size)
         return auc(labels, prob)
+
+    def check_eval_rows(self):
+        """Nothing to check: the generator makes eval.examples rows (at least 1: tfps.config_bounds)."""
 
 
 def train_input_fn(gen, batch_size, first_batch=0, stride=1):
@@ -122,7 +126,7 @@ class CriteoSource(FileSource):
     def eval_input_fn(self, batch_size):
         return lambda: self._limited(criteo.criteo_dataset(self.eval_files, batch_size, self.cfg.data.skip_bad_rows))
 
-    @functools.lru_cache(None)   # counted once a run: the check before training and the final eval's progress
+    @functools.lru_cache(None)   # counted once a run (the final eval's progress; the check before training reads less)
     def eval_size(self):
         if sum(tf.io.gfile.stat(f).length for f in self.eval_files) > _COUNT_LINES_MAX_BYTES:
             return self.cfg.eval.examples
@@ -160,6 +164,16 @@ class MovieLensSource(FileSource):
     def eval_input_fn(self, batch_size):
         return lambda: self._limited(self._dataset(batch_size, "eval"))
 
+    def check_eval_rows(self):
+        """EvalSetEmpty (or the reader's error) when the eval split has no rating: the split is by
+        time per user, so every rating is read (counted once a run: eval_size)."""
+        try:
+            size = self.eval_size()
+        except tf.errors.OpError as e:
+            raise readers_error(e, self.eval_location()) from None
+        if size == 0:
+            raise EvalSetEmpty(self.eval_location(), split_of(self.cfg.data))
+
     @functools.lru_cache(None)   # read once a run (a graph and session of its own, 0.6 s of CPU)
     def eval_size(self):
         d = self.cfg.data
@@ -176,10 +190,10 @@ class TFRecordSource(FileSource):
         super().__init__(cfg)
         d = cfg.data
         self.train_files = tfrecord.files_of(d.path)
-        self.specs, self.user, eval_path = _tfrecord_spec(cfg)
-        if not eval_path:
+        self.specs, self.user, self.eval_path = _tfrecord_spec(cfg)
+        if not self.eval_path:
             raise ValueError("data.eval_path must name the TFRecord eval files")
-        self.eval_files = tfrecord.files_of(eval_path, "data.eval_path")
+        self.eval_files = tfrecord.files_of(self.eval_path, "data.eval_path")
         self.schema = tfrecord.schema_of(self.specs, self.user)
         for files in (self.train_files, self.eval_files):
             tfrecord.check_first_record(files[0], self.specs, d.label, self.user)
@@ -200,6 +214,9 @@ class TFRecordSource(FileSource):
     def eval_size(self):
         return None   # unknown without reading every record
 
+    def eval_location(self):
+        return self.eval_path   # data.eval_path, or the one in tfps_features.yaml
+
 
 def _tfrecord_spec(cfg):
     """(feature specs, user feature, eval path) of TFRecord data: data.features and data.eval_path,
@@ -219,7 +236,8 @@ SOURCES = {"synthetic": SyntheticSource, "criteo": CriteoSource, "movielens": Mo
 
 
 def make_source(cfg):
-    """The source of cfg.data (ValueError naming what is missing)."""
+    """The source of cfg.data (ValueError naming what is missing: DataMissing for a data path
+    without its data)."""
     return SOURCES[cfg.data.format](cfg)
 
 

@@ -9,7 +9,6 @@ import sys
 
 import tensorflow as tf
 
-from tfps.data.file_source import split_of
 from tfps.data.sources import example_specs, make_source, schema_of
 from tfps.models.common import BAD_ROWS_VARIABLE
 from tfps.models.zoo import model_fn
@@ -83,12 +82,12 @@ def nothing_left_if_refused(model_dir):
 
 
 def check_eval_set(cfg, source):
-    """ValueError before training when the eval set is known to be empty (a source that can count
-    it cheaply: MovieLens's split, a Criteo file's lines), instead of after training."""
-    if cfg.data.format in ("movielens", "criteo") and source.eval_size() == 0:
-        raise ValueError(f"the eval set is empty: no examples in {cfg.data.eval_path or cfg.data.path!r} "
-                         f"({split_of(cfg.data) if cfg.data.format == 'movielens' else 'its files have no rows'}): "
-                         f"nothing to evaluate the model on")
+    """ValueError before training when the eval set of cfg's source has no good row, instead of
+    after training and a checkpoint: tfps.data.file_source.EvalSetEmpty naming the eval data and
+    why, or the reader's error naming the file and the bad row it stopped at. The source reads no
+    more than it must (source.check_eval_rows: eval files up to their first good row; a MovieLens
+    split, cut by time per user, is counted whole once a run)."""
+    source.check_eval_rows()
 
 
 def state_step(model_dir):
