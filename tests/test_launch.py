@@ -58,6 +58,8 @@ def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path
     assert len(np.unique(np.mod(saved["keys"], 2))) == 2    # rows of both PS shards
     for task in ("ps0", "ps1", "chief0", "worker0", "evaluator0"):
         assert (tmp_path / "cluster" / "logs" / f"{task}.log").exists()
+    # The evaluator's CPU is its own figure (it evaluated), not a share of the training examples'.
+    assert "evaluator0" not in metrics["cost"]["tasks"] and metrics["cost"]["evaluation"]["evaluator0"]["cpu_seconds"] > 0
     _export_serve_and_resume(tmp_path, cli, forker, args, metrics["auc"], table, saved, ckpt)
 
 

@@ -2,8 +2,8 @@
 
 Each task is `tfps train` with its own TF_CONFIG (gRPC servers on free loopback ports); logs go
 to MODEL_DIR/logs/<task>.log (each line stamped with the time), the task's current pid to
-<task>.pid. While the job runs, a task's status (its state and the last line of its log) is
-printed when it changes, checked every few seconds.
+<task>.pid. While the job runs, a task's status (its state, and a trainer's progress or the
+evaluator's last evaluation) is printed when it changes, checked every few seconds.
 
 Given a `task_main` (what `tfps launch` passes: the CLI's main, with TensorFlow and the training
 modules imported beforehand by `preload`), each task is a fork of the launcher that runs
@@ -34,6 +34,7 @@ window (sampled from /proc every SAMPLE_SECS, each run's rusage when it is reape
 packets per step from its link (emulated hosts only) and messages per step (tfps.cluster.cost).
 """
 import json
+import re
 import os
 import signal
 import subprocess
@@ -50,15 +51,20 @@ GRACE_SECS = 120.0   # after the chief exits, how long the other workers and the
 CONFIG_ERROR_EXIT = 2   # `tfps train`'s exit code for a bad config or a checkpoint that does not fit
 
 
-def _last_line(path, json_only=False):
-    """The last line of a log (the last JSON object line with json_only), or ''."""
+def _lines(path):
+    """The last lines of a log (its last 16 KiB), without their time stamps."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 16384))
-            lines = [untimestamped(line) for line in f.read().decode(errors="replace").strip().splitlines()]
+            return [untimestamped(line) for line in f.read().decode(errors="replace").strip().splitlines()]
     except OSError:
-        return ""
+        return []
+
+
+def _last_line(path, json_only=False):
+    """The last line of a log (the last JSON object line with json_only), or ''."""
+    lines = _lines(path)
     if json_only:
         lines = [line for line in lines if line.startswith("{") and line.endswith("}")]
     return lines[-1] if lines else ""
@@ -360,8 +366,14 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
         metrics["tasks"] = {t.name: _summary(t) for t in tasks if t.type != "ps"}
         metrics["restarts"] = {t.name: t.restarts for t in tasks if t.restarts}
         trainers = {t.name: _json_line(t) for t in tasks if t.type in ("chief", "worker")}
-        metrics["cost"] = cost(meter, metrics.get("steady_window") or {}, [t.name for t in tasks], trainers,
+        # The evaluator's CPU goes to evaluations, not to training examples: its own line says how much.
+        metrics["cost"] = cost(meter, metrics.get("steady_window") or {},
+                               [t.name for t in tasks if t.type != "evaluator"], trainers,
                                emulation=["latency_relay"] if relay is not None else [])
+        for t in tasks:
+            if t.type == "evaluator":
+                metrics["cost"].setdefault("evaluation", {})[t.name] = {
+                    "cpu_seconds": round(meter.cpu_seconds(t.name) or 0.0, 3)}
         for name, s in metrics["tasks"].items():
             printer(f"[{name}] " + ", ".join(_task_words(k, v) for k, v in s.items() if k != "task"), flush=True)
         _print_cost(metrics["cost"], printer)
@@ -391,15 +403,37 @@ def _sample(meter, tasks, relay, network):
 
 
 def _print_status(tasks, shown, printer):
-    """Each task's state and the last line of its log, whole, when they changed since shown
-    {task name: what was printed}. A finished task's last line is its JSON: said as finished
-    (its figures come in the summary at the end)."""
+    """Each task's status (_status) when it changed since shown {task name: what was printed}."""
     for t in tasks:
-        line = _last_line(t.log_path)
-        status = f"{t.state}: {'finished' if line.startswith('{') and line.endswith('}') else line}"
+        status = _status(t)
         if shown.get(t.name) != status:
             shown[t.name] = status
             printer(f"[{t.name}] {status}", flush=True)
+
+
+_PROGRESS = re.compile(r"step \d+(/\d+ \(\d+%\))?")   # the head of a trainer's progress line (ProgressHook)
+
+
+def _status(t):
+    """A task's state, and where a running task is: a trainer's last progress (`step N/M (P%)`), the
+    evaluator's last evaluation (`evaluated global step N`; it goes on to the next checkpoint).
+    A task that exited 0 has `finished`. Nothing else of the log (placement tables, TF's lines)."""
+    state = t.state
+    if state == "exited 0":
+        return "finished"
+    if state != "running":
+        return state
+    if t.type in ("chief", "master", "worker"):
+        progress = [m.group(0) for m in map(_PROGRESS.match, _lines(t.log_path)) if m]
+        return f"running: {progress[-1]}" if progress else "running"
+    if t.type == "evaluator":
+        last = _last_line(t.log_path, json_only=True)
+        try:
+            step = json.loads(last).get("global_step") if last else None
+        except ValueError:
+            step = None
+        return f"running: evaluated global step {step}" if step is not None else "running"
+    return state
 
 
 _TASK_WORDS = {"local_steps": "steps run by this task", "task_examples_per_sec": "examples/s of its own",
@@ -424,6 +458,9 @@ def _print_cost(c, printer):
         printer(f"[{name}] cost: {', '.join(parts)}", flush=True)
     printer(f"cluster: {c['total']['cpu_s_per_1k_examples']} CPU-s per 1k examples over {c['window']['examples']} "
             f"examples of the steady window", flush=True)
+    for name, row in c.get("evaluation", {}).items():
+        printer(f"[{name}] cost: {row['cpu_seconds']} CPU-s in all, evaluating checkpoints (not counted per training "
+                f"example)", flush=True)
 
 
 def _interrupt(signum, frame):

@@ -119,7 +119,8 @@ def _train(cfg, cluster_config, source, lease, printer):
     recovery = RecoveryLog(printer)
     # Delta checkpoints and eviction: the chief runs them, like the full checkpoints.
     tables, listeners = table_hooks(cfg, printer) if cluster_config.is_chief else ([], [])
-    hooks = [PrintPlacement(strategy, printer), recovery, progress, traffic] + tables
+    # The placement table (every trainer's is the same): in the chief's log, once.
+    hooks = ([PrintPlacement(strategy, printer)] if cluster_config.is_chief else []) + [recovery, progress, traffic] + tables
     input_fn = pipelined(source.train_input_fn(cfg.train.batch_size, start=resume_batch, shard_index=rank,
                                               num_shards=len(trainers)), cfg)
     config = _session_config(job, index)

@@ -35,11 +35,9 @@ def start_server(cluster_config, protocol):
 def wait_for_first_checkpoint(model_dir, printer, poll_secs=FIRST_CHECKPOINT_POLL_SECS):
     """Blocks a non-chief trainer until the chief has written its first checkpoint.
 
-    The chief writes one right after it initializes the model. A worker whose session found the
-    model not ready would sleep SessionManager's fixed 30 s (MonitoredTrainingSession has no
-    setting for it) before it looks again; waiting here lets it start as soon as the chief is
-    ready. After a PS restart that 30 s poll still applies: workers rejoin up to 30 s after the
-    chief has restored."""
+    The chief writes one right after it initializes the model: until then a worker has nothing
+    to ask the PS tasks for (its session then asks whether the model is ready every
+    tfps.runner.training.READY_POLL_SECS, after a PS restart too)."""
     t0 = last = time.time()
     while not disk.latest_checkpoint(model_dir):
         if time.time() - last >= 30:
