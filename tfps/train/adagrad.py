@@ -12,4 +12,4 @@ class AdagradOptimizer(TableOptimizerMixin, tf.compat.v1.train.AdagradOptimizer)
     def _apply_table(self, shard, keys, grads, lr, step):
         return training_ops.table_apply_adagrad(
             shard.handle, keys, grads, lr, step,
-            initial_accumulator_value=float(self._initial_accumulator_value))
+            initial_accumulator_value=float(self._argument("initial_accumulator_value")))

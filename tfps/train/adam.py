@@ -31,7 +31,6 @@ Tables: lazy Adam -- only the rows of the batch move, m and v live in the row, a
 bias correction uses its own step count (its number of updates), see TfpsTableApplyAdam.
 """
 import tensorflow as tf
-from tensorflow.python.ops import resource_variable_ops
 
 from tfps.ops import training as training_ops
 from tfps.train.optimizer import TableOptimizerMixin
@@ -55,15 +54,20 @@ class AdamOptimizer(TableOptimizerMixin, tf.compat.v1.train.AdamOptimizer):
             first_on.setdefault(_device(v), v)
         home = sorted(first_on)[0]
         saved = tuple(self._create_non_slot_variable(initial_value=value, name=name, colocate_with=first_on[home])
-                      for name, value in (("beta1_power", self._beta1), ("beta2_power", self._beta2)))
+                      for name, value in (("beta1_power", self._tfps_arguments["beta1"]),
+                                          ("beta2_power", self._tfps_arguments["beta2"])))
         # Another minimize on this graph finds the pair where the first one put it.
         self._pairs.setdefault((graph, _device(saved[0])), saved)
         for device, v in sorted(first_on.items()):
             if (graph, device) not in self._pairs:
                 self._pairs[graph, device] = tuple(_local_copy(p, v) for p in saved)
         for v in var_list:
-            self._zeros_slot(v, "m", self._name)
-            self._zeros_slot(v, "v", self._name)
+            self._zeros_slot(v, "m", self.get_name())
+            self._zeros_slot(v, "v", self.get_name())
+
+    @property
+    def _locking(self):
+        return self._tfps_arguments["use_locking"]
 
     def beta_powers(self, var):
         """The (beta1_power, beta2_power) pair on var's device: the saved pair or its local copies."""
@@ -78,29 +82,29 @@ class AdamOptimizer(TableOptimizerMixin, tf.compat.v1.train.AdamOptimizer):
         m, v = self.get_slot(var, "m"), self.get_slot(var, "v")
         b1p, b2p, lr, b1, b2, eps = self._hyper(var)
         return tf.raw_ops.ApplyAdam(var=var, m=m, v=v, beta1_power=b1p, beta2_power=b2p, lr=lr, beta1=b1,
-                                    beta2=b2, epsilon=eps, grad=grad, use_locking=self._use_locking).op
+                                    beta2=b2, epsilon=eps, grad=grad, use_locking=self._locking).op
 
     def _resource_apply_dense(self, grad, var):
         m, v = self.get_slot(var, "m"), self.get_slot(var, "v")
         b1p, b2p, lr, b1, b2, eps = self._hyper(var)
         return tf.raw_ops.ResourceApplyAdam(var=var.handle, m=m.handle, v=v.handle, beta1_power=b1p,
                                             beta2_power=b2p, lr=lr, beta1=b1, beta2=b2, epsilon=eps,
-                                            grad=grad, use_locking=self._use_locking)
+                                            grad=grad, use_locking=self._locking)
 
     def _apply_sparse_shared(self, grad, var, indices, scatter_add):
         # tf.compat.v1.train.AdamOptimizer's sparse update, reading var's own beta-power pair.
         b1p, b2p, lr_t, beta1_t, beta2_t, epsilon_t = self._hyper(var)
         lr = lr_t * tf.sqrt(1 - b2p) / (1 - b1p)
         m = self.get_slot(var, "m")
-        m_t = tf.compat.v1.assign(m, m * beta1_t, use_locking=self._use_locking)
+        m_t = tf.compat.v1.assign(m, m * beta1_t, use_locking=self._locking)
         with tf.control_dependencies([m_t]):
             m_t = scatter_add(m, indices, grad * (1 - beta1_t))
         v = self.get_slot(var, "v")
-        v_t = tf.compat.v1.assign(v, v * beta2_t, use_locking=self._use_locking)
+        v_t = tf.compat.v1.assign(v, v * beta2_t, use_locking=self._locking)
         with tf.control_dependencies([v_t]):
             v_t = scatter_add(v, indices, (grad * grad) * (1 - beta2_t))
         var_update = tf.compat.v1.assign_sub(var, lr * m_t / (tf.sqrt(v_t) + epsilon_t),
-                                             use_locking=self._use_locking)
+                                             use_locking=self._locking)
         return tf.group(*[var_update, m_t, v_t])
 
     def _finish(self, update_ops, name_scope):
@@ -111,14 +115,14 @@ class AdamOptimizer(TableOptimizerMixin, tf.compat.v1.train.AdamOptimizer):
             for pair in [pair for (g, _), pair in self._pairs.items() if g is graph]:
                 for power, beta in zip(pair, (self._beta1_t, self._beta2_t)):
                     with graph.colocate_with(power.op):
-                        advances.append(power.assign(power * beta, use_locking=self._use_locking))
+                        advances.append(power.assign(power * beta, use_locking=self._locking))
         return tf.group(*update_ops + advances, name=name_scope)
 
     def _apply_table(self, shard, keys, grads, lr, step):
         return training_ops.table_apply_adam(shard.handle, keys, grads, lr, step,
-                                             tf.cast(self._call_if_callable(self._beta1), tf.float32),
-                                             tf.cast(self._call_if_callable(self._beta2), tf.float32),
-                                             tf.cast(self._call_if_callable(self._epsilon), tf.float32))
+                                             tf.cast(self._argument("beta1"), tf.float32),
+                                             tf.cast(self._argument("beta2"), tf.float32),
+                                             tf.cast(self._argument("epsilon"), tf.float32))
 
 
 def _local_copy(saved, colocate_with):
@@ -130,4 +134,4 @@ def _local_copy(saved, colocate_with):
     with graph.colocate_with(colocate_with.op, ignore_existing=True):
         return tf.compat.v1.Variable(initial, trainable=False, name=saved.op.name + "_local",
                                      collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
-                                     use_resource=resource_variable_ops.is_resource_variable(colocate_with))
+                                     use_resource=hasattr(colocate_with, "handle"))   # a resource variable

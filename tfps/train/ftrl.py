@@ -13,15 +13,18 @@ class FtrlOptimizer(TableOptimizerMixin, tf.compat.v1.train.FtrlOptimizer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if self._l2_shrinkage_regularization_strength != 0.0:
+        shrinkage = self._argument("l2_shrinkage_regularization_strength")
+        if shrinkage != 0.0:
             raise ValueError("tfps FtrlOptimizer: l2_shrinkage_regularization_strength is not supported on "
-                             f"tables, got {self._l2_shrinkage_regularization_strength}")
+                             f"tables, got {shrinkage}")
 
     def _apply_table(self, shard, keys, grads, lr, step):
+        beta = self._argument("beta")
+        beta = 0.0 if beta is None else beta   # as TF takes it
         return training_ops.table_apply_ftrl(
             shard.handle, keys, grads, lr, step,
-            tf.constant(self._l1_regularization_strength, tf.float32),
+            tf.constant(self._argument("l1_regularization_strength"), tf.float32),
             # TF folds beta into L2 the same way (ftrl.py, _prepare).
-            tf.cast(self._l2_regularization_strength + self._beta / (2.0 * tf.maximum(lr, 1e-36)), tf.float32),
-            tf.constant(self._learning_rate_power, tf.float32),
-            initial_accumulator_value=float(self._initial_accumulator_value))
+            tf.cast(self._argument("l2_regularization_strength") + beta / (2.0 * tf.maximum(lr, 1e-36)), tf.float32),
+            tf.constant(self._argument("learning_rate_power"), tf.float32),
+            initial_accumulator_value=float(self._argument("initial_accumulator_value")))

@@ -4,6 +4,8 @@ compute_gradients builds one backward pass for dense variables and table lookups
 each table shard's gradient becomes IndexedSlices(values=[U, dim] rows, indices=[U] keys),
 one row per distinct key (duplicates summed).
 """
+import inspect
+
 import tensorflow as tf
 from tensorflow.python.training import training_util   # the key of the global step read the hooks fetch
 
@@ -44,11 +46,31 @@ def _step_of(step):
 
 
 class TableOptimizerMixin:
-    """Mixed into a tf.compat.v1.train optimizer; subclasses define _apply_table.
+    """Mixed into a tf.compat.v1.train optimizer (the class right after it among the bases);
+    subclasses define _apply_table.
+
+    It takes the TF optimizer's constructor arguments and keeps them, bound to that constructor's
+    signature with its defaults, for the table updates (_argument(name)): TF keeps them in
+    private attributes of its own naming (Adam's learning rate is _lr, the others' _learning_rate).
 
     minimize, compute_gradients and apply_gradients take the tfps.embedding.TrainingStep whose
     lookups they train and whose push policy carries the gradients (step=; None: the graph's
     own, which a tf.estimator model_fn uses)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)   # TF's checks of the arguments first
+        mro = type(self).__mro__
+        tf_optimizer = mro[mro.index(TableOptimizerMixin) + 1]
+        bound = inspect.signature(tf_optimizer.__init__).bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        # A dict: the optimizer's fingerprint record (tfps.state.manifest) takes plain values only.
+        self._tfps_arguments = dict(list(bound.arguments.items())[1:])
+
+    def _argument(self, name):
+        """The value of the TF constructor's argument `name` (a callable one called, as TF does
+        when it builds its update)."""
+        value = self._tfps_arguments[name]
+        return value() if callable(value) else value
 
     def _apply_table(self, shard, keys, grads, lr, step):
         raise NotImplementedError
@@ -135,9 +157,7 @@ class TableOptimizerMixin:
         routed = push.route(dense, tables, global_step, stager)
         updates, pushed = [], []
         if routed.tables:
-            # tf.compat.v1.train optimizers keep it as _learning_rate, except Adam (_lr).
-            lr = self._learning_rate if hasattr(self, "_learning_rate") else self._lr
-            lr = tf.cast(self._call_if_callable(lr), tf.float32)
+            lr = tf.cast(self._argument("learning_rate"), tf.float32)
             for (grad, shard), stamp in zip(routed.tables, routed.stamps):
                 with graph.colocate_with(shard.handle.op):
                     updates.append(self._apply_table(shard, grad.indices, grad.values, lr, stamp))
