@@ -101,6 +101,30 @@ def test_train_of_a_program_of_ones_own_logs_its_progress_on_the_tfps_runner_log
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("-20")
 
 
+class _Saves(tf.compat.v1.train.CheckpointSaverListener):
+    def __init__(self):
+        self.steps = []
+
+    def after_save(self, session, global_step_value):
+        self.steps.append(global_step_value)
+
+
+def test_saving_listeners_hear_every_save_of_the_runners_saver_hook(tmp_path):
+    """train(saving_listeners=) reaches the saver hook the runner makes (its listeners= argument);
+    oracle: the listener hears the checkpoints on disk. Beside a saver hook of the run's own they
+    are refused, naming that hook's listeners= argument (TF's list is private)."""
+    from tfps.runner import CheckpointSaverHook, train
+    listener = _Saves()
+    train(_tiny_model_fn, {}, _tiny_input_fn, RunSettings(str(tmp_path / "a"), save_checkpoints_steps=10),
+          max_steps=20, saving_listeners=[listener])
+    on_disk = tf.train.get_checkpoint_state(str(tmp_path / "a")).all_model_checkpoint_paths
+    assert listener.steps == [0, 10, 20] == [int(p.rsplit("-", 1)[1]) for p in on_disk]
+    own = CheckpointSaverHook(str(tmp_path / "b"), save_steps=10)
+    with pytest.raises(ValueError, match="listeners= argument"):
+        train(_tiny_model_fn, {}, _tiny_input_fn, RunSettings(str(tmp_path / "b"), save_checkpoints_steps=10),
+              max_steps=20, hooks=[own], saving_listeners=[_Saves()])
+
+
 class _CountSteps(tf.compat.v1.train.SessionRunHook):
     """The steps this trainer ran, and whether its session has been created (an event)."""
 

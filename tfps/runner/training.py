@@ -126,19 +126,20 @@ def last_step(max_steps, settings):
 
 
 def _saver_hooks(settings, scaffold, worker_hooks, saving_listeners):
-    """The chief's checkpoint saver (tfps.runner.hooks.CheckpointSaverHook), unless a hook of the
-    run is one already; the saving listeners join whichever saves."""
+    """The chief's checkpoint saver (tfps.runner.hooks.CheckpointSaverHook) with the saving
+    listeners (its listeners= argument), unless a hook of the run is one already: that hook
+    takes its listeners in its own constructor, and saving listeners beside it are refused."""
     savers = [h for h in worker_hooks if isinstance(h, tf.compat.v1.train.CheckpointSaverHook)]
-    chief = []
-    if not savers and (settings.save_checkpoints_steps or settings.save_checkpoints_secs):
-        chief = [CheckpointSaverHook(settings.model_dir, save_secs=settings.save_checkpoints_secs,
-                                     save_steps=settings.save_checkpoints_steps, scaffold=scaffold)]
-        savers = chief
+    if savers and saving_listeners:
+        raise ValueError(f"saving listeners beside a {type(savers[0]).__name__} of the run's hooks: give them to "
+                         f"that hook (its listeners= argument), not to train(saving_listeners=...)")
+    if savers:
+        return []
+    if settings.save_checkpoints_steps or settings.save_checkpoints_secs:
+        return [CheckpointSaverHook(settings.model_dir, save_secs=settings.save_checkpoints_secs,
+                                    save_steps=settings.save_checkpoints_steps, scaffold=scaffold,
+                                    listeners=list(saving_listeners))]
     if saving_listeners:
-        if not savers:
-            raise ValueError("saving listeners need full checkpoints: set train.save_checkpoints_steps or "
-                             "train.save_checkpoints_secs")
-        for listener in saving_listeners:
-            if listener not in savers[0]._listeners:   # pylint: disable=protected-access
-                savers[0]._listeners.append(listener)   # pylint: disable=protected-access
-    return chief
+        raise ValueError("saving listeners need full checkpoints: set train.save_checkpoints_steps or "
+                         "train.save_checkpoints_secs")
+    return []
