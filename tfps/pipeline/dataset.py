@@ -44,7 +44,7 @@ class PipelineDataset(tf.compat.v1.data.Dataset):
     def __init__(self, dataset, depth=1, fuse_dense=True, defer_push=None):
         if not isinstance(dataset, tf.data.Dataset):
             raise TypeError(f"PipelineDataset: dataset must be a tf.data.Dataset, got {type(dataset).__name__}")
-        self._dataset = dataset
+        self._wrapped = dataset
         self.depth = depth
         if defer_push and not fuse_dense:
             raise ValueError("PipelineDataset: defer_push=True needs fuse_dense=True (the deferred push is part of "
@@ -54,18 +54,20 @@ class PipelineDataset(tf.compat.v1.data.Dataset):
         Pipeline.check_depth(self.depth)
         super().__init__()
 
+    # tf.compat.v1.data.Dataset's subclass protocol (no public way to subclass a dataset):
+    # docs/training.md, "Private TensorFlow APIs tfps uses".
     def _as_variant_tensor(self):
-        return self._dataset._variant_tensor   # pylint: disable=protected-access
+        return tf.data.experimental.to_variant(self._wrapped)
 
     def _inputs(self):
-        return [self._dataset]
+        return [self._wrapped]
 
     @property
     def element_spec(self):
-        return self._dataset.element_spec
+        return self._wrapped.element_spec
 
     def pipeline(self):
         """The tfps.pipeline.stage.Pipeline of this dataset in the default graph: the iterator a
         model trains on (get_next(), initializer), the stager of its lookups and (.push) the push
         policy of its gradients."""
-        return Pipeline(self._dataset, self.depth, self.fuse_dense, self.defer_push)
+        return Pipeline(self._wrapped, self.depth, self.fuse_dense, self.defer_push)

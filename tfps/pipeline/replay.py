@@ -16,13 +16,20 @@ class ReplayError(ValueError):
 
 def depends_on(tensor, sources):
     """Whether `tensor` is, or is computed from, any tensor in `sources` (a set of tensor names)."""
-    return tensor.name in sources or bool(_ops_to_copy([tensor], sources))
+    return tensor.name in sources or any(_depends([tensor], sources).values())
 
 
 def _ops_to_copy(outputs, sources, forbidden=()):
-    """The ops between `sources` (tensor names) and `outputs`, in graph order: each op that has
-    a source upstream of it (the sources' own ops excluded). ReplayError when an op of a type in
-    `forbidden` is upstream of `outputs` (short of the sources)."""
+    """The ops between `sources` (tensor names) and `outputs`, in graph order (the order in which
+    they were made): each op that has a source upstream of it (the sources' own ops excluded).
+    ReplayError when an op of a type in `forbidden` is upstream of `outputs` (short of the sources)."""
+    graph = outputs[0].graph
+    depends = _depends(outputs, sources, forbidden)
+    return [op for op in graph.get_operations() if depends.get(op.name)]
+
+
+def _depends(outputs, sources, forbidden=()):
+    """{op name: whether a source is upstream of it} over the ops upstream of `outputs`."""
     depends = {}
     stack = [t.op for t in outputs]
     while stack:
@@ -39,8 +46,7 @@ def _ops_to_copy(outputs, sources, forbidden=()):
         if op.type in forbidden:
             raise ReplayError(f"the keys of a pipelined lookup are computed from {op.name!r} ({op.type}), another "
                               f"staged value; keys may only depend on the batch's features")
-    graph = outputs[0].graph
-    return sorted((graph.get_operation_by_name(n) for n, d in depends.items() if d), key=lambda op: op._id)
+    return depends
 
 
 def replay(outputs, mapping, name="tfps_replay", forbidden=()):
