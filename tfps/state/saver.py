@@ -3,12 +3,12 @@ restore of the newest cut (the checkpoint and its delta chain) that checks every
 import os
 
 import tensorflow as tf
-from tensorflow.python.ops import resources, variables as tf_variables
 from tensorflow.python.training.saving import saveable_object
 
 from tfps.embedding.checkpoint_tools import Saver
 from tfps.embedding.variable import embedding_variables
 from tfps.errors import error_line
+from tfps.ops import embedding_table as table_ops
 from tfps.state import deltas, disk, manifest as manifests
 
 
@@ -24,6 +24,21 @@ class _ManifestSaveable(saveable_object.SaveableObject):
     def restore(self, restored_tensors, restored_shapes):
         del restored_tensors, restored_shapes
         return tf.no_op()
+
+
+def _uninitialized(graph, tables):
+    """int32 scalar: how many of the graph's variables and of the tables' shards are not
+    initialized (what the scaffold's default ready_op reports, tables being the resources that
+    register there)."""
+    count = tf.size(tf.compat.v1.report_uninitialized_variables())
+    flags = []
+    for ev in tables:
+        for handle in ev.handles:
+            with graph.colocate_with(handle.op):
+                flags.append(table_ops.table_is_initialized(handle))
+    if not flags:
+        return count
+    return count + tf.reduce_sum(tf.cast(tf.logical_not(tf.stack(flags)), tf.int32))
 
 
 TRAINER_SLOTS = 1 << 16   # the trainer ranks rejoin_hook takes (an int64 each, on a PS)
@@ -81,8 +96,10 @@ class StateSaver(Saver):
         description = manifests.describe(graph)
         whole = self._var_list is None
         if whole:
-            self._var_list = [v for v in tf_variables._all_saveable_objects()   # pylint: disable=protected-access
-                              if not manifests.internal(v)]
+            # What a Saver without a var_list saves: the global variables and the SAVEABLE_OBJECTS.
+            saveable = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES) + graph.get_collection(
+                tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS)
+            self._var_list = [v for v in saveable if not manifests.internal(v)]
             if self._write_manifest:
                 self._var_list.append(_ManifestSaveable(manifests.manifest(description, "full",
                                                                           manifests.feature_names(graph))))
@@ -100,8 +117,7 @@ class StateSaver(Saver):
                     ready=self._ready_op,
                     apply_tables=deltas.apply_tables_op(tables, prefix),
                     apply_dense=deltas.apply_dense_op(manifests.dense_variables(graph), prefix),
-                    uninitialized=tf.size(tf.compat.v1.report_uninitialized_variables()) + tf.size(
-                        resources.report_uninitialized_resources()))
+                    uninitialized=_uninitialized(graph, tables))
         super().build()
 
     def save(self, sess, save_path, *args, **kwargs):
