@@ -41,12 +41,16 @@ def _train(spec, target, fused, optimizer):
             assert not TrainingStep.of(graph).lookups   # nothing went through the graph's own step
             names = sorted(v.op.name for v in tf.compat.v1.global_variables())
         dense = [v for v in tf.compat.v1.trainable_variables()]
+        # Every op made before the session runs: one made after can change an op the session ran
+        # (a control dependency on an initializer).
+        from tensorflow.python.ops import resources
+        init = [tf.compat.v1.global_variables_initializer(), resources.initialize_resources(resources.shared_resources()),
+                gs.assign(START),   # as after a restore: the worker's step stamp starts from it
+                tf.compat.v1.local_variables_initializer()]
+        export = ev.export()
         with tf.compat.v1.Session(target, graph=graph) as s:
-            s.run(tf.compat.v1.global_variables_initializer())
-            from tensorflow.python.ops import resources
-            s.run(resources.initialize_resources(resources.shared_resources()))
-            s.run(gs.assign(START))   # as after a restore: the worker's step stamp starts from it
-            s.run(tf.compat.v1.local_variables_initializer())
+            for op in init:
+                s.run(op)
             for _ in range(STEPS):
                 s.run(train_op, {ids: rng.integers(0, 50, [BATCH, 3]), x: rng.normal(size=[BATCH, 4])})
             meta = tf.compat.v1.RunMetadata()
@@ -54,7 +58,7 @@ def _train(spec, target, fused, optimizer):
                   options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
                                                   output_partition_graphs=True), run_metadata=meta)
             values = {v.op.name: s.run(v) for v in dense}
-            table = s.run(ev.export())
+            table = s.run(export)
         copies = step.push.fused.copies if fused else {}
     order = np.argsort(table["keys"])
     return names, values, (table["values"][order], table["last_step"][order]), rpc_stats(meta), len(copies)

@@ -19,13 +19,17 @@ def _train(explicit, steps=5):
         train_op = tfps.train.AdagradOptimizer(0.1).minimize(loss, step=step)
         if explicit:   # nothing went through the graph's own step
             assert not TrainingStep.of().lookups and len(step.lookups) == 1
+        # Every op made before the session runs: one made after can change an op the session ran
+        # (a control dependency on a table's initializer).
+        from tensorflow.python.ops import resources
+        init = [tf.compat.v1.global_variables_initializer(), tf.compat.v1.tables_initializer(),
+                resources.initialize_resources(resources.shared_resources())]
+        export = ev.export()
         with tf.compat.v1.Session() as s:
-            s.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.tables_initializer()])
-            from tensorflow.python.ops import resources
-            s.run(resources.initialize_resources(resources.shared_resources()))
+            s.run(init)
             for _ in range(steps):
                 s.run(train_op)
-            exported = s.run(ev.export())
+            exported = s.run(export)
             order = np.argsort(exported["keys"])
             return exported["values"][order], s.run(w)
 
