@@ -110,6 +110,9 @@ cc-test: cc-build
 
 # One pytest worker more than cores: the cluster tests wait on peers and restarts, and a third
 # worker fills those waits. Tests sharing an expensive module fixture are one xdist_group.
+# A test during which TensorFlow warns that an op was changed after a session ran it ("This
+# mutation will have no effect") fails: the test processes and docs blocks log C++ warnings for it
+# (tests/conftest.py, test_docs.py), whatever TF_CPP_MIN_LOG_LEVEL says.
 PYTEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 py-test: build
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 tests

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import sys
 import time
 
@@ -10,7 +11,16 @@ import pytest  # noqa: E402
 
 from tfps.process import import_tensorflow  # noqa: E402
 
+# TensorFlow's C++ warnings are on in the test processes themselves (level 1; TensorFlow reads the
+# level once, when it is imported) for one of them: an op changed after a session ran it, which
+# TensorFlow only warns of (MUTATION). It fails the test (pytest_runtest_makereport, the cli
+# fixture; test_docs checks the blocks it runs). The processes the tests start log at the level
+# of the environment (2 unless set), as tfps's commands do.
+MUTATION = "This mutation will have no effect"
+_LEVEL = os.environ["TF_CPP_MIN_LOG_LEVEL"]
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0" if _LEVEL == "0" else "1"
 tf = import_tensorflow()   # as tfps's commands import it: the collector paused, then frozen
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = _LEVEL
 
 tf.compat.v1.disable_eager_execution()
 
@@ -101,8 +111,10 @@ def graph():
 @pytest.fixture
 def cli(capfd, monkeypatch):
     """tfps's command line in this process: cli(*argv, env={...}) -> (exit code, stdout, stderr),
-    captured at the file descriptors (TF's C++ and logger output included). A subprocess costs a
-    TensorFlow import; a run whose signal or process exit matters still needs one."""
+    captured at the file descriptors (TF's C++ errors and logger output included; its C++ warnings
+    and info, which this process logs for the mutation check, left out, as TF_CPP_MIN_LOG_LEVEL=2
+    leaves them out of a command's). A subprocess costs a TensorFlow import; a run whose signal or
+    process exit matters still needs one."""
     from tfps.cli import main
 
     def run(*argv, env=None):
@@ -120,8 +132,42 @@ def cli(capfd, monkeypatch):
             for key in set(os.environ) - set(before):
                 del os.environ[key]
         out, err = capfd.readouterr()
-        return code, out, err
+        _fail_on_mutation(err)
+        return code, out, _TF_WARNING_OR_INFO.sub("", err)   # what level 2 leaves out of a command's
     return run
+
+
+# A message of TensorFlow's C++ log at level W or I (2.21's absl format; 2.15's own), with the
+# indented lines that continue it (an error's `[[{{node ...}}]]`).
+_TF_WARNING_OR_INFO = re.compile(
+    r"^(?:[WI]\d{4} [\d:.]+ +\d+|\d{4}-\d\d-\d\d [\d:.]+: [WI]) \S+:\d+\] .*(?:\n[ \t].*)*\n?", re.M)
+
+
+def _mutations(text):
+    return [line for line in text.splitlines() if MUTATION in line]
+
+
+def _mutation_message(lines):
+    return ("TensorFlow warned that an op was changed after a session ran it (the change has no effect: "
+            "make the op before a session runs the graph):\n" + "\n".join(lines))
+
+
+def _fail_on_mutation(err):
+    lines = _mutations(err)
+    if lines:
+        pytest.fail(_mutation_message(lines), pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test (its setup, call or teardown) during which TensorFlow warned of a graph mutation in
+    this process (its stderr, as pytest captured it) fails, naming the op."""
+    report = (yield).get_result()
+    lines = [line for name, text in report.sections if name == f"Captured stderr {report.when}"
+             for line in _mutations(text)]
+    if lines and not report.failed:
+        report.outcome = "failed"
+        report.longrepr = _mutation_message(lines)
 
 
 @pytest.fixture(scope="session")

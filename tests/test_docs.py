@@ -35,6 +35,7 @@ MARK = re.compile(r"^<!--\s*(not run|needs):\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 RUN = ("python", "bash", "yaml", "json")
 MAX_NOT_RUN = 8          # illustrative blocks are rare: each says why
+MUTATION = "This mutation will have no effect"   # TensorFlow's warning of an op changed after a session ran it
 BLOCK_SECS = 600      # a block that does not end (a server started in the foreground) fails after this
 
 
@@ -104,7 +105,9 @@ def scratch(tmp_path):
 
 
 def _env(scratch):
-    env = dict(os.environ, PYTHONPATH=ROOT, HOME=str(scratch), TF_CPP_MIN_LOG_LEVEL="2")
+    # TensorFlow's C++ warnings on (level 1): a block in whose run an op was changed after a
+    # session ran it fails (_run_block).
+    env = dict(os.environ, PYTHONPATH=ROOT, HOME=str(scratch), TF_CPP_MIN_LOG_LEVEL="1")
     env["PATH"] = os.path.join(sys.prefix, "bin") + os.pathsep + env["PATH"]
     env.pop("TF_CONFIG", None)
     return env
@@ -139,6 +142,9 @@ def _run_block(page, line, language, text, scratch, groups):
         proc.wait()
         raise AssertionError(f"{where} ran past {BLOCK_SECS} s:\n{log.read_text()[-4000:]}") from None
     assert proc.returncode == 0, f"{where} exited {proc.returncode}:\n{log.read_text()[-4000:]}"
+    mutations = [line for line in log.read_text().splitlines() if MUTATION in line]
+    assert not mutations, f"{where}: TensorFlow warned that an op was changed after a session ran it:\n" + \
+        "\n".join(mutations)
 
 
 def _stop(groups):
