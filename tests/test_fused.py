@@ -44,7 +44,8 @@ def _train(spec, target, fused, optimizer):
         # Every op made before the session runs: one made after can change an op the session ran
         # (a control dependency on an initializer).
         from tensorflow.python.ops import resources
-        init = [tf.compat.v1.global_variables_initializer(), resources.initialize_resources(resources.shared_resources()),
+        init = [tf.compat.v1.global_variables_initializer(),
+                resources.initialize_resources(resources.shared_resources()),
                 gs.assign(START),   # as after a restore: the worker's step stamp starts from it
                 tf.compat.v1.local_variables_initializer()]
         export = ev.export()
