@@ -61,6 +61,20 @@ def test_a_difference_is_named():
         manifests.check(saved, wider, "checkpoint x")
 
 
+def test_a_model_moves_between_the_tensorflow_lines():
+    """TF 2.21's optimizers have an attribute 2.15's lack (use_own_namescope_for_non_slot_vars):
+    not a hyper-parameter, it is in no record, and a record saved with it (by 2.21 before) matches
+    one without it, so a model_dir trained on one line resumes on the other; a real
+    hyper-parameter still differs."""
+    base = _description()
+    (record,) = base["optimizer"]
+    assert "use_own_namescope_for_non_slot_vars" not in json.loads(record)
+    saved_on_2_21 = dict(base, optimizer=[json.dumps({**json.loads(record), "use_own_namescope_for_non_slot_vars": False},
+                                                     sort_keys=True)])
+    assert manifests.difference(saved_on_2_21, base) is None
+    assert manifests.difference(saved_on_2_21, _description(lr=0.2)).startswith("optimizer:")
+
+
 def _hold_lease(model_dir):
     code = ("import sys, time; from tfps.state.lease import Lease; l = Lease(sys.argv[1]); "
             "print('held', flush=True); time.sleep(600)")
