@@ -188,3 +188,45 @@ def test_a_worker_started_with_the_chief_trains_a_share_of_the_steps(tmp_path):
     final = int(tf.train.load_variable(tf.train.latest_checkpoint(str(tmp_path)), "global_step"))
     assert final == steps == counts["chief"].steps + counts["worker"].steps
     assert counts["worker"].steps >= steps // 10, counts
+
+
+def _item_model_fn(features, labels, mode, params):
+    """docs/training.md's runner model: one table, a probability per item."""
+    import tfps
+    emb = tfps.get_embedding_variable("item", embedding_dim=8)
+    logits = tf.reduce_sum(tfps.embedding_lookup(emb, features["item"], insert=mode == ModeKeys.TRAIN), axis=1)
+    if mode == ModeKeys.PREDICT:
+        return ModelSpec(mode, predictions={"probabilities": tf.sigmoid(logits)})
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+    gs = tf.compat.v1.train.get_or_create_global_step()
+    return ModelSpec(mode, loss=loss, train_op=tfps.train.AdagradOptimizer(0.5).minimize(loss, global_step=gs))
+
+
+@pytest.mark.slow
+def test_the_runners_export_writes_what_tfps_export_writes(tmp_path):
+    """tfps.runner.export_saved_model: stock ops by default (TensorFlow alone loads it and scores
+    as the tfps format does: stock_check in a fresh interpreter), `format="tfps"` on request, each
+    with its manifest cut at the trained step, each a new newest version of the base path."""
+    import numpy as np
+    from stock_compare import assert_same_scores
+    from tfps.runner import export_saved_model, train
+    from tfps.serving.servable import read_export_manifest
+
+    def input_fn():
+        items = np.random.default_rng(0).integers(0, 1000, 20_000)
+        return tf.data.Dataset.from_tensor_slices(({"item": items}, (items % 2 == 0).astype(np.float32))).batch(256)
+    settings = RunSettings(str(tmp_path / "m"), save_checkpoints_steps=100)
+    train(_item_model_fn, {}, lambda: input_fn().repeat(), settings, max_steps=60)
+
+    def inputs():
+        return {"item": tf.compat.v1.placeholder(tf.int64, [None], name="item")}
+    stock = export_saved_model(_item_model_fn, {}, inputs, settings, str(tmp_path / "e"))
+    own = export_saved_model(_item_model_fn, {}, inputs, settings, str(tmp_path / "e"), format="tfps")
+    assert int(os.path.basename(own)) > int(os.path.basename(stock))
+    for path, kind in ((stock, "stock"), (own, "tfps")):
+        manifest = read_export_manifest(path)
+        assert (manifest["export_format"], manifest["step"]) == (kind, 60)
+    items = np.concatenate([np.arange(0, 40, dtype=np.int64), np.array([2**40, -7], np.int64)])   # and unseen ids
+    assert_same_scores(own, stock, {"item": items}, tmp_path)
+    with pytest.raises(ValueError, match="format"):
+        export_saved_model(_item_model_fn, {}, inputs, settings, str(tmp_path / "e"), format="onnx")

@@ -16,18 +16,21 @@ from tfps.runner.serving_inputs import (example_serving_inputs, sequence_serving
 from tfps.state import manifest as manifests
 
 
-def export_saved_model(model_fn, params, inputs_fn, settings, export_base, checkpoint=None, version=None):
-    """Writes export_base/<version>/ (a SavedModel of `checkpoint`, default model_dir's latest
-    with its deltas: a new newest version, see tfps.runner.versions) and returns its path.
+def export_saved_model(model_fn, params, inputs_fn, settings, export_base, checkpoint=None, version=None,
+                       format="stock", warmup=()):   # noqa: A002 -- the name `tfps export --format` has
+    """Writes export_base/<version>/, a SavedModel of `checkpoint` (default: model_dir's newest cut,
+    its latest checkpoint with the deltas after it), as a new newest version (tfps.runner.versions),
+    and returns its path: what `tfps export` writes, in the same formats with the same default.
+
+    format: "stock" (stock TensorFlow ops only: TensorFlow alone, and TF Serving's own server,
+    load it) or "tfps" (tfps's table ops: a process that imported tfps). The version holds
+    assets.extra/tfps_manifest.json (the model's manifest and the step it was cut at); a stock
+    one also the warm-up requests `warmup` ({input name: numpy rows} each; none by default).
     inputs_fn() makes the placeholders {name: Tensor} the signature takes (serving_inputs,
     sequence_serving_inputs) or a ServingInputs (example_serving_inputs: the Examples signatures
     too)."""
-    checkpoint = checkpoint or latest_checkpoint(settings.model_dir)
-    if not checkpoint:
-        raise ValueError(f"export: no checkpoint in model_dir {settings.model_dir!r}; train first")
-    with new_version(export_base, version) as (number, path):
-        write_saved_model(model_fn, params, inputs_fn, settings, path, checkpoint)
-    return os.path.join(export_base, str(number))
+    return export_with_manifest(model_fn, params, inputs_fn, settings, export_base, format, warmup, version,
+                                checkpoint=checkpoint)
 
 
 def write_saved_model(model_fn, params, inputs_fn, settings, path, checkpoint):
@@ -51,8 +54,8 @@ FORMATS = ("tfps", "stock")
 
 
 def export_with_manifest(model_fn, params, inputs_fn, settings, export_dir, export_format="tfps", warmup=(),
-                         version=None):
-    """A SavedModel of model_dir's newest cut as a new newest version of export_dir
+                         version=None, checkpoint=None):
+    """A SavedModel of `checkpoint` (default: model_dir's newest cut) as a new newest version of export_dir
     (tfps.runner.versions: `version` None for a timestamp): the tfps format (write_saved_model) or
     stock ops only (tfps.runner.stock_export, with `warmup` requests), given the checkpoint's
     manifest. Exported aside (a directory a server's version poll skips), its manifest written,
@@ -60,7 +63,7 @@ def export_with_manifest(model_fn, params, inputs_fn, settings, export_dir, expo
     refused or failed export leaves nothing behind. Returns the version's path."""
     if export_format not in FORMATS:
         raise ValueError(f"export: format must be one of {list(FORMATS)}, got {export_format!r}")
-    checkpoint = latest_checkpoint(settings.model_dir)
+    checkpoint = checkpoint or latest_checkpoint(settings.model_dir)
     if not checkpoint:
         raise ValueError(f"export: no checkpoint in model_dir {settings.model_dir!r}; train first")
     with new_version(export_dir, version) as (number, path):
