@@ -2,6 +2,7 @@
 TF_CONFIGs and user errors answered with exit code 2 and one line naming what is wrong (in
 this process: they end before any training)."""
 import glob
+import os
 import json
 import socket
 
@@ -190,3 +191,35 @@ def test_an_input_functions_error_is_the_readers_own_line_and_tfs_chain_only_wit
     assert code == 2 and lines[-1] == f"tfps: {reader}", err[-3000:]
     # before it, TF's whole message: the reader's words inside a longer chain
     assert any(str(reader) in x and x != lines[-1] for x in lines[:-1]), err[-3000:]
+
+
+def test_a_launch_that_every_task_would_refuse_is_refused_before_any_task(tmp_path, cli):
+    """A model_dir holding a partial copy of a checkpoint (its index without its data file), and
+    a data path that does not exist: `tfps launch` exits 2 before any task, log, pid file or
+    lease (what each task would have refused, one by one)."""
+    import shutil
+    from tfps.data.file_source import DataMissing
+    model_dir = tmp_path / "m"
+    code, _, err = cli("train", "--config", "configs/demo.yaml", "--set", f"model_dir={model_dir}",
+                       "--set", "train.steps=10", "--set", "eval.examples=512")
+    assert code == 0, err[-2000:]
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    shutil.copy(model_dir / "model.ckpt-10.index", partial / "model.ckpt-10.index")
+    missing = tmp_path / "nowhere"
+    launches = [["--set", f"model_dir={partial}"],
+                ["--set", f"model_dir={tmp_path / 'fresh'}", "--set", "data.format=criteo",
+                 "--set", f"data.path={missing}", "--set", f"data.eval_path={missing}"]]
+    for sets in launches:
+        code, _, err = cli("launch", "--config", "configs/demo.yaml", "--ps", "1", "--workers", "1", *sets)
+        assert code == 2, err[-2000:]
+    assert sorted(os.listdir(partial)) == ["model.ckpt-10.index"]   # no logs/, no lease
+    assert not (tmp_path / "fresh").exists()
+    # what was refused, as the exceptions each task's own check raises
+    from tfps.config import load_config
+    from tfps.data.sources import make_source
+    from tfps.state import deltas
+    with pytest.raises(disk.CheckpointUnreadable):
+        deltas.latest_cut(str(partial))
+    with pytest.raises(DataMissing):
+        make_source(load_config("configs/demo.yaml", launches[1][1::2]))

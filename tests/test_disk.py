@@ -45,43 +45,56 @@ def _subsets():
 @pytest.mark.parametrize("older", [False, True], ids=["alone", "beside-an-older-whole-one"])
 def test_every_subset_of_the_newest_checkpoints_files(saved, tmp_path, older):
     """Every subset of the newest checkpoint's files (index, both data shards, meta graph, the
-    `checkpoint` index file), with and without an older whole checkpoint beside it:
+    `checkpoint` file naming it), with and without an older whole checkpoint beside it, with and
+    without the `_temp` directory of a sharded save cut short:
     - an index without all its data shards is refused (CheckpointUnreadable) naming exactly the
-      missing shards, by every reader (latest_checkpoint, full_checkpoints' newest, the cut);
-    - an index with its shards is the newest checkpoint (the meta graph and `checkpoint` file are
-      not needed);
-    - shards without an index are unreadable, passed over for the older checkpoint (or none) and
-      said so (unfinished_note names them and where a reader goes on from)."""
+      missing shards, by every reader (latest_checkpoint, the cut);
+    - an index with its shards is the newest checkpoint (meta graph and `checkpoint` file or not);
+    - data shards or a meta graph without the index are a partial copy, refused naming the index,
+      unless the save's `_temp` directory is there: then they are passed over, said so
+      (unfinished_note), and removed with it by the trainer that holds the lease;
+    - the `checkpoint` file alone, naming a checkpoint none of whose files are there, is refused."""
     from tfps.state.deltas import latest_cut
     older_files = [f for f in os.listdir(saved) if f.startswith("model.ckpt-10.")] if older else []
-    for subset in _subsets():
-        model_dir = tmp_path / ("s" + "".join(str(NEWEST.index(f)) for f in subset))
+    for subset, temp in itertools.product(_subsets(), (False, True)):
+        model_dir = tmp_path / ("s" + "".join(str(NEWEST.index(f)) for f in subset) + ("t" if temp else ""))
         model_dir.mkdir()
         for name in list(subset) + older_files:
             shutil.copy(os.path.join(saved, name), model_dir / name)
+        if temp:
+            (model_dir / "model.ckpt-20_temp").mkdir()
+        prefix = str(model_dir / "model.ckpt-20")
         fallback = str(model_dir / "model.ckpt-10") if older else None
         missing = [f for f in DATA if f not in subset]
+        files = [f for f in subset if f != disk.INDEX]
+        refused = None
         if NEWEST[0] in subset and missing:
-            with pytest.raises(disk.CheckpointUnreadable) as refused:
+            refused = missing
+        elif NEWEST[0] not in subset and files and not temp:
+            refused = ["model.ckpt-20.index"] + files
+        elif subset == (disk.INDEX,) or (not files and disk.INDEX in subset and not temp):
+            refused = ["none of its files"]
+        if refused is not None:
+            with pytest.raises(disk.CheckpointUnreadable) as error:
                 disk.latest_checkpoint(str(model_dir))
-            assert refused.value.files == [str(model_dir / "model.ckpt-20")], subset
-            assert all(f in str(refused.value) for f in missing) and \
-                not any(f in str(refused.value) for f in DATA if f in subset), (subset, str(refused.value))
+            assert error.value.files == [prefix], subset
+            assert all(f in str(error.value) for f in refused), (subset, temp, str(error.value))
             with pytest.raises(disk.CheckpointUnreadable):
                 latest_cut(str(model_dir))
-            assert sorted(disk.missing_files(str(model_dir / "model.ckpt-20"))) == missing
-        elif NEWEST[0] in subset:
-            assert disk.latest_checkpoint(str(model_dir)) == str(model_dir / "model.ckpt-20"), subset
-            assert disk.unfinished_note(str(model_dir)) is None
-            assert latest_cut(str(model_dir))[0] == str(model_dir / "model.ckpt-20")
+            continue
+        if NEWEST[0] in subset:
+            assert disk.latest_checkpoint(str(model_dir)) == prefix, (subset, temp)
+            assert latest_cut(str(model_dir))[0] == prefix
+            continue
+        assert disk.latest_checkpoint(str(model_dir)) == fallback, (subset, temp)
+        note = disk.unfinished_note(str(model_dir))
+        if files and temp:   # a save cut short: passed over, said so, removed by the lease holder
+            assert disk.unfinished(str(model_dir)) == [prefix]
+            assert "model.ckpt-20" in note and ("model.ckpt-10" if older else "step 0") in note, note
+            disk.remove_abandoned_saves(str(model_dir))
+            assert sorted(os.listdir(model_dir)) == sorted(f for f in list(subset) + older_files if f not in DATA)
         else:
-            assert disk.latest_checkpoint(str(model_dir)) == fallback, subset
-            note = disk.unfinished_note(str(model_dir))
-            if len(missing) < len(DATA):   # some data without an index: passed over, and said so
-                assert disk.unfinished(str(model_dir)) == [str(model_dir / "model.ckpt-20")]
-                assert "model.ckpt-20" in note and ("model.ckpt-10" if older else "step 0") in note, note
-            else:
-                assert disk.unfinished(str(model_dir)) == [] and note is None
+            assert disk.unfinished(str(model_dir)) == [] and note is None, (subset, temp)
 
 
 def test_a_partial_checkpoint_older_than_a_whole_one_does_not_matter(saved, tmp_path):

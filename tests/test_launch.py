@@ -41,7 +41,7 @@ def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path
     assert metrics["oracle_auc"] == single["oracle_auc"]   # the same eval sample
     # Both trainers took part, and the evaluator scored the last checkpoint.
     tasks = metrics["tasks"]
-    assert tasks["chief0"]["local_steps"] > 0 and tasks["worker0"]["local_steps"] > 0
+    assert tasks["chief0"]["local_steps"] > 0 and tasks["worker0"]["local_steps"] >= 800 * 0.15, tasks   # a share
     # train.cpu_allocator's default (bfc) in every trainer, as TensorFlow reports it
     assert {t: m.get("cpu_allocator") for t, m in tasks.items()} == dict.fromkeys(tasks, "bfc"), tasks
     assert tasks["evaluator0"]["global_step"] >= 800 and abs(tasks["evaluator0"]["auc"] - metrics["auc"]) < 0.01

@@ -184,6 +184,17 @@ def test_inspect_shows_the_newest_cut_and_every_reader_refuses_a_partial_copy(tr
     assert (state["deltas"], state["step"]) == ([50], 50)
     assert state["refused_files"] == [os.path.basename(p) for p in refused.value.files] == ["delta-70"]
 
+    truncated = tmp_path / "truncated"   # a delta whose data file is cut short: read whole, as a restore reads it
+    shutil.copytree(model_dir, truncated)
+    (data,) = truncated.glob("delta-70.data-*")
+    data.write_bytes(data.read_bytes()[:len(data.read_bytes()) // 2])
+    code, out, err = cli("inspect", str(truncated))
+    assert code == 0, err[-2000:]
+    state = json.loads(out.strip().splitlines()[-1])["state"]
+    assert (state["deltas"], state["step"], state["refused_files"]) == ([50, 60], 60, ["delta-70"])
+    with pytest.raises(deltas.DeltaRefused):   # as train's restore refuses it
+        deltas.delta_chain(str(truncated), 40)
+
     (model_dir / "checkpoint").unlink()
     for suffix in (".index", ".meta"):   # copied without its data file
         shutil.copy(model_dir / f"model.ckpt-40{suffix}", model_dir / f"model.ckpt-75{suffix}")

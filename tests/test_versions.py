@@ -64,10 +64,40 @@ def test_an_export_below_a_higher_version_is_refused_naming_it(tmp_path):
     assert _publish(tmp_path, version=10**10) == 10**10
 
 
-def test_a_file_at_the_export_path_is_not_a_directory(tmp_path):
+def test_a_version_is_named_as_its_directory_is(tmp_path):
+    """A version directory with leading zeros (TF Serving reads it as its number): the refusal
+    names the directory that is there."""
+    os.makedirs(tmp_path / "000099999999999")
+    with pytest.raises(ExportRefused) as refused:
+        _publish(tmp_path, now=NOW)
+    assert str(tmp_path / "000099999999999") in str(refused.value)
+
+
+def test_an_export_path_that_cannot_be_written_is_refused(tmp_path):
+    """A file at the export path, a file on its way, a directory without write permission (a
+    read-only file system alike): ExportRefused naming it, nothing written."""
     (tmp_path / "file").write_text("x")
     with pytest.raises(ExportRefused, match="not a directory"):
         _publish(tmp_path / "file")
+    with pytest.raises(ExportRefused, match="Not a directory"):
+        _publish(tmp_path / "file" / "sub")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    os.chmod(locked, 0o500)
+    try:
+        if os.access(locked, os.W_OK):   # root writes anyway: a read-only bind mount is what refuses root
+            subprocess.run(["mount", "--bind", "-o", "ro", str(locked), str(locked)], check=True)
+            try:
+                with pytest.raises(ExportRefused, match="Read-only file system"):
+                    _publish(locked, now=NOW)
+            finally:
+                subprocess.run(["umount", str(locked)], check=True)
+        else:
+            with pytest.raises(ExportRefused, match="Permission denied"):
+                _publish(locked, now=NOW)
+    finally:
+        os.chmod(locked, 0o700)
+    assert os.listdir(locked) == []
 
 
 def test_a_failed_export_leaves_nothing(tmp_path):

@@ -149,6 +149,16 @@ def _launch(args):
     check_model_dir(cfg.model_dir)
     from tfps.cluster.tf_config import check_protocol
     check_protocol(cfg.cluster.protocol)
+    # What every task would refuse, refused once here, before any task, log or lease: a data path
+    # without its data, a model_dir whose state a resume refuses (a partial copy, a broken chain).
+    from tfps.data.sources import make_source
+    make_source(cfg)
+    if os.path.isdir(cfg.model_dir):
+        from tfps.state import deltas, disk
+        deltas.latest_cut(cfg.model_dir)
+        note = disk.unfinished_note(cfg.model_dir)
+        if note:
+            print(note, flush=True)
     return launch(args.config, overrides, args.ps, args.workers, model_dir=cfg.model_dir, evaluator=args.evaluator,
                   max_restarts=args.max_restarts, host=cfg.cluster.host, latency_ms=cfg.cluster.emulated_latency_ms,
                   netns=cfg.cluster.netns, bandwidth_gbit=cfg.cluster.emulated_bandwidth_gbit,

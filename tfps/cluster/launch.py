@@ -29,6 +29,13 @@ moves itself into its namespace, an exec'd one (tfps.cluster.process) right afte
 the module it runs is imported. The namespaces go with the
 launcher, kill -9 included (their keeper process removes them when the launcher's pipe closes).
 
+With memory caps (cluster.memory_cap_mib: {ps: MiB, chief: ..., worker: ..., evaluator: ...}),
+every capped task runs in a memory cgroup of its own (tfps.cluster.cgroups; root), which it joins
+before it runs anything. A task over its cap is killed by the kernel and restarted like any dead
+task, and the launcher's line names the cap; the final JSON counts the kills per task
+(`oom_kills`). The groups go when the launcher ends; those of a launcher killed with kill -9 go
+at the next launch.
+
 The final JSON's `cost` gives, per task, CPU seconds per 1,000 examples over the chief's steady
 window (sampled from /proc every SAMPLE_SECS, each run's rusage when it is reaped), bytes and
 packets per step from its link (emulated hosts only) and messages per step (tfps.cluster.cost).
@@ -41,10 +48,12 @@ import subprocess
 import tempfile
 import time
 
+from tfps.cluster import cgroups
 from tfps.cluster import netns as netns_lib
 from tfps.cluster.cost import Meter, cost
 from tfps.cluster.ports import cluster_spec, free_ports  # noqa: F401 -- tfps.cluster.launch's names too
 from tfps.cluster.process import Child, exec_argv, fork_task, untimestamped
+from tfps.config import load_config
 from tfps.state.lease import check_free
 
 GRACE_SECS = 120.0   # after the chief exits, how long the other workers and the evaluator may run on
@@ -74,12 +83,14 @@ class _Task:
     """One process of the job, restartable with the same TF_CONFIG and log file."""
 
     def __init__(self, task_type, index, argv, spec, log_dir, task_main=None, signals=None, meter=None,
-                 network=None):
+                 network=None, groups=None, cap_mib=None):
         self.type, self.index, self.name = task_type, index, f"{task_type}{index}"
         self.log_path = os.path.join(log_dir, f"{self.name}.log")
         self._argv = argv   # `tfps` without its first word: ['train', ...]
         self._task_main, self._signals = task_main, signals
         self._meter, self._network = meter, network
+        self._groups, self.cap_mib = (groups, cap_mib) if cap_mib else (None, None)
+        self._oom_kills_before = 0   # the group's count when the current run started
         self._env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": spec,
                                                            "task": {"type": task_type, "index": index}}))
         self._log = open(self.log_path, "w")
@@ -90,17 +101,20 @@ class _Task:
         if self.proc is not None:
             self.restarts += 1
             self._log.write(f"\n==== tfps launch: restart {self.restarts} of {self.name} "
-                            f"(the last run exited {self.proc.returncode}) ====\n")
+                            f"(the last run {self.how_it_ended()}) ====\n")
             self._log.flush()
+        cgroup = self._groups.procs(self.name) if self._groups else None
+        self._oom_kills_before = self.oom_kills
         netns_fd = self._network.fd(self.name) if self._network else None
         if self._task_main is not None:
             self.proc = fork_task(self._task_main, self._argv, self._env, self._log, os.getpid(),
                                   f"tfps-{self.name}", self._signals, netns_fd=netns_fd,
-                                  close_fds=self._network.private_fds if self._network else (), timestamps=True)
+                                  close_fds=self._network.private_fds if self._network else (), timestamps=True,
+                                  cgroup=cgroup)
         else:
             netns_path = os.path.join(netns_lib.NETNS_DIR, self._network.netns_of(self.name)) if self._network else None
-            popen = subprocess.Popen(exec_argv(os.getpid(), "tfps.cli", self._argv, netns_path, timestamps=True),
-                                     env=self._env,
+            popen = subprocess.Popen(exec_argv(os.getpid(), "tfps.cli", self._argv, netns_path, timestamps=True,
+                                               cgroup=cgroup), env=self._env,
                                      stdout=self._log, stderr=subprocess.STDOUT)
             self.proc = Child(popen.pid, popen)
         if self._meter is not None:
@@ -109,6 +123,20 @@ class _Task:
             f.write(f"{self.proc.pid}\n")
         with open(self.log_path[:-len(".log")] + ".restarts", "w") as f:   # the launcher's record of them
             f.write(f"{self.restarts}\n")
+
+    @property
+    def oom_kills(self):
+        """Times the kernel killed this task for its memory cap, over all its runs (0 uncapped)."""
+        return (self._groups.oom_kills(self.name) or 0) if self._groups else 0
+
+    def how_it_ended(self):
+        """`exited N`, or `killed by the kernel for exceeding its memory cap (...)` for a run the
+        OOM killer ended (SIGKILL, and one more kill in its cgroup's count since the run began)."""
+        rc = self.proc.returncode
+        if rc == -signal.SIGKILL and self.oom_kills > self._oom_kills_before:
+            return (f"killed by the kernel for exceeding its memory cap "
+                    f"(cluster.memory_cap_mib.{self.type}: {self.cap_mib} MiB)")
+        return f"exited {rc}"
 
     @property
     def state(self):
@@ -178,7 +206,9 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
     relay delaying each direction by that much between the trainers and every PS. With task_main
     (argv -> exit code, `tfps` without its first word), every task is a fork of this process
     running it, after preload() (imports only) has run here once. netns: every task is an
-    emulated host (tfps.cluster.netns), its link shaped to bandwidth_gbit each way when given."""
+    emulated host (tfps.cluster.netns), its link shaped to bandwidth_gbit each way when given.
+    The config's cluster.memory_cap_mib puts each capped task in a memory cgroup of its own
+    (tfps.cluster.cgroups): read here from config and overrides, as each task reads them."""
     if num_ps < 1:
         raise ValueError(f"launch: --ps must be >= 1 (embedding tables live on PS tasks), got {num_ps}")
     if num_workers < 1:
@@ -190,6 +220,8 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
                          "own link, which only emulated hosts have)")
     if netns:
         netns_lib.check_available(shaping=bandwidth_gbit is not None)
+    caps_mib = load_config(config, overrides).cluster.memory_cap_mib.by_job()   # {job: MiB}
+    hierarchy = cgroups.check_available() if caps_mib else None
     if model_dir:   # a job already writing it: refused before any log, pid file or directory is opened
         check_free(model_dir)
     if task_main is not None and preload is not None:
@@ -199,20 +231,43 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
     model_dir = model_dir or tempfile.mkdtemp(prefix="tfps_cluster_")
     log_dir = os.path.join(model_dir, "logs")
     os.makedirs(log_dir, exist_ok=True)
-    network = None
-    if netns:
-        network, spec = _emulated_hosts(names, latency_ms, bandwidth_gbit, log_dir, printer)
-    else:
-        spec = cluster_spec(num_ps, num_workers, host)
+    _sweep_cgroups(hierarchy, printer)
+    network = groups = None
     try:
+        if netns:
+            network, spec = _emulated_hosts(names, latency_ms, bandwidth_gbit, log_dir, printer)
+        else:
+            spec = cluster_spec(num_ps, num_workers, host)
+        if caps_mib:
+            groups = cgroups.TaskGroups.make(os.getpid(), {f"{t}{i}": caps_mib[t] << 20 for t, i in names
+                                                           if t in caps_mib}, hierarchy)
         return _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host, status_every, printer,
-                    latency_ms, task_main, preload, network)
+                    latency_ms, task_main, preload, network, groups)
     finally:
+        if groups is not None:
+            left = groups.close()
+            if left:
+                printer(f"tfps launch: could not remove the memory cgroups {', '.join(left)}; `rmdir PATH` "
+                        f"removes an empty one", flush=True)
         if network is not None:
             left = network.close()
             if left:
                 printer(f"tfps launch: could not remove the network namespaces {', '.join(left)}; "
                         f"`ip netns del NAME` removes one (see {log_dir}/netns.log)", flush=True)
+
+
+def _sweep_cgroups(hierarchy, printer):
+    """Removes the memory cgroups of launchers that are gone (a launcher killed with kill -9 leaves
+    its empty groups behind): at every launch as root, capped or not."""
+    if hierarchy is None:
+        if os.geteuid() != 0:
+            return
+        try:
+            hierarchy = cgroups.find()
+        except cgroups.CgroupError:
+            return
+    for name in cgroups.sweep(hierarchy):
+        printer(f"removed memory cgroup {os.path.join(hierarchy.mount, name)}: its launcher is gone", flush=True)
 
 
 TASK_THREADS = 64   # threads a running task may start (TF's pools, gRPC): the process bound counts them
@@ -276,7 +331,7 @@ def _threads_running():
 
 
 def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host, status_every, printer, latency_ms,
-         task_main, preload, network):
+         task_main, preload, network, groups=None):
     argv = ["train"] + (["--config", config] if config else [])
     for item in list(overrides) + [f"model_dir={model_dir}"]:
         argv += ["--set", item]
@@ -287,8 +342,9 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
     # A forked task gets the signal dispositions the launcher was started with (SIGINT ignored
     # in a background job stays ignored, as for an exec'd task), not the launcher's own handlers.
     signals = {signal.SIGINT: signal.getsignal(signal.SIGINT), signal.SIGTERM: signal.getsignal(signal.SIGTERM)}
-    tasks = [_Task(t, i, argv, spec if t == "ps" else trainer_spec, log_dir, task_main, signals, meter, network)
-             for t, i in names]
+    caps_mib = {name: cap >> 20 for name, cap in groups.caps.items()} if groups else {}
+    tasks = [_Task(t, i, argv, spec if t == "ps" else trainer_spec, log_dir, task_main, signals, meter, network,
+                   groups, caps_mib.get(f"{t}{i}")) for t, i in names]
     chief = next(t for t in tasks if t.type == "chief")
     num_ps, num_workers = len(spec["ps"]), 1 + len(spec.get("worker", []))
     where = (f"each in a network namespace of its own ({network.netns_of('*')}, addresses "
@@ -296,7 +352,8 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
     printer(f"launching {num_ps} ps + {num_workers} worker(s) (chief included)"
             f"{' + an evaluator' if any(t == 'evaluator' for t, _ in names) else ''} {where}; model_dir {model_dir}; "
             f"logs in {log_dir}; at most {max_restarts} restart(s)"
-            f"{f'; trainers reach the PS through relays adding {latency_ms:g} ms each way' if relay else ''}. "
+            f"{f'; trainers reach the PS through relays adding {latency_ms:g} ms each way' if relay else ''}"
+            f"{_caps_words(tasks, groups)}. "
             f"TF's gRPC servers listen on all interfaces (TF offers no "
             f"bind address) and have no authentication: keep these ports behind a firewall", flush=True)
     restarts, failure, code = 0, None, 1   # code: the chief's, or 1 when the job fails
@@ -323,12 +380,13 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
                 if rc == CONFIG_ERROR_EXIT or restarts >= max_restarts:
                     why = ("a configuration error, which a restart cannot mend" if rc == CONFIG_ERROR_EXIT else
                            f"the job has used its {max_restarts} restart(s) (--max-restarts)")
-                    failure = (f"tfps launch: {t.name} exited {rc} ({why}); stopping the job. Its last line: "
+                    failure = (f"tfps launch: {t.name} {t.how_it_ended()} ({why}); stopping the job. Its last line: "
                                f"{_last_line(t.log_path)[:300]!r}. See {t.log_path}")
-                    code = rc if t is chief and rc > 0 else 1
+                    code = CONFIG_ERROR_EXIT if rc == CONFIG_ERROR_EXIT else rc if t is chief and rc > 0 else 1
                     break
                 restarts += 1
-                printer(f"[{t.name}] exited {rc}: restarting it ({restarts} of {max_restarts} restarts)", flush=True)
+                printer(f"[{t.name}] {t.how_it_ended()}: restarting it ({restarts} of {max_restarts} restarts)",
+                        flush=True)
                 try:
                     t.start()
                 except OSError as e:
@@ -357,14 +415,20 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
             relay.kill()
             relay.wait()
         signal.signal(signal.SIGTERM, previous_term)
+    oom_kills = {t.name: t.oom_kills for t in tasks if t.oom_kills}
     if failure:
         printer(failure, flush=True)
+        # The last line is JSON whatever the outcome: what failed, and the restarts and kills before it.
+        printer(json.dumps({"failure": failure, "exit_code": code, "restarts": {t.name: t.restarts for t in tasks
+                                                                                if t.restarts},
+                            "oom_kills": oom_kills}), flush=True)
         return code
     final = _last_line(chief.log_path, json_only=True)
     if code == 0 and final:
         metrics = json.loads(final)
         metrics["tasks"] = {t.name: _summary(t) for t in tasks if t.type != "ps"}
         metrics["restarts"] = {t.name: t.restarts for t in tasks if t.restarts}
+        metrics["oom_kills"] = oom_kills
         trainers = {t.name: _json_line(t) for t in tasks if t.type in ("chief", "worker")}
         # The evaluator's CPU goes to evaluations, not to training examples: its own line says how much.
         metrics["cost"] = cost(meter, metrics.get("steady_window") or {},
@@ -390,6 +454,14 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
 
 
 SAMPLE_SECS = 0.25   # the launcher's loop: restarts, and the tasks' CPU and links sampled for the cost
+
+
+def _caps_words(tasks, groups):
+    """The launch line's words on the memory caps ('' without)."""
+    if groups is None:
+        return ""
+    caps = ", ".join(f"{t.name} {t.cap_mib} MiB" for t in tasks if t.cap_mib)
+    return f"; memory caps {caps} (a cgroup per task in {groups.parent}, cgroup v{groups.hierarchy.version})"
 
 
 def _sample(meter, tasks, relay, network):

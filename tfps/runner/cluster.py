@@ -32,7 +32,7 @@ from tfps.runner.hooks import EvalProgressHook, ProgressHook, StepStatsHook
 from tfps.runner.job import (batch_fields, check_eval_set, check_reached, cost_line, final_metrics, json_metric,
                              nothing_left_if_refused, params_of, pipelined, settings_of, state_step, table_hooks)
 from tfps.runner.task import (CheckpointEvents, PrintPlacement, RecoveryLog, check_address_free, start_server,
-                              wait_for_first_checkpoint, watch_ps)
+                              watch_ps)
 from tfps.runner.training import train
 from tfps.state.lease import Lease
 
@@ -135,8 +135,6 @@ def _train(cfg, cluster_config, source, lease, printer):
     cost = cost_line(cfg, source) if cluster_config.is_chief else None   # MTGR profiles its graph: once
     if cost:
         printer(cost, flush=True)
-    if job == "worker" and not cluster_config.is_chief:
-        wait_for_first_checkpoint(cfg.model_dir, printer)
     stop_watch = watch_ps(cfg, cluster_config, printer)
     t0 = time.time()
     with nothing_left_if_refused(cfg.model_dir) if cluster_config.is_chief else contextlib.nullcontext():

@@ -65,6 +65,8 @@ def export_with_manifest(model_fn, params, inputs_fn, settings, export_dir, expo
         raise ValueError(f"export: format must be one of {list(FORMATS)}, got {export_format!r}")
     checkpoint = checkpoint or latest_checkpoint(settings.model_dir)
     if not checkpoint:
+        from tfps.state.deltas import latest_cut
+        latest_cut(settings.model_dir)   # deltas without a checkpoint: refused as a resume refuses them
         raise ValueError(f"export: no checkpoint in model_dir {settings.model_dir!r}; train first")
     with new_version(export_dir, version) as (number, path):
         if export_format == "stock":

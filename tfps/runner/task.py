@@ -1,18 +1,14 @@
-"""The pieces of a cluster task around its training: its server, the wait for the chief's first
-checkpoint, the watch on the PS tasks, and the hooks and log filter that tell what the cluster
+"""The pieces of a cluster task around its training: its server, the watch on the PS tasks, and the hooks and log filter that tell what the cluster
 does (placement, re-created sessions, checkpoint events)."""
 import logging
 import os
 import socket
-import time
 
 import tensorflow as tf
 
 from tfps.cluster.health import watch_peers
 from tfps.cluster.tf_config import ClusterConfigError
-from tfps.state import disk
 
-FIRST_CHECKPOINT_POLL_SECS = 0.5
 PEER_TIMEOUT_EXIT = 75   # EX_TEMPFAIL: a PS did not answer for cluster.peer_timeout_secs
 
 
@@ -30,20 +26,6 @@ def start_server(cluster_config, protocol):
                                   protocol=protocol)
     server.start()
     return server
-
-
-def wait_for_first_checkpoint(model_dir, printer, poll_secs=FIRST_CHECKPOINT_POLL_SECS):
-    """Blocks a non-chief trainer until the chief has written its first checkpoint.
-
-    The chief writes one right after it initializes the model: until then a worker has nothing
-    to ask the PS tasks for (its session then asks whether the model is ready every
-    tfps.runner.training.READY_POLL_SECS, after a PS restart too)."""
-    t0 = last = time.time()
-    while not disk.latest_checkpoint(model_dir):
-        if time.time() - last >= 30:
-            last = time.time()
-            printer(f"waiting for the chief's first checkpoint in {model_dir} ({last - t0:.0f} s so far)", flush=True)
-        time.sleep(poll_secs)
 
 
 class CheckpointEvents(logging.Filter):

@@ -33,13 +33,13 @@ def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_list
     if max_steps is not None and start >= max_steps:
         return None
     if settings.is_chief:
+        note = disk.unfinished_note(settings.model_dir)
+        if note:   # saves a kill cut short: never passed over in silence
+            printer(note, flush=True)
         removed = disk.remove_abandoned_saves(settings.model_dir)
         if removed:
             printer(f"{settings.model_dir}: removed {len(removed)} directories of saves that never finished "
                     f"({', '.join(os.path.basename(p) for p in removed)})", flush=True)
-        note = disk.unfinished_note(settings.model_dir)
-        if note:   # a save cut short (or a copy in progress): never passed over in silence
-            printer(note, flush=True)
     if settings.is_chief and disk.index_stale(settings.model_dir):
         # TensorFlow's restore goes by the `checkpoint` index: a model_dir copied without it (or
         # with an old one) would train from step 0 over its own checkpoints.

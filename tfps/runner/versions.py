@@ -34,11 +34,12 @@ class ExportRefused(ValueError):
 
 
 def versions(base):
-    """The versions under `base`: directories named by an int64 in ASCII digits."""
-    out = []
+    """{version: directory name} of the versions under `base`: directories named by an int64 in
+    ASCII digits (leading zeros and all, as TF Serving reads them)."""
+    out = {}
     for entry in os.scandir(base):
         if entry.name.isascii() and entry.name.isdigit() and int(entry.name) <= _MAX_VERSION and entry.is_dir():
-            out.append(int(entry.name))
+            out[int(entry.name)] = entry.name
     return out
 
 
@@ -51,14 +52,20 @@ def new_version(base, version=None, now=None):
     version would not be the newest."""
     if os.path.exists(base) and not os.path.isdir(base):
         raise ExportRefused(f"export: {base!r} is not a directory (a file is there): choose another --export-dir")
-    os.makedirs(base, exist_ok=True)
-    lock = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.makedirs(base, exist_ok=True)
+        lock = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as e:   # a file on the path, no permission, a read-only file system
+        raise ExportRefused(f"export: cannot make or open {base!r}: {e.strerror}: choose another --export-dir") from None
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         remove_abandoned(base)
         chosen = _choose(base, version, int(time.time() if now is None else now))
         aside = os.path.join(base, f"{_ASIDE}{chosen}")
-        os.mkdir(aside)
+        try:
+            os.mkdir(aside)
+        except OSError as e:
+            raise ExportRefused(f"export: cannot write in {base!r}: {e.strerror}: nothing exported") from None
         held = open(os.path.join(aside, ".lock"), "w")   # locked while this export runs
         fcntl.flock(held, fcntl.LOCK_EX)
     finally:
@@ -75,20 +82,23 @@ def new_version(base, version=None, now=None):
 
 
 def _choose(base, version, now):
-    taken = versions(base) + [int(m.group(1)) for m in map(_ASIDE_NAME.match, os.listdir(base)) if m]
+    taken = versions(base)
+    taken.update({int(m.group(1)): m.group(0) for m in map(_ASIDE_NAME.match, os.listdir(base))
+                  if m and int(m.group(1)) not in taken})
     highest = max(taken, default=None)
+    where = os.path.join(base, taken[highest]) if highest is not None else None
     if version is not None:
         if not 0 <= version <= _MAX_VERSION:
             raise ExportRefused(f"export: --version must be in [0, 2^63), got {version}")
         if highest is not None and version <= highest:
-            raise ExportRefused(f"export: {base} already holds version {highest}, at or above --version {version}: "
-                                f"a server would keep serving {highest}; name a version above it")
+            raise ExportRefused(f"export: {base} already holds version {highest} ({where}), at or above --version "
+                                f"{version}: a server would keep serving {highest}; name a version above it")
         return version
     if highest is not None and highest > now + _AHEAD_SECS:
         raise ExportRefused(
             f"export: {base} holds version {highest}, more than a day ahead of this export's timestamp {now}: "
             f"an export below it would never be served (a server serves the highest); remove "
-            f"{os.path.join(base, str(highest))}, or name a version above it with --version")
+            f"{where}, or name a version above it with --version")
     return max(now, highest + 1) if highest is not None else now
 
 

@@ -148,11 +148,12 @@ def checkpoint_step(path):
         raise disk.unreadable(path, str(e).strip().splitlines()[0]) from None
 
 
-def latest_cut(model_dir):
+def latest_cut(model_dir, whole=False):
     """(checkpoint path or None, [(step, prefix)] of its delta chain, step of the newest cut):
     where a restore of model_dir resumes, found by its files (disk.latest_checkpoint: with or
     without the `checkpoint` index). ValueError when the chain is broken (see delta_chain), or
-    DeltaRefused when model_dir holds deltas but no full checkpoint."""
+    DeltaRefused when model_dir holds deltas but no full checkpoint. whole: every delta's every
+    tensor is read (as a restore reads them), not only its manifest and base step."""
     for _ in range(3):
         path = disk.latest_checkpoint(model_dir)
         if path is None:
@@ -170,7 +171,7 @@ def latest_cut(model_dir):
             if disk.latest_checkpoint(model_dir) != path:
                 continue   # rotated away (keep_checkpoint_max) since we listed it
             raise
-        chain = delta_chain(model_dir, step, whole=False)
+        chain = delta_chain(model_dir, step, whole=whole)
         return path, chain, chain[-1][0] if chain else step
     return None, [], 0
 
@@ -188,7 +189,7 @@ def resume_summary(path):
                                          "deltas": [], "step": checkpoint_step(path)}
     refusal = {}
     try:
-        checkpoint, chain, step = latest_cut(path)
+        checkpoint, chain, step = latest_cut(path, whole=True)   # every delta read whole, as a restore reads it
     except disk.CheckpointUnreadable as e:   # a partial or damaged checkpoint: nothing resumes
         return {"fingerprint": None, "checkpoint": None, "deltas": [], "step": None, "refused": str(e),
                 "refused_files": [os.path.basename(p) for p in e.files]}

@@ -13,9 +13,13 @@ index, and its rotation deletes an old checkpoint's index before its data. So, a
 - an index with a data shard missing never comes from a save: it is a partial copy. When it is
   newer than every whole checkpoint, every reader refuses it (CheckpointUnreadable, naming the
   missing files) rather than pass over it to an older checkpoint or to step 0;
-- data shards without an index come from a save cut short (kill -9 between the renames and the
-  index) or from a copy that has not reached the index yet: unreadable either way, so a resume
-  goes on from the newest whole checkpoint and says so (`unfinished`).
+- data shards without an index come from a sharded save cut short (kill -9 between its renames
+  and its index), which keeps its `model.ckpt-<step>_temp` directory until after the index is
+  written: with that directory, a reader passes over them and says so (`unfinished_note`), and
+  the trainer that holds the lease removes both before it resumes. Without it they are a
+  partial copy (a copy writes the data files first, by name), refused like any other; so is a
+  meta graph without its index (a save writes it last), and a `checkpoint` file naming a newer
+  checkpoint none of whose files are there.
 """
 import glob
 import os
@@ -82,17 +86,50 @@ def _header_shards(index):
 
 def latest_checkpoint(model_dir):
     """The prefix of model_dir's newest whole full checkpoint, or None: with or without the
-    `checkpoint` index file. CheckpointUnreadable, naming the missing files, when a newer
-    checkpoint's index is there without all of its data shards (a partial copy): a reader never
-    passes over it to an older checkpoint."""
+    `checkpoint` index file. CheckpointUnreadable, naming what is missing, when a newer checkpoint
+    is there in part without being a save cut short (see the module docstring): a reader never
+    passes over it to an older checkpoint or to step 0."""
     found = full_checkpoints(model_dir)
     newest = found[-1][0] if found else -1
-    for step, prefix in _indexed(model_dir):
-        if step > newest:
+    for step, prefix in sorted(_newer_files(model_dir, newest).items(), reverse=True):
+        if os.path.exists(prefix + ".index"):
             missing = missing_files(prefix)
             raise unreadable(prefix, f"its index is there, but not its data file{'s' if len(missing) > 1 else ''} "
                                      f"{', '.join(missing)}: a partial copy")
+        if not os.path.isdir(prefix + "_temp"):   # a save cut short keeps its _temp directory
+            have = sorted(os.path.basename(p) for p in glob.glob(glob.escape(prefix) + ".*"))
+            raise unreadable(prefix, f"{', '.join(have)} {'are' if len(have) > 1 else 'is'} there, but not its index "
+                                     f"{os.path.basename(prefix)}.index: a partial copy (a save writes its index "
+                                     f"before its _temp directory goes)")
+    named = _named(model_dir)
+    if named is not None and named[0] > newest and not glob.glob(glob.escape(named[1]) + ".*"):
+        raise unreadable(named[1], f"the `{INDEX}` file names it, and none of its files are there: they were not "
+                                   f"copied, or were removed")
     return found[-1][1] if found else None
+
+
+def _newer_files(model_dir, newest):
+    """{step: prefix} of the checkpoints newer than step `newest` of which some file (index, data,
+    meta graph) is in model_dir."""
+    out = {}
+    pattern = re.compile(re.escape(BASENAME) + r"-(\d+)\.(index|meta|data-\d+-of-\d+)$")
+    for name in os.listdir(model_dir) if os.path.isdir(model_dir) else ():
+        match = pattern.match(name)
+        if match and int(match.group(1)) > newest:
+            out[int(match.group(1))] = os.path.join(model_dir, f"{BASENAME}-{match.group(1)}")
+    return out
+
+
+def _named(model_dir):
+    """(step, prefix) of the checkpoint the `checkpoint` index file names, or None."""
+    try:
+        state = tf.train.get_checkpoint_state(model_dir)
+    except (tf.errors.OpError, ValueError):
+        return None
+    path = state.model_checkpoint_path if state is not None else ""
+    prefix = os.path.join(model_dir, os.path.basename(path))   # (a copy's absolute paths name the original)
+    match = _STEP.search(os.path.basename(prefix) + ".index") if path else None
+    return (int(match.group(1)), prefix) if match else None
 
 
 def _indexed(model_dir):
@@ -106,31 +143,33 @@ def _indexed(model_dir):
 
 
 def unfinished(model_dir):
-    """The prefixes of checkpoints newer than model_dir's newest whole one that have data shards
-    but no index (a save cut short, or a copy that has not reached the index yet): nothing can
-    be read from them, and a resume goes on from the newest whole checkpoint (see above)."""
+    """What a reader of model_dir passes over as the remains of saves cut short by a kill -9:
+    the prefixes of checkpoints newer than the newest whole one that have data shards, no index,
+    and their save's `_temp` directory; and the deltas after it with data but no index (a delta's
+    save renames its data before it writes its index)."""
     found = full_checkpoints(model_dir)
     newest = found[-1][0] if found else -1
-    out = set()
-    for path in glob.glob(os.path.join(glob.escape(model_dir), f"{BASENAME}-*.data-*-of-*")):
-        prefix = path[:_SHARD.search(path).start()] if _SHARD.search(path) else None
-        match = prefix and _STEP.search(os.path.basename(prefix) + ".index")
-        if match and int(match.group(1)) > newest and not os.path.exists(prefix + ".index"):
-            out.add((int(match.group(1)), prefix))
-    return [p for _, p in sorted(out)]
+    out = [p for _, p in sorted(_newer_files(model_dir, newest).items())
+           if not os.path.exists(p + ".index") and os.path.isdir(p + "_temp")]
+    for path in sorted(glob.glob(os.path.join(glob.escape(model_dir), "delta-*.data-*-of-*"))):
+        prefix = path[:_SHARD.search(path).start()] if _SHARD.search(path) else ""
+        step = prefix.rsplit("-", 1)[-1]
+        if step.isdigit() and int(step) > newest and not os.path.exists(prefix + ".index") and prefix not in out:
+            out.append(prefix)
+    return out
 
 
 def unfinished_note(model_dir):
-    """A line that says which unfinished checkpoints (see unfinished) a reader of model_dir
-    passes over and where it goes on from, or None when there are none."""
+    """A line that says what a reader of model_dir passes over (see unfinished) and where it goes
+    on from, or None when there is nothing."""
     skipped = unfinished(model_dir)
     if not skipped:
         return None
     latest = latest_checkpoint(model_dir)
     names = ", ".join(os.path.basename(p) for p in skipped)
-    return (f"{model_dir}: {names} {'have' if len(skipped) > 1 else 'has'} data files but no .index (a save cut "
-            f"short, or a copy still in progress): not readable, so passed over for "
-            f"{os.path.basename(latest) if latest else 'step 0 (no whole checkpoint is there)'}")
+    return (f"{model_dir}: {names} {'have' if len(skipped) > 1 else 'has'} data files but no .index (saves a kill "
+            f"cut short): not readable, so passed over; the newest whole checkpoint is "
+            f"{os.path.basename(latest) if latest else 'none (training starts from step 0)'}")
 
 
 def index_stale(model_dir):
@@ -193,11 +232,17 @@ def abandoned_saves(model_dir):
 
 
 def remove_abandoned_saves(model_dir):
-    """Removes abandoned_saves(model_dir); only the holder of the model_dir's lease, before its
-    session starts (no save of its own is running). Returns the directories removed."""
+    """Removes abandoned_saves(model_dir), with the data shards such a save renamed into place
+    before it was cut short (those of a checkpoint without its index); only the holder of the
+    model_dir's lease, before its session starts (no save of its own is running). Returns the
+    directories removed."""
     import shutil
     removed = []
     for path in abandoned_saves(model_dir):
+        prefix = path[:-len("_temp")]
+        if not os.path.exists(prefix + ".index"):
+            for data in glob.glob(glob.escape(prefix) + ".data-*-of-*"):
+                os.remove(data)
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
