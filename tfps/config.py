@@ -161,6 +161,21 @@ class EvalConfig:
 
 
 @dataclasses.dataclass
+class MemoryCapsSection:
+    """tfps launch: each task's memory cap in MiB, by job (null: no cap), enforced by a memory cgroup
+    of the task's own (root; cgroup v2 or v1's memory controller). A task over its cap is killed by
+    the kernel and restarted by the launcher (docs/cluster.md)."""
+    ps: Optional[int] = None
+    chief: Optional[int] = None
+    worker: Optional[int] = None
+    evaluator: Optional[int] = None
+
+    def by_job(self):
+        """{job: MiB} of the jobs with a cap."""
+        return {job: mib for job, mib in dataclasses.asdict(self).items() if mib is not None}
+
+
+@dataclasses.dataclass
 class ClusterSection:
     protocol: str = "grpc"               # TF server protocol; grpc+verbs only where TF has that plugin
     host: str = "127.0.0.1"              # tfps launch's cluster addresses (TF's server still listens on all
@@ -173,6 +188,8 @@ class ClusterSection:
                                          # with its own address on one bridge (root and iproute2; docs/cluster.md)
     emulated_bandwidth_gbit: Optional[float] = None   # with netns: each task's link shaped (tbf) to this many
                                                       # Gbit/s each way (null: not shaped)
+    memory_cap_mib: MemoryCapsSection = dataclasses.field(default_factory=MemoryCapsSection)   # tfps launch:
+                                         # {ps: 512, chief: 2048, ...}: each task in a memory cgroup of its own
 
 
 @dataclasses.dataclass

@@ -32,6 +32,8 @@ MAX_SECS = 365 * 86400     # periods and timeouts in seconds
 MAX_SEED = 2**31 - 1
 MAX_FLOAT32 = 3.4028234663852886e38   # hyper-parameters become float32 attributes
 MIN_FLOAT32 = 1.1754943508222875e-38  # the smallest normal float32: a positive one below it is 0 or denormal
+MIN_CAP_MIB, MAX_CAP_MIB = 64, 1 << 24   # cluster.memory_cap_mib: below 64 MiB no task starts (a new interpreter
+                                         # alone is ~10 MiB; a PS's gRPC server and threads ~50 more); 16 TiB
 MAX_SYNTHETIC_EVAL = 10**7   # the synthetic eval set is made in memory (about 270 bytes an example)
 
 # The range of every numeric field (list fields: of each item; data.features.length: of each
@@ -95,6 +97,8 @@ BOUNDS = {
     "cluster.peer_timeout_secs": Range(0, MAX_SECS, lo_open=True),
     "cluster.emulated_latency_ms": Range(0, 1000),
     "cluster.emulated_bandwidth_gbit": Range(0.001, 1000),   # 1 Mbit/s .. 1 Tbit/s (tbf's rate)
+    **{f"cluster.memory_cap_mib.{job}": Range(MIN_CAP_MIB, MAX_CAP_MIB)
+       for job in ("ps", "chief", "worker", "evaluator")},
     "pipeline.depth": Range(1, 8),
 }
 MAX_HIDDEN_LAYERS = 64
