@@ -101,7 +101,7 @@ class _Task:
         if self.proc is not None:
             self.restarts += 1
             self._log.write(f"\n==== tfps launch: restart {self.restarts} of {self.name} "
-                            f"(the last run {self.how_it_ended()}) ====\n")
+                            f"(the last run: {self.how_it_ended()}) ====\n")
             self._log.flush()
         cgroup = self._groups.procs(self.name) if self._groups else None
         self._oom_kills_before = self.oom_kills

@@ -1,6 +1,7 @@
 """A task's process for `tfps launch`: started exec'd (subprocess.Popen) or forked (fork_task),
-dying with the launcher (prctl PR_SET_PDEATHSIG) and, with emulated hosts, in its own network
-namespace; reaped with os.wait4, so that the launcher gets each run's rusage (Child.on_exit).
+dying with the launcher (prctl PR_SET_PDEATHSIG), in its memory cgroup when it has a cap
+(tfps.cluster.cgroups) and, with emulated hosts, in its own network namespace; reaped with
+os.wait4, so that the launcher gets each run's rusage (Child.on_exit).
 With timestamps (what the launcher asks), every line the task's Python code writes to its log
 starts with the time (timestamped)."""
 import argparse
@@ -17,6 +18,7 @@ import time
 import traceback
 import warnings
 
+from tfps.cluster.cgroups import join as join_cgroup
 from tfps.cluster.netns import LIBC, enter as enter_netns
 
 _PR_SET_PDEATHSIG = 1
@@ -37,15 +39,17 @@ def die_with_parent(parent):
     return set_up
 
 
-def exec_argv(parent, module, args, netns_path=None, timestamps=False):
+def exec_argv(parent, module, args, netns_path=None, timestamps=False, cgroup=None):
     """The command line of an exec'd task: `python -m <module> <args>`, started through this
-    module's main(), which makes it die with `parent` and, with netns_path, moves it into that
-    network namespace before the module runs. No preexec_fn: a fork of the launcher that runs
-    Python (or the C library's fork handlers) before its exec can hang when the launcher has
-    threads (gRPC's, TensorFlow's); without one, subprocess execs from vfork. timestamps: each
-    line the task writes starts with the time (timestamped)."""
+    module's main(), which makes it die with `parent`, with cgroup (a cgroup.procs file) moves it
+    into that memory cgroup and, with netns_path, into that network namespace, before the module
+    runs. No preexec_fn: a fork of the launcher that runs Python (or the C library's fork
+    handlers) before its exec can hang when the launcher has threads (gRPC's, TensorFlow's);
+    without one, subprocess execs from vfork. timestamps: each line the task writes starts with
+    the time (timestamped)."""
     return ([sys.executable, "-m", "tfps.cluster.process", "--parent", str(parent)]
-            + (["--netns", netns_path] if netns_path else []) + (["--timestamps"] if timestamps else [])
+            + (["--cgroup", cgroup] if cgroup else []) + (["--netns", netns_path] if netns_path else [])
+            + (["--timestamps"] if timestamps else [])
             + ["--", module, *args])
 
 
@@ -115,6 +119,7 @@ def untimestamped(line):
 def main(argv=None):
     parser = argparse.ArgumentParser(description="runs a module of tfps as a task of a launcher (exec_argv)")
     parser.add_argument("--parent", type=int, required=True, help="the launcher's pid: SIGKILL when it dies")
+    parser.add_argument("--cgroup", help="the cgroup.procs file of the memory cgroup to run in")
     parser.add_argument("--netns", help="the network namespace (a file under /run/netns) to run in")
     parser.add_argument("--timestamps", action="store_true", help="start each line written with the time")
     parser.add_argument("module")
@@ -123,6 +128,8 @@ def main(argv=None):
     set_up = die_with_parent(args.parent)   # (exits 1 when the launcher is already gone)
     if set_up is not None:
         set_up()
+    if args.cgroup:
+        join_cgroup(args.cgroup)   # before the module's imports: all it allocates counts against its cap
     if args.netns:
         fd = os.open(args.netns, os.O_RDONLY | os.O_CLOEXEC)
         enter_netns(fd)   # one thread here: every thread and socket of the task is in it
@@ -170,16 +177,18 @@ class Child:
 
 
 def fork_task(task_main, argv, env, log, parent, name, signals, netns_fd=None, close_fds=(), err=None,
-              timestamps=False):
+              timestamps=False, cgroup=None):
     """Forks a child that runs task_main(argv) with env as its environment and log as its stdout
     and stderr, and exits with its code (1 and the traceback for an exception). `signals`:
     {signal: the disposition the child gets} (what the launcher itself was started with), set
     while both are blocked, so no signal reaches the child's copy of the launcher's handlers.
-    The child's name (ps, top) is `name`. With netns_fd, the child moves into that network
-    namespace first (it has one thread then: every thread it starts is there too); close_fds are
-    the launcher's that it must not keep (the netns keeper's pipe). err: a file of its own for the
-    child's stderr (default: log). timestamps: each line the child's Python code writes starts
-    with the time (timestamped)."""
+    The child's name (ps, top) is `name`. With cgroup (a cgroup.procs file), the child moves into
+    that memory cgroup first of all: what it allocates (and copies of the launcher's pages it
+    writes) counts against its cap. With netns_fd, the child moves into that network namespace
+    (it has one thread then: every thread it starts is there too); close_fds are the launcher's
+    that it must not keep (the netns keeper's pipe). err: a file of its own for the child's
+    stderr (default: log). timestamps: each line the child's Python code writes starts with the
+    time (timestamped)."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()   # else the child would print the launcher's buffered lines again
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, list(signals))
@@ -197,6 +206,8 @@ def fork_task(task_main, argv, env, log, parent, name, signals, netns_fd=None, c
     try:
         os.dup2(log.fileno(), 1)   # first: whatever fails below is in the task's log, not the launcher's terminal
         os.dup2((log if err is None else err).fileno(), 2)
+        if cgroup is not None:
+            join_cgroup(cgroup)
         if netns_fd is not None:
             enter_netns(netns_fd)
         for fd in close_fds:
