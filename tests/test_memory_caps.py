@@ -1,0 +1,224 @@
+"""Memory caps per task (cluster.memory_cap_mib, tfps.cluster.cgroups): `tfps launch` puts each
+capped task in a memory cgroup of its own, as a cluster manager does.
+
+Oracles: the kernel's view of a task (/proc/<pid>/cgroup), its group's limit files and OOM-kill
+count, the hierarchy's directory once the launcher is gone, and the launcher's final JSON
+(`restarts`, `oom_kills`). Needs root and a writable memory controller (skipped, with the reason,
+elsewhere), except the validation test."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tfps.cluster import cgroups
+from tfps.cluster import launch as launch_lib
+from tfps.config import ConfigError, load_config
+from test_launch import SMALL, _wait_for
+
+
+def _hierarchy():
+    try:
+        return cgroups.check_available()
+    except cgroups.CgroupError:
+        return None
+
+
+HIERARCHY = _hierarchy()
+needs_cgroups = pytest.mark.skipif(HIERARCHY is None, reason="memory caps need root and a writable memory cgroup "
+                                                              "controller (v2, or v1's memory hierarchy)")
+CAN_NETNS = os.geteuid() == 0 and shutil.which("ip") and os.path.exists("/proc/self/ns/net")
+
+
+def _memory_cgroup(pid):
+    """The cgroup of process pid in HIERARCHY, as the kernel lists it in /proc/<pid>/cgroup (None
+    when the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if (HIERARCHY.version == 2 and controllers == "") or "memory" in controllers.split(","):
+            return path
+    return None
+
+
+def _read(group, name):
+    with open(os.path.join(HIERARCHY.mount, group.lstrip("/"), name)) as f:
+        return f.read().strip()
+
+
+def _limits(group):
+    """{file: value} of a group's memory limits (the swap one where swap is accounted)."""
+    names = (("memory.max", "memory.swap.max") if HIERARCHY.version == 2 else
+             ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"))
+    return {n: _read(group, n) for n in names if os.path.exists(os.path.join(HIERARCHY.mount, group.lstrip("/"), n))}
+
+
+def _expected_limits(mib):
+    if HIERARCHY.version == 2:
+        return {"memory.max": str(mib << 20), "memory.swap.max": "0"}
+    return {"memory.limit_in_bytes": str(mib << 20), "memory.memsw.limit_in_bytes": str(mib << 20)}
+
+
+def _ours():
+    return sorted(n for n in os.listdir(HIERARCHY.mount) if n.startswith("tfps-"))
+
+
+def test_memory_caps_are_validated_and_refused_without_root_or_a_memory_controller(tmp_path, cli, monkeypatch):
+    cfg = load_config("configs/demo.yaml", ["cluster.memory_cap_mib={ps: 512, chief: 2048}"])
+    assert cfg.cluster.memory_cap_mib.by_job() == {"ps": 512, "chief": 2048}
+    for value, message in (("{ps: 0}", r"cluster.memory_cap_mib.ps must be in \[64, 16777216\], got 0"),
+                           ("{worker: -1}", r"cluster.memory_cap_mib.worker must be in \[64, 16777216\]"),
+                           ("{evaluator: 33554432}", r"cluster.memory_cap_mib.evaluator must be in"),
+                           ("{ps: 512.5}", r"'cluster.memory_cap_mib.ps' must be int"),
+                           ("{ps: true}", r"'cluster.memory_cap_mib.ps' must be int"),
+                           ("{pss: 512}", r"unknown config key 'cluster.memory_cap_mib.pss' \(known: chief, "
+                                          r"evaluator, ps, worker\)"),
+                           ("512", r"'cluster.memory_cap_mib' must be a mapping")):
+        with pytest.raises(ConfigError, match=message):
+            load_config("configs/demo.yaml", [f"cluster.memory_cap_mib={value}"])
+    with monkeypatch.context() as m:
+        m.setattr(os, "geteuid", lambda: 1000)
+        with pytest.raises(cgroups.CgroupError, match="needs root"):
+            cgroups.check_available()
+        code, _, _ = cli("launch", "--config", "configs/demo.yaml", "--ps", "1", "--workers", "1",
+                         "--set", "cluster.memory_cap_mib.ps=512", "--set", f"model_dir={tmp_path / 'm'}")
+        assert code == 2
+    no_memory = tmp_path / "mountinfo"   # cgroup v1 without memory, and a unified hierarchy without it
+    no_memory.write_text("32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+                         f"40 31 0:37 / {tmp_path} rw,relatime - cgroup2 cgroup2 rw\n")
+    (tmp_path / "cgroup.controllers").write_text("cpu io pids\n")
+    with monkeypatch.context() as m:
+        m.setattr(cgroups, "MOUNTINFO", str(no_memory))
+        m.setattr(os, "geteuid", lambda: 0)
+        with pytest.raises(cgroups.CgroupError, match="needs the memory cgroup controller"):
+            cgroups.check_available()
+        code, _, _ = cli("launch", "--config", "configs/demo.yaml", "--ps", "1", "--workers", "1",
+                         "--set", "cluster.memory_cap_mib.ps=512", "--set", f"model_dir={tmp_path / 'm'}")
+        assert code == 2
+    assert not (tmp_path / "m").exists()   # refused before any task, log or directory
+
+
+def _dead_pid():
+    p = subprocess.Popen([sys.executable, "-c", ""])
+    p.wait()
+    return p.pid
+
+
+@needs_cgroups
+@pytest.mark.slow
+@pytest.mark.parametrize("netns", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not CAN_NETNS, reason="emulated hosts need root and iproute2"))])
+def test_each_capped_task_runs_in_a_cgroup_of_its_own_under_its_cap_and_the_groups_go_with_the_launcher(
+        tmp_path, netns):
+    """Forked tasks (the default), on loopback and as emulated hosts: each capped task's process
+    is in tfps-<launcher>/<task> with its cap and no swap, an uncapped one stays in the
+    launcher's own group; SIGTERM to the launcher (as Ctrl-C) removes every group, and the groups
+    a launcher killed with kill -9 left behind are removed by the next launch."""
+    stale = os.path.join(HIERARCHY.mount, f"tfps-{_dead_pid()}")
+    os.makedirs(os.path.join(stale, "ps0"))
+    ready = tmp_path / "ready"
+    ready.mkdir()
+
+    def task(argv):   # each task says it runs, then waits to be stopped
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)   # (not this test's handler, which it was forked with)
+        spec = json.loads(os.environ["TF_CONFIG"])["task"]
+        (ready / f"{spec['type']}{spec['index']}").write_text(str(os.getpid()))
+        time.sleep(300)
+        return 0
+
+    seen, done = {}, threading.Event()
+
+    def check():   # while the job runs: the kernel's view of each task, then SIGTERM to the launcher
+        try:
+            _wait_for(lambda: len(list(ready.iterdir())) == 4, "every task to start", timeout=60)
+            for name in ("ps0", "ps1", "chief0", "worker0"):
+                group = _memory_cgroup(int((ready / name).read_text()))
+                seen[name] = (group, _limits(group) if group != _memory_cgroup(os.getpid()) else "own")
+        finally:
+            done.set()
+            os.kill(os.getpid(), signal.SIGTERM)
+    # (The launcher stops its job on SIGTERM; this process ignores one that comes after the job.)
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    checker = threading.Thread(target=check)
+    checker.start()
+    model_dir = tmp_path / "m"
+    try:
+        code = launch_lib.launch(None, ["cluster.memory_cap_mib={ps: 100, chief: 300}", f"model_dir={model_dir}"],
+                                 2, 2, model_dir=str(model_dir), task_main=task, netns=netns,
+                                 printer=lambda *a, **k: None)
+        checker.join()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert done.is_set() and code == 130
+    me = os.getpid()
+    assert seen == {"ps0": (f"/tfps-{me}/ps0", _expected_limits(100)),
+                    "ps1": (f"/tfps-{me}/ps1", _expected_limits(100)),
+                    "chief0": (f"/tfps-{me}/chief0", _expected_limits(300)),
+                    "worker0": (_memory_cgroup(me), "own")}
+    assert not os.path.exists(stale)
+    assert f"tfps-{me}" not in _ours()
+
+
+# The demo's model, its table made to outgrow a small PS quickly: uniform ids over 26 x 200k (each
+# step brings ~50k new rows to the one PS; ~900 MiB after 20 steps).
+GROWING = SMALL + ["train.batch_size=2048", "data.vocab_min=200000", "data.vocab_max=200000", "data.zipf=0",
+                   "model.embedding_dim=32", "train.steps=20", "eval.examples=2000"]
+
+
+def _launch_argv(model_dir, sets):
+    return (["launch", "--config", "configs/demo.yaml", "--ps", "1", "--workers", "1"]
+            + [a for s in GROWING + sets + [f"model_dir={model_dir}"] for a in ("--set", s)])
+
+
+@needs_cgroups
+@pytest.mark.slow
+def test_a_ps_over_its_cap_is_killed_by_the_kernel_and_restarted_until_the_restarts_run_out(tmp_path, forker):
+    """A PS capped at 192 MiB, whose shard passes that within a few steps: the kernel kills it (its
+    group counts the kill), the launcher restarts it, the chief restores it, it outgrows its cap
+    again, and with its one restart spent the job fails (exit 1), its last line a JSON of what
+    happened. Its group is gone with the launcher."""
+    job = forker.start(_launch_argv(tmp_path / "m", ["cluster.memory_cap_mib.ps=192"]) + ["--max-restarts", "1"],
+                       f"{tmp_path}.launch.out", f"{tmp_path}.launch.err")
+    try:
+        assert job.wait(300) == 1, job.output()[-3000:] + job.errors()[-3000:]
+    finally:
+        job.kill()
+    final = json.loads(job.output().strip().splitlines()[-1])
+    assert final["restarts"] == {"ps0": 1} and final["oom_kills"] == {"ps0": 2}, final
+    assert final["exit_code"] == 1
+    assert f"tfps-{job.pid}" not in _ours()
+
+
+@needs_cgroups
+@pytest.mark.slow
+def test_the_same_job_under_caps_that_fit_passes_with_exec_d_tasks_in_their_groups(tmp_path, forker):
+    """The job above with caps that fit (2 GiB a PS, 4 GiB the chief), each task a new interpreter
+    (cluster.fork_tasks: false): each joins its group right after its exec, the job ends well with
+    no kill and no restart, and the groups are gone."""
+    model_dir = tmp_path / "m"
+    job = forker.start(_launch_argv(model_dir, ["cluster.memory_cap_mib={ps: 2048, chief: 4096}",
+                                                "cluster.fork_tasks=false"]),
+                       f"{tmp_path}.launch.out", f"{tmp_path}.launch.err")
+    try:
+        for name, mib in (("ps0", 2048), ("chief0", 4096)):
+            pid_file = model_dir / "logs" / f"{name}.pid"
+            group = f"/tfps-{job.pid}/{name}"
+            _wait_for(lambda: pid_file.exists() and pid_file.read_text().strip()
+                      and _memory_cgroup(int(pid_file.read_text())) == group, f"{name} in its group", timeout=60)
+            assert _limits(group) == _expected_limits(mib)
+        assert job.wait(300) == 0, job.output()[-3000:]
+    finally:
+        job.kill()
+    metrics = json.loads(job.output().strip().splitlines()[-1])
+    assert metrics["restarts"] == {} and metrics["oom_kills"] == {}
+    assert metrics["local_steps"] == 20
+    assert f"tfps-{job.pid}" not in _ours()
