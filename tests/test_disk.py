@@ -53,7 +53,8 @@ def test_every_subset_of_the_newest_checkpoints_files(saved, tmp_path, older):
     - data shards or a meta graph without the index are a partial copy, refused naming the index,
       unless the save's `_temp` directory is there: then they are passed over, said so
       (unfinished_note), and removed with it by the trainer that holds the lease;
-    - the `checkpoint` file alone, naming a checkpoint none of whose files are there, is refused."""
+    - the `checkpoint` file alone, naming a checkpoint none of whose files are there, is refused;
+      beside a whole checkpoint, a resume goes on from that one and says so."""
     from tfps.state.deltas import latest_cut
     older_files = [f for f in os.listdir(saved) if f.startswith("model.ckpt-10.")] if older else []
     for subset, temp in itertools.product(_subsets(), (False, True)):
@@ -72,7 +73,7 @@ def test_every_subset_of_the_newest_checkpoints_files(saved, tmp_path, older):
             refused = missing
         elif NEWEST[0] not in subset and files and not temp:
             refused = ["model.ckpt-20.index"] + files
-        elif subset == (disk.INDEX,) or (not files and disk.INDEX in subset and not temp):
+        elif subset == (disk.INDEX,) and not older:   # it names a checkpoint that is not there, and nothing else is
             refused = ["none of its files"]
         if refused is not None:
             with pytest.raises(disk.CheckpointUnreadable) as error:
@@ -93,6 +94,8 @@ def test_every_subset_of_the_newest_checkpoints_files(saved, tmp_path, older):
             assert "model.ckpt-20" in note and ("model.ckpt-10" if older else "step 0") in note, note
             disk.remove_abandoned_saves(str(model_dir))
             assert sorted(os.listdir(model_dir)) == sorted(f for f in list(subset) + older_files if f not in DATA)
+        elif subset == (disk.INDEX,):   # beside a whole checkpoint: resumed from it, and said
+            assert "none of whose files are there" in note and "model.ckpt-10" in note, note
         else:
             assert disk.unfinished(str(model_dir)) == [] and note is None, (subset, temp)
 

@@ -122,6 +122,12 @@ def _inspect(args):
                  f" (step {state['step']})"), flush=True)
     if "refused" in state:
         print(f"a resume would refuse: {state['refused']}", flush=True)
+    if os.path.isdir(args.checkpoint) and "refused" not in state:
+        from tfps.state import disk
+        note = disk.unfinished_note(args.checkpoint)   # what a resume passes over, said
+        if note:
+            print(note, flush=True)
+            state["passed_over"] = note
     print(json.dumps({"tables": tables, **({"state": state} if state else {})}), flush=True)
     return 0
 
@@ -153,7 +159,7 @@ def _launch(args):
     # without its data, a model_dir whose state a resume refuses (a partial copy, a broken chain).
     from tfps.data.sources import make_source
     make_source(cfg)
-    if os.path.isdir(cfg.model_dir):
+    if cfg.model_dir and os.path.isdir(cfg.model_dir):
         from tfps.state import deltas, disk
         deltas.latest_cut(cfg.model_dir)
         note = disk.unfinished_note(cfg.model_dir)

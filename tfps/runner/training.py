@@ -43,11 +43,13 @@ def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_list
     if settings.is_chief and disk.index_stale(settings.model_dir):
         # TensorFlow's restore goes by the `checkpoint` index: a model_dir copied without it (or
         # with an old one) would train from step 0 over its own checkpoints.
-        named = tf.train.latest_checkpoint(settings.model_dir)
+        named = disk.named_checkpoint(settings.model_dir)
+        gone = named is not None and not tf.io.gfile.glob(named[1] + ".*")
         latest = disk.rewrite_index(settings.model_dir)
         printer(f"{settings.model_dir}: the checkpoint index file "
-                f"{'names ' + os.path.basename(named) if named else 'is missing'}; resuming from the newest whole "
-                f"checkpoint on disk, {os.path.basename(latest)} (index rewritten)", flush=True)
+                f"{'is missing' if named is None else 'names ' + os.path.basename(named[1])}"
+                f"{', none of whose files are there' if gone else ''}; resuming from the newest whole checkpoint "
+                f"on disk, {os.path.basename(latest)} (index rewritten)", flush=True)
     with tf.Graph().as_default() as graph, graph.device(settings.device_fn):
         spec, scaffold, input_hooks, _ = build(model_fn, params, ModeKeys.TRAIN, settings, input_fn=input_fn)
         use_spec(list(hooks) + list(spec.training_hooks), spec)

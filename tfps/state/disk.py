@@ -18,8 +18,9 @@ index, and its rotation deletes an old checkpoint's index before its data. So, a
   written: with that directory, a reader passes over them and says so (`unfinished_note`), and
   the trainer that holds the lease removes both before it resumes. Without it they are a
   partial copy (a copy writes the data files first, by name), refused like any other; so is a
-  meta graph without its index (a save writes it last), and a `checkpoint` file naming a newer
-  checkpoint none of whose files are there.
+  meta graph without its index (a save writes it last), and a `checkpoint` file naming a
+  checkpoint none of whose files are there when no whole checkpoint is (beside one, a resume goes
+  on from the newest whole checkpoint and says so).
 """
 import glob
 import os
@@ -101,8 +102,9 @@ def latest_checkpoint(model_dir):
             raise unreadable(prefix, f"{', '.join(have)} {'are' if len(have) > 1 else 'is'} there, but not its index "
                                      f"{os.path.basename(prefix)}.index: a partial copy (a save writes its index "
                                      f"before its _temp directory goes)")
-    named = _named(model_dir)
-    if named is not None and named[0] > newest and not glob.glob(glob.escape(named[1]) + ".*"):
+    named = named_checkpoint(model_dir)
+    if not found and named is not None and not glob.glob(glob.escape(named[1]) + ".*"):
+        # (beside a whole checkpoint, the trainer resumes from it and says so: index_stale)
         raise unreadable(named[1], f"the `{INDEX}` file names it, and none of its files are there: they were not "
                                    f"copied, or were removed")
     return found[-1][1] if found else None
@@ -120,7 +122,7 @@ def _newer_files(model_dir, newest):
     return out
 
 
-def _named(model_dir):
+def named_checkpoint(model_dir):
     """(step, prefix) of the checkpoint the `checkpoint` index file names, or None."""
     try:
         state = tf.train.get_checkpoint_state(model_dir)
@@ -163,12 +165,20 @@ def unfinished_note(model_dir):
     """A line that says what a reader of model_dir passes over (see unfinished) and where it goes
     on from, or None when there is nothing."""
     skipped = unfinished(model_dir)
-    if not skipped:
-        return None
     latest = latest_checkpoint(model_dir)
-    names = ", ".join(os.path.basename(p) for p in skipped)
-    return (f"{model_dir}: {names} {'have' if len(skipped) > 1 else 'has'} data files but no .index (saves a kill "
-            f"cut short): not readable, so passed over; the newest whole checkpoint is "
+    named = named_checkpoint(model_dir)
+    gone = named is not None and latest is not None and named[0] > int(_STEP.search(
+        os.path.basename(latest) + ".index").group(1)) and not glob.glob(glob.escape(named[1]) + ".*")
+    if not skipped and not gone:
+        return None
+    said = []
+    if skipped:
+        names = ", ".join(os.path.basename(p) for p in skipped)
+        said.append(f"{names} {'have' if len(skipped) > 1 else 'has'} data files but no .index (saves a kill cut "
+                    f"short): not readable, so passed over")
+    if gone:
+        said.append(f"the `{INDEX}` file names {os.path.basename(named[1])}, none of whose files are there")
+    return (f"{model_dir}: {'; '.join(said)}; the newest whole checkpoint is "
             f"{os.path.basename(latest) if latest else 'none (training starts from step 0)'}")
 
 
