@@ -55,6 +55,14 @@ def _read(group, name):
         return f.read().strip()
 
 
+def _swap_accounted():
+    """Whether the kernel accounts swap per cgroup: the swap limit file is there (at v1's root; in
+    v2's groups below the root)."""
+    if HIERARCHY.version == 1:
+        return os.path.exists(os.path.join(HIERARCHY.mount, "memory.memsw.limit_in_bytes"))
+    return any(os.path.exists(os.path.join(HIERARCHY.mount, d, "memory.swap.max")) for d in os.listdir(HIERARCHY.mount))
+
+
 def _limits(group):
     """{file: value} of a group's memory limits (the swap one where swap is accounted)."""
     names = (("memory.max", "memory.swap.max") if HIERARCHY.version == 2 else
@@ -63,9 +71,11 @@ def _limits(group):
 
 
 def _expected_limits(mib):
+    """The cap, and no swap beyond it where the kernel accounts swap."""
     if HIERARCHY.version == 2:
-        return {"memory.max": str(mib << 20), "memory.swap.max": "0"}
-    return {"memory.limit_in_bytes": str(mib << 20), "memory.memsw.limit_in_bytes": str(mib << 20)}
+        return {"memory.max": str(mib << 20), **({"memory.swap.max": "0"} if _swap_accounted() else {})}
+    return {"memory.limit_in_bytes": str(mib << 20),
+            **({"memory.memsw.limit_in_bytes": str(mib << 20)} if _swap_accounted() else {})}
 
 
 def _ours():

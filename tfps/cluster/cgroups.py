@@ -140,6 +140,7 @@ class TaskGroups:
         raises CgroupError naming the file."""
         groups = cls(owner, hierarchy or check_available(), caps)
         v2 = groups.hierarchy.version == 2
+        _remove(groups.parent)   # left by an earlier process of this pid, killed with kill -9
         try:
             os.makedirs(groups.parent, exist_ok=True)
             if v2:
@@ -185,13 +186,14 @@ class TaskGroups:
         return None
 
     def close(self):
-        """Removes every group and the parent; returns the paths still there."""
-        return _remove(self.parent)
+        """Removes every group and the parent (a process still in one, a task's own child once
+        the tasks are reaped, is killed first); returns the paths still there."""
+        return _remove(self.parent, kill=True)
 
 
-def _remove(parent, timeout=5.0):
-    """Removes parent's task groups, then parent. A process still in a group (a task's own child,
-    when its task is gone) is killed first. Returns the paths still there."""
+def _remove(parent, kill=False, timeout=5.0):
+    """Removes parent's task groups, then parent; with kill, a process still in a group is killed
+    first (else the group stays). Returns the paths still there."""
     deadline = time.monotonic() + timeout
     try:
         children = [os.path.join(parent, n) for n in os.listdir(parent)
@@ -210,7 +212,7 @@ def _remove(parent, timeout=5.0):
             except FileNotFoundError:
                 break
             except OSError as e:
-                if e.errno != errno.EBUSY or time.monotonic() >= deadline:
+                if not kill or e.errno != errno.EBUSY or time.monotonic() >= deadline:
                     break
                 for pid in _words(os.path.join(path, "cgroup.procs")):
                     try:
@@ -232,8 +234,9 @@ def _alive(pid):
 
 
 def sweep(hierarchy):
-    """Removes the groups tfps-P of launchers P that are gone (killed with kill -9); returns the
-    names removed."""
+    """Removes the groups tfps-P of launchers P that are gone (killed with kill -9) and that no
+    process is in (a process there is left alone: P may be a pid of another pid namespace);
+    returns the names removed."""
     try:
         names = os.listdir(hierarchy.mount)
     except OSError:
