@@ -110,8 +110,22 @@ def test_a_partial_checkpoint_older_than_a_whole_one_does_not_matter(saved, tmp_
     assert disk.full_checkpoints(str(tmp_path)) == [(20, str(tmp_path / "model.ckpt-20"))]
 
 
+@pytest.mark.compat   # TensorFlow's on-disk index layout, read by hand: on both lines in CI
 def test_the_shard_count_is_read_from_the_index_header(saved, tmp_path):
     shutil.copy(os.path.join(saved, "model.ckpt-20.index"), tmp_path / "model.ckpt-20.index")
     assert disk.missing_files(str(tmp_path / "model.ckpt-20")) == DATA
     (tmp_path / "model.ckpt-20.index").write_bytes(b"\x05garbage")   # a header that cannot be read
     assert disk.missing_files(str(tmp_path / "model.ckpt-20")) == ["model.ckpt-20.data-*-of-*"]
+
+
+def test_a_save_that_completes_while_a_reader_looks_is_whole_not_a_partial_copy(saved, tmp_path, monkeypatch):
+    """The reader lists the whole checkpoints, and a save's index lands before it looks at the
+    newer files: it looks again and finds the new checkpoint whole (a worker's or the
+    evaluator's read during the chief's save must never refuse the model_dir)."""
+    for name in os.listdir(saved):
+        if name.startswith(("model.ckpt-10.", "model.ckpt-20.")):
+            shutil.copy(os.path.join(saved, name), tmp_path / name)
+    listed = iter([[(10, str(tmp_path / "model.ckpt-10"))]])   # the first listing: before the index of 20 landed
+    real = disk.full_checkpoints
+    monkeypatch.setattr(disk, "full_checkpoints", lambda d: next(listed, None) or real(d))
+    assert disk.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-20")

@@ -142,6 +142,7 @@ class _CountSteps(tf.compat.v1.train.SessionRunHook):
         self.steps += 1
 
 
+@pytest.mark.slow
 def test_a_worker_started_with_the_chief_trains_a_share_of_the_steps(tmp_path):
     """In-process servers (a PS, a chief, a worker); the worker asks for its session first, before
     the chief has initialized the model. It trains as soon as the model is ready: the worker runs

@@ -14,11 +14,11 @@ NOW = 1_700_000_000
 
 
 def _publish(base, **kwargs):
-    with new_version(str(base), **kwargs) as (number, path):
-        os.makedirs(path)
-        with open(os.path.join(path, "saved_model.pb"), "w") as f:
-            f.write(str(number))
-    return number
+    with new_version(str(base), **kwargs) as slot:
+        os.makedirs(slot.path)
+        with open(os.path.join(slot.path, "saved_model.pb"), "w") as f:
+            f.write(str(slot.reserved))
+    return slot.version
 
 
 def test_exports_running_at_once_in_one_second_get_distinct_versions(tmp_path):
@@ -28,11 +28,11 @@ def test_exports_running_at_once_in_one_second_get_distinct_versions(tmp_path):
 
     def export():
         try:
-            with new_version(str(tmp_path), now=NOW) as (number, path):
+            with new_version(str(tmp_path), now=NOW) as slot:
                 ready.wait(timeout=60)
-                os.makedirs(path)
-                open(os.path.join(path, "saved_model.pb"), "w").close()
-                got.append(number)
+                os.makedirs(slot.path)
+                open(os.path.join(slot.path, "saved_model.pb"), "w").close()
+            got.append(slot.version)
         except Exception as e:   # noqa: BLE001 -- reported below
             errors.append(e)
     threads = [threading.Thread(target=export) for _ in range(8)]
@@ -41,9 +41,24 @@ def test_exports_running_at_once_in_one_second_get_distinct_versions(tmp_path):
     for t in threads:
         t.join()
     assert not errors
-    assert sorted(got) == list(range(NOW, NOW + 8))
+    assert len(set(got)) == 8 and min(got) >= NOW   # distinct (one published after a higher one goes above it)
     assert sorted(os.listdir(tmp_path)) == sorted(str(v) for v in got)   # no aside left
     assert sorted(versions.versions(str(tmp_path))) == sorted(got)
+
+
+def test_an_export_that_finishes_after_a_later_one_is_still_the_newest(tmp_path):
+    """Export A reserves a version, export B (started later) reserves the next and finishes
+    first: A is published above B's, never below it; with --version given, A is refused."""
+    with new_version(str(tmp_path), now=NOW) as a:
+        os.makedirs(a.path)
+        assert _publish(tmp_path, now=NOW) == NOW + 1    # B
+    assert (a.reserved, a.version) == (NOW, NOW + 2)
+    assert sorted(os.listdir(tmp_path)) == [str(NOW + 1), str(NOW + 2)]
+    with pytest.raises(ExportRefused, match=str(NOW + 100)):
+        with new_version(str(tmp_path), version=NOW + 50) as c:
+            os.makedirs(c.path)
+            assert _publish(tmp_path, version=NOW + 100) == NOW + 100
+    assert sorted(map(int, os.listdir(tmp_path))) == [NOW + 1, NOW + 2, NOW + 100]
 
 
 def test_a_new_export_is_above_every_version_there(tmp_path):
@@ -57,6 +72,9 @@ def test_an_export_below_a_higher_version_is_refused_naming_it(tmp_path):
     os.makedirs(tmp_path / "9999999999")
     with pytest.raises(ExportRefused, match="9999999999"):
         _publish(tmp_path, now=NOW)
+    with pytest.raises(ExportRefused, match="--version"):
+        _publish(tmp_path / "never", version=-1)   # refused before anything is made
+    assert not os.path.exists(tmp_path / "never")
     for v in (5, 9999999999):
         with pytest.raises(ExportRefused, match="9999999999"):
             _publish(tmp_path, version=v)
@@ -102,8 +120,8 @@ def test_an_export_path_that_cannot_be_written_is_refused(tmp_path):
 
 def test_a_failed_export_leaves_nothing(tmp_path):
     with pytest.raises(RuntimeError):
-        with new_version(str(tmp_path), now=NOW) as (_, path):
-            os.makedirs(path)
+        with new_version(str(tmp_path), now=NOW) as slot:
+            os.makedirs(slot.path)
             raise RuntimeError("the export failed")
     assert os.listdir(tmp_path) == []
 
@@ -112,8 +130,8 @@ def test_the_aside_directory_of_a_killed_export_is_removed_and_a_running_ones_ke
     """One export is killed (SIGKILL) while it writes, another is still running: the next export
     removes the first's aside directory, keeps the second's, and numbers itself above the second's."""
     code = ("import os, sys; from tfps.runner.versions import new_version\n"
-            "with new_version(sys.argv[1], now=int(sys.argv[2])) as (n, path):\n"
-            "    os.makedirs(path); print(n, flush=True); sys.stdin.read()\n")
+            "with new_version(sys.argv[1], now=int(sys.argv[2])) as slot:\n"
+            "    os.makedirs(slot.path); print(slot.reserved, flush=True); sys.stdin.read()\n")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(NOW)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True) for _ in range(2)]
     numbers = [int(p.stdout.readline()) for p in procs]
@@ -129,5 +147,5 @@ def test_the_aside_directory_of_a_killed_export_is_removed_and_a_running_ones_ke
     left = {name for name in os.listdir(tmp_path) if name.startswith(".tfps-export-")}
     assert left == asides - {f".tfps-export-{killed_number}"}, (left, killed_number)
     running.stdin.close()
-    assert running.wait(timeout=60) == 0
-    assert sorted(os.listdir(tmp_path)) == sorted([str(running_number), str(new)])
+    assert running.wait(timeout=60) == 0   # it finishes after the newer one: published above it
+    assert sorted(map(int, os.listdir(tmp_path))) == [new, new + 1]

@@ -86,7 +86,9 @@ def _inspect(args):
         if checkpoint is None and "refused" in state:   # nothing to show but the refusal train would print
             raise ValueError(state["refused"])
         if checkpoint is None:   # a Saver's own names, by its `checkpoint` file
-            checkpoint, state = tf.train.latest_checkpoint(args.checkpoint), None
+            from tfps.state import disk
+            checkpoint = disk.latest_checkpoint(args.checkpoint) or tf.train.latest_checkpoint(args.checkpoint)
+            state = None
             if checkpoint is None:
                 raise ValueError(f"cannot read checkpoint {args.checkpoint!r}: no checkpoint there (no whole "
                                  f"model.ckpt-<step>.index with its data files, nor a `checkpoint` file naming one)")

@@ -53,7 +53,7 @@ def write_saved_model(model_fn, params, inputs_fn, settings, path, checkpoint):
 FORMATS = ("tfps", "stock")
 
 
-def export_with_manifest(model_fn, params, inputs_fn, settings, export_dir, export_format="tfps", warmup=(),
+def export_with_manifest(model_fn, params, inputs_fn, settings, export_dir, export_format="stock", warmup=(),
                          version=None, checkpoint=None):
     """A SavedModel of `checkpoint` (default: model_dir's newest cut) as a new newest version of export_dir
     (tfps.runner.versions: `version` None for a timestamp): the tfps format (write_saved_model) or
@@ -68,14 +68,14 @@ def export_with_manifest(model_fn, params, inputs_fn, settings, export_dir, expo
         from tfps.state.deltas import latest_cut
         latest_cut(settings.model_dir)   # deltas without a checkpoint: refused as a resume refuses them
         raise ValueError(f"export: no checkpoint in model_dir {settings.model_dir!r}; train first")
-    with new_version(export_dir, version) as (number, path):
+    with new_version(export_dir, version) as slot:
         if export_format == "stock":
             from tfps.runner.stock_export import write_stock_saved_model
-            write_stock_saved_model(model_fn, params, inputs_fn, settings, path, checkpoint, warmup)
+            write_stock_saved_model(model_fn, params, inputs_fn, settings, slot.path, checkpoint, warmup)
         else:
-            write_saved_model(model_fn, params, inputs_fn, settings, path, checkpoint)
-        write_export_manifest(path, checkpoint, export_format)
-    return os.path.join(export_dir, str(number))
+            write_saved_model(model_fn, params, inputs_fn, settings, slot.path, checkpoint)
+        write_export_manifest(slot.path, checkpoint, export_format)
+    return os.path.join(export_dir, str(slot.version))
 
 
 def write_export_manifest(export_path, checkpoint, export_format="tfps"):

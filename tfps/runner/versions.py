@@ -43,22 +43,29 @@ def versions(base):
     return out
 
 
+class Slot:
+    """An export's place in a base path while it runs: `path`, where to write its SavedModel;
+    `reserved`, the version it holds while it runs; `version`, its version once it is published
+    (new_version)."""
+
+    def __init__(self, path, reserved):
+        self.path, self.reserved, self.version = path, reserved, None
+
+
 @contextlib.contextmanager
 def new_version(base, version=None, now=None):
     """Reserves the next version of export base path `base` (see the module docstring) and yields
-    (version, the path to write its SavedModel at). On a clean exit the SavedModel is
-    renamed into `base/<version>/`; on an error nothing is left. Removes the aside directories of
-    exports that are no longer running. ExportRefused when `base` is not a directory, or the
-    version would not be the newest."""
+    a Slot whose `path` the SavedModel is written at. On a clean exit the SavedModel is renamed
+    into `base/<version>/` and `slot.version` set: the reserved version, or -- when an export that
+    started later finished first with a higher one -- one above it, so that the version is the
+    newest when it appears (with version=N given, ExportRefused instead). On an error nothing is
+    left. Removes the aside directories of exports that are no longer running. ExportRefused
+    when `base` cannot be written, or the version would not be the newest."""
+    if version is not None and not 0 <= version <= _MAX_VERSION:
+        raise ExportRefused(f"export: --version must be in [0, 2^63), got {version}")
     if os.path.exists(base) and not os.path.isdir(base):
         raise ExportRefused(f"export: {base!r} is not a directory (a file is there): choose another --export-dir")
-    try:
-        os.makedirs(base, exist_ok=True)
-        lock = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError as e:   # a file on the path, no permission, a read-only file system
-        raise ExportRefused(f"export: cannot make or open {base!r}: {e.strerror}: choose another --export-dir") from None
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _locked(base):
         remove_abandoned(base)
         chosen = _choose(base, version, int(time.time() if now is None else now))
         aside = os.path.join(base, f"{_ASIDE}{chosen}")
@@ -68,17 +75,42 @@ def new_version(base, version=None, now=None):
             raise ExportRefused(f"export: cannot write in {base!r}: {e.strerror}: nothing exported") from None
         held = open(os.path.join(aside, ".lock"), "w")   # locked while this export runs
         fcntl.flock(held, fcntl.LOCK_EX)
-    finally:
-        os.close(lock)   # (and its flock)
+    slot = Slot(os.path.join(aside, "saved_model"), chosen)
     try:
-        yield chosen, os.path.join(aside, str(chosen))
-        try:
-            os.rename(os.path.join(aside, str(chosen)), os.path.join(base, str(chosen)))
-        except OSError as e:   # a version made meanwhile by something other than a tfps export
-            raise ExportRefused(f"export: cannot move version {chosen} into {base}: {e}; nothing exported") from None
+        yield slot
+        with _locked(base):   # published one at a time: each is the newest when it appears
+            done = versions(base)
+            final = chosen if not done or max(done) < chosen else max(done) + 1
+            if final != chosen and version is not None:
+                raise ExportRefused(f"export: version {max(done)} appeared in {base} while this export of --version "
+                                    f"{version} ran: a server would keep serving {max(done)}; nothing exported")
+            try:
+                os.rename(slot.path, os.path.join(base, str(final)))
+            except OSError as e:   # a version made meanwhile by something other than a tfps export
+                raise ExportRefused(f"export: cannot move version {final} into {base}: {e}; nothing exported") from None
+        slot.version = final
     finally:
         shutil.rmtree(aside, ignore_errors=True)
         held.close()
+
+
+@contextlib.contextmanager
+def _locked(base):
+    """The base path, made if need be, under an exclusive flock of its directory."""
+    try:
+        os.makedirs(base, exist_ok=True)
+        lock = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as e:   # a file on the path, no permission, a read-only file system
+        raise ExportRefused(f"export: cannot make or open {base!r}: {e.strerror}: choose another --export-dir") from None
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError as e:   # a file system without flock
+            raise ExportRefused(f"export: cannot lock {base!r} ({e.strerror}): exports into it could collide; "
+                                f"choose a local --export-dir") from None
+        yield
+    finally:
+        os.close(lock)   # (and its flock)
 
 
 def _choose(base, version, now):
@@ -88,8 +120,6 @@ def _choose(base, version, now):
     highest = max(taken, default=None)
     where = os.path.join(base, taken[highest]) if highest is not None else None
     if version is not None:
-        if not 0 <= version <= _MAX_VERSION:
-            raise ExportRefused(f"export: --version must be in [0, 2^63), got {version}")
         if highest is not None and version <= highest:
             raise ExportRefused(f"export: {base} already holds version {highest} ({where}), at or above --version "
                                 f"{version}: a server would keep serving {highest}; name a version above it")

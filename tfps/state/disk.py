@@ -90,18 +90,30 @@ def latest_checkpoint(model_dir):
     `checkpoint` index file. CheckpointUnreadable, naming what is missing, when a newer checkpoint
     is there in part without being a save cut short (see the module docstring): a reader never
     passes over it to an older checkpoint or to step 0."""
-    found = full_checkpoints(model_dir)
-    newest = found[-1][0] if found else -1
-    for step, prefix in sorted(_newer_files(model_dir, newest).items(), reverse=True):
-        if os.path.exists(prefix + ".index"):
-            missing = missing_files(prefix)
-            raise unreadable(prefix, f"its index is there, but not its data file{'s' if len(missing) > 1 else ''} "
-                                     f"{', '.join(missing)}: a partial copy")
-        if not os.path.isdir(prefix + "_temp"):   # a save cut short keeps its _temp directory
+    for _ in range(3):   # a save that completes while we look: look again
+        found = full_checkpoints(model_dir)
+        newest = found[-1][0] if found else -1
+        completed = False
+        for step, prefix in sorted(_newer_files(model_dir, newest).items(), reverse=True):
+            # A save renames its data, writes its index, then removes its _temp directory: looked
+            # at in the other order, a save that ends meanwhile is never taken for a partial copy.
+            saving = os.path.isdir(prefix + "_temp")   # read before the index (see above)
+            if os.path.exists(prefix + ".index"):
+                missing = missing_files(prefix)
+                if not missing:
+                    completed = True   # whole since we listed the whole ones
+                    break
+                raise unreadable(prefix, f"its index is there, but not its data file{'s' if len(missing) > 1 else ''} "
+                                         f"{', '.join(missing)}: a partial copy")
+            if saving:
+                continue   # a save running, or one a kill cut short (unfinished)
             have = sorted(os.path.basename(p) for p in glob.glob(glob.escape(prefix) + ".*"))
-            raise unreadable(prefix, f"{', '.join(have)} {'are' if len(have) > 1 else 'is'} there, but not its index "
-                                     f"{os.path.basename(prefix)}.index: a partial copy (a save writes its index "
-                                     f"before its _temp directory goes)")
+            if have:
+                raise unreadable(prefix, f"{', '.join(have)} {'are' if len(have) > 1 else 'is'} there, but not its "
+                                         f"index {os.path.basename(prefix)}.index: a partial copy (a save writes its "
+                                         f"index before its _temp directory goes)")
+        if not completed:
+            break
     named = named_checkpoint(model_dir)
     if not found and named is not None and not glob.glob(glob.escape(named[1]) + ".*"):
         # (beside a whole checkpoint, the trainer resumes from it and says so: index_stale)
