@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -115,6 +116,97 @@ def test_memory_caps_are_validated_and_refused_without_root_or_a_memory_controll
                          "--set", "cluster.memory_cap_mib.ps=512", "--set", f"model_dir={tmp_path / 'm'}")
         assert code == 2
     assert not (tmp_path / "m").exists()   # refused before any task, log or directory
+    # The controller there, but the groups cannot be made (here: the hierarchy's mount is a file):
+    # refused too, before model_dir/logs or a temporary model_dir is made.
+    (tmp_path / "not_a_hierarchy").write_text("")
+    (tmp_path / "tmp").mkdir()
+    with monkeypatch.context() as m:
+        m.setattr(os, "geteuid", lambda: 0)
+        m.setattr(cgroups, "check_available", lambda: cgroups.Hierarchy(1, str(tmp_path / "not_a_hierarchy")))
+        m.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+        for model_dir in ([f"model_dir={tmp_path / 'm'}"], []):
+            code, out, err = cli("launch", "--config", "configs/demo.yaml", "--ps", "1", "--workers", "1",
+                                 "--set", "cluster.memory_cap_mib.ps=512",
+                                 *[a for s in model_dir for a in ("--set", s)])
+            assert code == 2 and "cannot make the tasks' memory cgroups" in out + err, out + err
+    assert not (tmp_path / "m").exists() and not list((tmp_path / "tmp").iterdir())
+
+
+def _fake_hierarchy(tmp_path, monkeypatch):
+    """A directory standing for a v1 hierarchy (where a group's cgroup.procs is a file of ours), with
+    os.kill recorded instead of sent and a group's removal a plain rmtree."""
+    mount = tmp_path / "hierarchy"
+    mount.mkdir()
+    kills = []
+    monkeypatch.setattr(os, "kill", lambda pid, sig: kills.append((pid, sig)) if sig else None)
+    monkeypatch.setattr(cgroups, "_alive", lambda pid: pid == os.getpid())
+    real_remove = cgroups._remove
+
+    def remove(children, parent, kill=False, timeout=5.0):   # a plain directory keeps its files: empty them first
+        for path in children + ([parent] if parent else []):
+            for name in os.listdir(path):
+                if not os.path.isdir(os.path.join(path, name)):
+                    os.remove(os.path.join(path, name))
+        return real_remove(children, parent, kill, timeout)
+    monkeypatch.setattr(cgroups, "_remove", remove)
+    return cgroups.Hierarchy(1, str(mount)), kills
+
+
+def _group(mount, name, tasks, procs=""):
+    for task in tasks:
+        os.makedirs(os.path.join(mount, name, task))
+        with open(os.path.join(mount, name, task, "cgroup.procs"), "w") as f:
+            f.write(procs)
+    with open(os.path.join(mount, name, "cgroup.procs"), "w") as f:
+        f.write("")
+
+
+def test_a_sweep_removes_only_the_empty_groups_of_launchers_dead_by_their_record_and_kills_nothing(
+        tmp_path, monkeypatch):
+    """The parent's name is its owner record, tfps-PID-START-PIDNS: a sweep removes it when that
+    launcher is dead (of this pid namespace; its pid gone, or another process's now) and no
+    process is in any of its groups, and leaves alone a live launcher's (its emptied group is
+    waiting for a restarted task), one of another pid namespace (a container's launcher, whose
+    pid means nothing here), a busy one, and one of another naming."""
+    hierarchy, kills = _fake_hierarchy(tmp_path, monkeypatch)
+    mount, me, ns = hierarchy.mount, os.getpid(), os.stat("/proc/self/ns/pid").st_ino
+    dead = 4194304 + 7   # above any pid_max: no such process
+    mine = cgroups.owner_name(me)
+    assert mine == f"tfps-{me}-{cgroups._start_time(me)}-{ns}"
+    _group(mount, f"tfps-{dead}-123-{ns}", ["ps0", "chief0"])                 # dead, empty: removed
+    _group(mount, f"tfps-{me}-{cgroups._start_time(me) + 1}-{ns}", ["ps0"])   # its pid now another's: removed
+    _group(mount, mine, ["ps0", "chief0"])                                      # alive: left
+    _group(mount, f"tfps-{dead}-123-{ns + 1}", ["ps0"])                        # another pid namespace: left
+    _group(mount, f"tfps-{dead}-124-{ns}", ["ps0"], procs="4242\n")           # a process in it: left
+    _group(mount, f"tfps-{dead}", ["ps0"])                                      # no record: left
+    reused = f"tfps-{me}-{cgroups._start_time(me) + 1}-{ns}"
+    assert cgroups.sweep(hierarchy) == sorted([f"tfps-{dead}-123-{ns}", reused])
+    assert sorted(os.listdir(mount)) == sorted([mine, f"tfps-{dead}-123-{ns + 1}", f"tfps-{dead}-124-{ns}",
+                                                f"tfps-{dead}"])
+    assert sorted(os.listdir(os.path.join(mount, mine))) == ["cgroup.procs", "chief0", "ps0"]
+    assert kills == []
+
+
+def test_groups_are_made_under_a_parent_of_their_own_and_another_launchers_are_never_touched(tmp_path, monkeypatch):
+    """A parent of this name already there is another launcher's: the make is refused naming it, and
+    nothing in it is removed or killed; a launcher's close kills only in the groups it made."""
+    hierarchy, kills = _fake_hierarchy(tmp_path, monkeypatch)
+    theirs = os.path.join(hierarchy.mount, cgroups.owner_name(os.getpid()))
+    _group(hierarchy.mount, os.path.basename(theirs), ["ps0"], procs="4242\n")
+    with pytest.raises(cgroups.CgroupError, match="cannot make the tasks' memory cgroups .*File exists"):
+        cgroups.TaskGroups.make(os.getpid(), {"ps0": 256 << 20}, hierarchy)
+    assert sorted(os.listdir(theirs)) == ["cgroup.procs", "ps0"] and kills == []
+    shutil.rmtree(theirs)
+    groups = cgroups.TaskGroups.make(os.getpid(), {"ps0": 256 << 20, "chief0": 512 << 20}, hierarchy)
+    assert groups.parent == theirs and sorted(os.listdir(groups.parent)) == ["chief0", "ps0"]
+    assert _read_file(groups.path("ps0"), "memory.limit_in_bytes") == str(256 << 20)
+    os.mkdir(os.path.join(groups.parent, "other"))   # not made by this launcher: it stays, and so does the parent
+    assert groups.close() == [groups.parent] and os.listdir(groups.parent) == ["other"] and kills == []
+
+
+def _read_file(directory, name):
+    with open(os.path.join(directory, name)) as f:
+        return f.read()
 
 
 def _dead_pid():
@@ -133,7 +225,7 @@ def test_each_capped_task_runs_in_a_cgroup_of_its_own_under_its_cap_and_the_grou
     is in tfps-<launcher>/<task> with its cap and no swap, an uncapped one stays in the
     launcher's own group; SIGTERM to the launcher (as Ctrl-C) removes every group, and the groups
     a launcher killed with kill -9 left behind are removed by the next launch."""
-    stale = os.path.join(HIERARCHY.mount, f"tfps-{_dead_pid()}")
+    stale = os.path.join(HIERARCHY.mount, f"tfps-{_dead_pid()}-1-{os.stat('/proc/self/ns/pid').st_ino}")
     os.makedirs(os.path.join(stale, "ps0"))
     ready = tmp_path / "ready"
     ready.mkdir()
@@ -169,13 +261,13 @@ def test_each_capped_task_runs_in_a_cgroup_of_its_own_under_its_cap_and_the_grou
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert done.is_set() and code == 130
-    me = os.getpid()
-    assert seen == {"ps0": (f"/tfps-{me}/ps0", _expected_limits(100)),
-                    "ps1": (f"/tfps-{me}/ps1", _expected_limits(100)),
-                    "chief0": (f"/tfps-{me}/chief0", _expected_limits(300)),
+    me, mine = os.getpid(), cgroups.owner_name()
+    assert seen == {"ps0": (f"/{mine}/ps0", _expected_limits(100)),
+                    "ps1": (f"/{mine}/ps1", _expected_limits(100)),
+                    "chief0": (f"/{mine}/chief0", _expected_limits(300)),
                     "worker0": (_memory_cgroup(me), "own")}
     assert not os.path.exists(stale)
-    assert f"tfps-{me}" not in _ours()
+    assert mine not in _ours()
 
 
 # The demo's model, its table made to outgrow a small PS quickly: uniform ids over 26 x 200k (each
@@ -205,7 +297,7 @@ def test_a_ps_over_its_cap_is_killed_by_the_kernel_and_restarted_until_the_resta
     final = json.loads(job.output().strip().splitlines()[-1])
     assert final["restarts"] == {"ps0": 1} and final["oom_kills"] == {"ps0": 2}, final
     assert final["exit_code"] == 1
-    assert f"tfps-{job.pid}" not in _ours()
+    assert not [n for n in _ours() if n.startswith(f"tfps-{job.pid}-")]
 
 
 @needs_cgroups
@@ -221,7 +313,7 @@ def test_the_same_job_under_caps_that_fit_passes_with_exec_d_tasks_in_their_grou
     try:
         for name, mib in (("ps0", 2048), ("chief0", 4096)):
             pid_file = model_dir / "logs" / f"{name}.pid"
-            group = f"/tfps-{job.pid}/{name}"
+            group = f"/{cgroups.owner_name(job.pid)}/{name}"
             _wait_for(lambda: pid_file.exists() and pid_file.read_text().strip()
                       and _memory_cgroup(int(pid_file.read_text())) == group, f"{name} in its group", timeout=60)
             assert _limits(group) == _expected_limits(mib)
@@ -231,4 +323,4 @@ def test_the_same_job_under_caps_that_fit_passes_with_exec_d_tasks_in_their_grou
     metrics = json.loads(job.output().strip().splitlines()[-1])
     assert metrics["restarts"] == {} and metrics["oom_kills"] == {}
     assert metrics["local_steps"] == 20
-    assert f"tfps-{job.pid}" not in _ours()
+    assert not [n for n in _ours() if n.startswith(f"tfps-{job.pid}-")]

@@ -4,18 +4,24 @@ controller: cgroup v2 where the unified hierarchy offers it, else cgroup v1's me
 
 For the launcher of pid P, at the root of the hierarchy's mount:
 
-    v2  /sys/fs/cgroup/tfps-P/<task>          memory.max = the cap, memory.swap.max = 0,
-                                              memory.oom.group = 1
-    v1  /sys/fs/cgroup/memory/tfps-P/<task>   memory.limit_in_bytes = the cap, and
-                                              memory.memsw.limit_in_bytes too where swap is accounted
+    v2  /sys/fs/cgroup/tfps-P-S-N/<task>          memory.max = the cap, memory.swap.max = 0,
+                                                  memory.oom.group = 1
+    v1  /sys/fs/cgroup/memory/tfps-P-S-N/<task>   memory.limit_in_bytes = the cap, and
+                                                  memory.memsw.limit_in_bytes too where swap is accounted
 
-(tfps-P itself has no cap; on v2 it passes the memory controller down). A task joins its group
+(the parent itself has no cap; on v2 it passes the memory controller down). The parent's name is
+its owner record: P the launcher's pid, S its start time (/proc/P/stat, clock ticks since boot)
+and N its pid namespace (the inode of /proc/self/ns/pid), so that a launcher of the same pid in
+another pid namespace (a container sharing the hierarchy) or later (a reused pid) has a group of
+its own. A cgroup directory cannot hold a file of ours, hence the name; the hierarchy belongs to
+one kernel, so no host name is needed. A task joins its group
 itself (`join`) before it runs anything: a forked one right after the fork, an exec'd one right
 after the exec (tfps.cluster.process). A restarted task goes back into the same group. A process
 over its cap is killed by the kernel (SIGKILL), and the group's counter says so (`oom_kills`:
 v2's memory.events, v1's memory.oom_control, kernel 4.13+). The groups are removed when the
-launcher ends (`TaskGroups.close`); those of launchers that are gone (kill -9) are removed by the
-next launch (`sweep`).
+launcher ends (`TaskGroups.close`, which kills only in the groups it made); those of launchers
+that are gone (kill -9) are removed by the next launch (`sweep`): only when the record says the
+owner is dead and no process is in any of its groups, and nothing is killed.
 """
 import dataclasses
 import errno
@@ -25,8 +31,10 @@ import signal
 import sys
 import time
 
+from tfps.cluster.netns import _alive
+
 MOUNTINFO = "/proc/self/mountinfo"
-_OWNED = re.compile(r"^tfps-([0-9]+)$")
+_OWNED = re.compile(r"^tfps-([0-9]+)-([0-9]+)-([0-9]+)$")   # tfps-PID-START-PIDNS
 
 
 class CgroupError(ValueError):
@@ -108,11 +116,72 @@ def _write(path, text):
         f.write(text)
 
 
-def _enable_memory(group):
+def _enable_memory(group, hierarchy):
     """v2: the memory controller for group's children (cgroup.subtree_control)."""
     control = os.path.join(group, "cgroup.subtree_control")
-    if "memory" not in _words(control):
+    if "memory" in _words(control):
+        return
+    try:
         _write(control, "+memory")
+    except OSError as e:
+        # v2's "no internal processes" rule: a group with processes of its own cannot pass a
+        # controller to its children (EBUSY); the real root is exempt, but the root of a container's
+        # cgroup namespace is not, and it usually holds the container's processes, this launcher's
+        # among them. (Not tested here: this machine's hierarchy is v1.)
+        if e.errno != errno.EBUSY:
+            raise
+        raise CgroupError(f"cluster.memory_cap_mib: cannot enable the memory controller for the groups below "
+                          f"{group} ({hierarchy}): writing +memory to {control} was refused (EBUSY): cgroup v2 "
+                          f"refuses it in a group that holds processes of its own (they are in "
+                          f"{os.path.join(group, 'cgroup.procs')}; in a container this is its cgroup root, which "
+                          f"holds this launcher). Move those processes into a child group first (e.g. mkdir "
+                          f"{group}/init and write each pid to {group}/init/cgroup.procs), or run the launcher "
+                          f"where its cgroup is delegated to it (a container whose init does that, a systemd unit "
+                          f"with Delegate=yes)") from None
+
+
+def _start_time(pid):
+    """The process's start time (clock ticks since boot: /proc/PID/stat's 22nd field), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rpartition(")")[2].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _pid_namespace():
+    """The inode of this process's pid namespace, or None."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+def owner_name(pid=None):
+    """The name of the parent group of launcher pid (this process when None): tfps-PID-START-PIDNS,
+    or tfps-PID-r<random> when its start time or pid namespace cannot be read (a group no sweep
+    will judge, hence remove)."""
+    pid = os.getpid() if pid is None else pid
+    start, namespace = _start_time(pid), _pid_namespace()
+    if start is None or namespace is None:
+        return f"tfps-{pid}-r{os.urandom(6).hex()}"
+    return f"tfps-{pid}-{start}-{namespace}"
+
+
+def _owner_gone(name):
+    """Whether the launcher that made the parent group `name` is dead by the name's record: of this
+    pid namespace, and its pid gone or now another process's (started at another time). False
+    when that cannot be judged (another pid namespace, another naming, /proc unreadable)."""
+    m = _OWNED.match(name)
+    if not m:
+        return False
+    pid, start, namespace = (int(g) for g in m.groups())
+    if namespace != _pid_namespace():
+        return False
+    if not _alive(pid):
+        return True
+    now = _start_time(pid)
+    return now is not None and now != start
 
 
 def join(procs):
@@ -122,7 +191,7 @@ def join(procs):
 
 
 class TaskGroups:
-    """The memory cgroups of one launcher's tasks, HIERARCHY/tfps-OWNER/<task>, each capped.
+    """The memory cgroups of one launcher's tasks, HIERARCHY/tfps-PID-START-PIDNS/<task>, each capped.
 
         groups = TaskGroups.make(os.getpid(), {"ps0": 512 << 20, "chief0": 2 << 30})
         groups.procs("ps0")        # the file the task writes its pid to (join)
@@ -132,23 +201,27 @@ class TaskGroups:
 
     def __init__(self, owner, hierarchy, caps):
         self.owner, self.hierarchy, self.caps = owner, hierarchy, dict(caps)
-        self.parent = os.path.join(hierarchy.mount, f"tfps-{owner}")
+        self.parent = os.path.join(hierarchy.mount, owner_name(owner))
+        self._made = []   # the directories this object made: the only ones close() touches
 
     @classmethod
     def make(cls, owner, caps, hierarchy=None):
-        """Makes a group per task of caps {task: bytes}; on an error, removes what it made and
-        raises CgroupError naming the file."""
+        """Makes a group per task of caps {task: bytes} below a parent of its own (one that is
+        there already is another launcher's: refused, untouched); on an error, removes what it
+        made and raises CgroupError naming the file."""
         groups = cls(owner, hierarchy or check_available(), caps)
         v2 = groups.hierarchy.version == 2
-        _remove(groups.parent)   # left by an earlier process of this pid, killed with kill -9
         try:
-            os.makedirs(groups.parent, exist_ok=True)
             if v2:
-                _enable_memory(groups.hierarchy.mount)
-                _enable_memory(groups.parent)
+                _enable_memory(groups.hierarchy.mount, groups.hierarchy)
+            os.mkdir(groups.parent)
+            groups._made.append(groups.parent)
+            if v2:
+                _enable_memory(groups.parent, groups.hierarchy)
             for task, cap in groups.caps.items():
                 path = groups.path(task)
                 os.mkdir(path)
+                groups._made.append(path)
                 if v2:
                     _write(os.path.join(path, "memory.max"), str(cap))
                     for name, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):
@@ -158,6 +231,9 @@ class TaskGroups:
                     _write(os.path.join(path, "memory.limit_in_bytes"), str(cap))
                     if os.path.exists(os.path.join(path, "memory.memsw.limit_in_bytes")):
                         _write(os.path.join(path, "memory.memsw.limit_in_bytes"), str(cap))
+        except CgroupError:
+            groups.close()
+            raise
         except OSError as e:
             groups.close()
             raise CgroupError(f"cluster.memory_cap_mib: cannot make the tasks' memory cgroups in {groups.parent} "
@@ -186,25 +262,21 @@ class TaskGroups:
         return None
 
     def close(self):
-        """Removes every group and the parent (a process still in one, a task's own child once
-        the tasks are reaped, is killed first); returns the paths still there."""
-        return _remove(self.parent, kill=True)
+        """Removes the groups this object made, the tasks' then the parent (a process still in a
+        task's group, a task's own child once the tasks are reaped, is killed first); returns
+        the paths still there. Nothing this object did not make is touched."""
+        if not self._made:
+            return []
+        children = [p for p in self._made if p != self.parent]
+        return _remove(children, self.parent if self.parent in self._made else None, kill=True)
 
 
-def _remove(parent, kill=False, timeout=5.0):
-    """Removes parent's task groups, then parent; with kill, a process still in a group is killed
-    first (else the group stays). Returns the paths still there."""
+def _remove(children, parent, kill=False, timeout=5.0):
+    """Removes the groups children, then parent (None: none) once they are gone and it has no
+    other group; with kill, a process still in one of children is killed first (else the group
+    stays). Returns the paths still there."""
     deadline = time.monotonic() + timeout
-    try:
-        children = [os.path.join(parent, n) for n in os.listdir(parent)
-                    if os.path.isdir(os.path.join(parent, n))]
-    except FileNotFoundError:
-        return []
-    except OSError:
-        return [parent]
-    for path in children + [parent]:
-        if path == parent and any(os.path.exists(c) for c in children):
-            break
+    for path in children:
         while True:
             try:
                 os.rmdir(path)
@@ -220,30 +292,42 @@ def _remove(parent, kill=False, timeout=5.0):
                     except (ProcessLookupError, ValueError):
                         pass
                 time.sleep(0.05)
-    return [p for p in children + [parent] if os.path.exists(p)]
+    left = [p for p in children if os.path.exists(p)]
+    if parent is not None and not left:
+        try:
+            os.rmdir(parent)   # not emptied of anything: a group there that is not ours keeps it
+        except OSError:
+            pass
+    return left + ([parent] if parent is not None and os.path.exists(parent) else [])
 
 
-def _alive(pid):
+def _empty(group):
+    """Whether no process is in the group (False when its cgroup.procs cannot be read)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(os.path.join(group, "cgroup.procs")) as f:
+            return not f.read().split()
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return True
 
 
 def sweep(hierarchy):
-    """Removes the groups tfps-P of launchers P that are gone (killed with kill -9) and that no
-    process is in (a process there is left alone: P may be a pid of another pid namespace);
-    returns the names removed."""
+    """Removes the groups tfps-PID-START-PIDNS of launchers that are gone (killed with kill -9): only
+    when the name's record says the launcher is dead (of this pid namespace, its pid gone or
+    another process's) and no process is in the parent or any of its groups; kills nothing and
+    leaves a group whose owner cannot be judged. Returns the names removed."""
     try:
         names = os.listdir(hierarchy.mount)
     except OSError:
         return []
     removed = []
     for name in sorted(names):
-        m = _OWNED.match(name)
-        if m and not _alive(int(m.group(1))) and not _remove(os.path.join(hierarchy.mount, name)):
+        if not _owner_gone(name):
+            continue
+        parent = os.path.join(hierarchy.mount, name)
+        try:
+            children = [os.path.join(parent, n) for n in os.listdir(parent) if os.path.isdir(os.path.join(parent, n))]
+        except OSError:
+            continue
+        if all(_empty(g) for g in children + [parent]) and not _remove(children, parent):
             removed.append(name)
     return removed

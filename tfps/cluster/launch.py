@@ -228,19 +228,19 @@ def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=Fal
         preload()   # before the bound: a task starts as a copy of this process
     check_capacity(num_ps + num_workers + (1 if evaluator else 0) + (1 if latency_ms else 0))
     names = _task_names(num_ps, num_workers, evaluator)
-    model_dir = model_dir or tempfile.mkdtemp(prefix="tfps_cluster_")
-    log_dir = os.path.join(model_dir, "logs")
-    os.makedirs(log_dir, exist_ok=True)
     _sweep_cgroups(hierarchy, printer)
     network = groups = None
+    if caps_mib:   # before any directory: a refused cgroup leaves no model_dir/logs (or temporary dir)
+        groups = cgroups.TaskGroups.make(os.getpid(), {f"{t}{i}": caps_mib[t] << 20 for t, i in names
+                                                       if t in caps_mib}, hierarchy)
     try:
+        model_dir = model_dir or tempfile.mkdtemp(prefix="tfps_cluster_")
+        log_dir = os.path.join(model_dir, "logs")
+        os.makedirs(log_dir, exist_ok=True)
         if netns:
             network, spec = _emulated_hosts(names, latency_ms, bandwidth_gbit, log_dir, printer)
         else:
             spec = cluster_spec(num_ps, num_workers, host)
-        if caps_mib:
-            groups = cgroups.TaskGroups.make(os.getpid(), {f"{t}{i}": caps_mib[t] << 20 for t, i in names
-                                                           if t in caps_mib}, hierarchy)
         return _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host, status_every, printer,
                     latency_ms, task_main, preload, network, groups)
     finally:
