@@ -202,7 +202,7 @@ class TaskGroups:
     def __init__(self, owner, hierarchy, caps):
         self.owner, self.hierarchy, self.caps = owner, hierarchy, dict(caps)
         self.parent = os.path.join(hierarchy.mount, owner_name(owner))
-        self._made = []   # the directories this object made: the only ones close() touches
+        self.made = []   # the directories this object made: the only ones close() touches
 
     @classmethod
     def make(cls, owner, caps, hierarchy=None):
@@ -215,13 +215,13 @@ class TaskGroups:
             if v2:
                 _enable_memory(groups.hierarchy.mount, groups.hierarchy)
             os.mkdir(groups.parent)
-            groups._made.append(groups.parent)
+            groups.made.append(groups.parent)
             if v2:
                 _enable_memory(groups.parent, groups.hierarchy)
             for task, cap in groups.caps.items():
                 path = groups.path(task)
                 os.mkdir(path)
-                groups._made.append(path)
+                groups.made.append(path)
                 if v2:
                     _write(os.path.join(path, "memory.max"), str(cap))
                     for name, value in (("memory.swap.max", "0"), ("memory.oom.group", "1")):
@@ -265,10 +265,10 @@ class TaskGroups:
         """Removes the groups this object made, the tasks' then the parent (a process still in a
         task's group, a task's own child once the tasks are reaped, is killed first); returns
         the paths still there. Nothing this object did not make is touched."""
-        if not self._made:
+        if not self.made:
             return []
-        children = [p for p in self._made if p != self.parent]
-        return _remove(children, self.parent if self.parent in self._made else None, kill=True)
+        children = [p for p in self.made if p != self.parent]
+        return _remove(children, self.parent if self.parent in self.made else None, kill=True)
 
 
 def _remove(children, parent, kill=False, timeout=5.0):
