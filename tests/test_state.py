@@ -521,8 +521,8 @@ def test_a_trainer_going_on_from_the_live_state_after_a_kill_counts_its_half_app
         assert not os.listdir(tmp_path)
     run("chief", 10)                  # ends cleanly, saving at 10
     run("worker", 40, kill_after=3)   # 13, and the updates of a 14th
-    run("worker", 40)                 # counts it: 14; then to 36 (tfps's runner stops a worker 2 x 2 steps early)
-    run("chief", 60, kill_after=2)    # after a clean end: counts nothing (its first save: 36 or 40); 2 steps
+    run("worker", 40)                 # counts it: 14; then to 32 (tfps's runner stops a worker 4 x 2 steps early)
+    run("chief", 60, kill_after=2)    # after a clean end: counts nothing (its first save: 32 or so); 2 steps
                                       # and the updates of a 3rd
     run("chief", 70)                  # finds the model whole, counts it before its first save; saves at 70
     saved = every_checkpoint()        # 0 and 10, the chief's two session starts, and 70

@@ -11,7 +11,7 @@ first); a worker waits until the model is ready on the PS tasks.
 A cluster ends at max_steps exactly: a trainer's run reads the global step before its own
 increment and cannot see the increments of other trainers' runs in flight, so trainers that
 all stopped on that read would overshoot by up to one step each. The workers stop
-`2 x trainers` steps early (last_step) and the chief trains the last steps alone, on reads that
+`WORKER_MARGIN x trainers` steps early (last_step) and the chief trains the last steps alone, on reads that
 are exact once the workers' last steps have landed."""
 import os
 
@@ -121,10 +121,17 @@ class _WorkerSessionCreator(tf.compat.v1.train.SessionCreator):
 
 def last_step(max_steps, settings):
     """The global step at which this trainer stops: max_steps for the chief (and one process),
-    2 x trainers fewer for the other trainers of a cluster (see above)."""
+    WORKER_MARGIN x trainers fewer for the other trainers of a cluster (see above)."""
     if max_steps is None or settings.is_chief or settings.num_worker_replicas <= 1:
         return max_steps
-    return max(max_steps - 2 * settings.num_worker_replicas, 0)
+    return max(max_steps - WORKER_MARGIN * settings.num_worker_replicas, 0)
+
+
+# Steps per trainer that the workers stop before max_steps. A worker's last step, begun before
+# its stop, must land before the chief's last read: the chief's steps alone in between are the
+# time it may take. 2 per trainer (half this) let a worker's step stalled under a loaded machine
+# (5 tasks on 2 cores beside other tests) land after the chief's last read: a job of 800 ended at 801.
+WORKER_MARGIN = 4
 
 
 def _saver_hooks(settings, scaffold, worker_hooks, saving_listeners):
