@@ -115,7 +115,10 @@ def _train(cfg, cluster_config, source, lease, printer):
     start = state_step(cfg.model_dir)
     progress = ProgressHook(cfg.train.batch_size, cfg.train.log_every_steps, printer, task_rate=True,
                             max_steps=cfg.train.steps)
-    traffic = StepStatsHook(after_local_steps=min(50, cfg.train.steps // 4), num_steps=5, printer=printer)
+    # Traced once every trainer is past its start (a trainer's share of a short job can be a
+    # fraction of it: the workers now train from the chief's start).
+    traffic = StepStatsHook(after_local_steps=min(50, cfg.train.steps // (4 * len(trainers))), num_steps=5,
+                            printer=printer)
     recovery = RecoveryLog(printer)
     # Delta checkpoints and eviction: the chief runs them, like the full checkpoints.
     tables, listeners = table_hooks(cfg, printer) if cluster_config.is_chief else ([], [])
