@@ -150,24 +150,13 @@ def test_a_worker_started_with_the_chief_trains_a_share_of_the_steps(tmp_path):
     ran none of a job this short, and its first step after the chief's end overshot the job), and
     the two trainers' steps add up to the global step."""
     import threading
-    import tfps
+    from test_state import _every_batch_input_fn as input_fn, _every_batch_model_fn as model_fn
     from tfps.cluster.placement import replica_device_setter
     from tfps.cluster.ports import cluster_spec
     from tfps.runner import train
     spec = tf.train.ClusterSpec(cluster_spec(1, 2))
     servers = {job: tf.distribute.Server(spec, job_name=job, task_index=0) for job in ("ps", "chief", "worker")}
     steps = 600
-
-    def model_fn(features, labels, mode, params):
-        emb = tfps.get_embedding_variable("ids", embedding_dim=4)
-        logits = tf.reduce_sum(tfps.embedding_lookup(emb, features["ids"]), [1, 2])
-        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
-        gs = tf.compat.v1.train.get_or_create_global_step()
-        return ModelSpec(mode, loss=loss, train_op=tfps.train.AdagradOptimizer(0.1).minimize(loss, global_step=gs))
-
-    def input_fn():
-        ids = tf.data.Dataset.range(10**7).map(lambda i: tf.stack([i % 97, i % 3 + 100]))
-        return tf.data.Dataset.zip(({"ids": ids}, ids.map(lambda i: tf.cast(i[1] % 2, tf.float32)))).batch(8)
 
     counts = {job: _CountSteps() for job in ("chief", "worker")}
     errors = []

@@ -2,19 +2,11 @@
 requirement is the full `tensorflow` distribution), and the grpcio-tools the serving API is
 generated with named alike in requirements/ and pyproject.toml. (A built wheel's metadata:
 test_packaging; installs into fresh venvs: .ci/check_install.py, in CI.)"""
-import importlib.util
 import os
 import re
 from importlib import metadata
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _setup():
-    spec = importlib.util.spec_from_file_location("tfps_setup", os.path.join(ROOT, "setup.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)   # setup() itself runs only under __main__
-    return module
+from test_build import ROOT, _setup
 
 
 def _name(requirement):
