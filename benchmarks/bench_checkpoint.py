@@ -1,8 +1,16 @@
-"""Full checkpoint vs delta of a model with a table of 10^6 rows (dim 16, Adagrad slot), 1% of
+"""Two figures of a model's state.
+
+Default: full checkpoint vs delta of a model with a table of 10^6 rows (dim 16, Adagrad slot), 1% of
 them changed, and the demo's MLP (26 x 8 embeddings + 13 dense -> 256 -> 128 -> 64 -> 1, with its
 Adagrad slots), in one process: a full tfps.state.StateSaver checkpoint vs the delta
 IncrementalCheckpoints writes (the changed rows, the admission sketch, every dense variable and
-the global step: tfps.state.deltas.save_op). Same run, same session."""
+the global step: tfps.state.deltas.save_op). Same run, same session.
+
+--ps 1,2,4 [--rows N]: a table of N rows (dim 32, keys and values) sharded over that many PS
+tasks, saved by a sharded Saver and restored into as many (and saved over 3, restored into 4):
+wall time, MB/s, and each PS's peak memory growth over its own shard, with every row checked;
+beside a partitioned tf.Variable of the same bytes saved and restored by TF's own Saver (the
+floor), in the same run (benchmarks/ps_state.py)."""
 import os
 import sys
 import tempfile
@@ -81,5 +89,42 @@ def main():
     ])
 
 
+def main_ps(ps_counts, rows):
+    import ps_state
+    runs, floors = ps_state.run(rows, ps_counts)
+    mib = 2**20
+    lines = [(f"table of {rows} rows x {ps_state.DIM} (keys and values), sharded Saver; growth = a PS's peak RSS "
+              f"growth / its shard's bytes", "")]
+    floor_of = {f["ps"]: f for f in floors}
+    for r in runs:
+        save_ratio = [g / b for g, b in zip(r["save_growth"], r["save_shard_bytes"])]
+        restore_ratio = [g / b for g, b in zip(r["restore_growth"], r["restore_shard_bytes"])]
+        mb = r["checkpoint_bytes"] / mib
+        lines.append((f"{r['save_ps']} PS -> {r['restore_ps']} PS: save",
+                      f"{r['save_s']:6.2f} s {mb / r['save_s']:7.1f} MB/s  growth max {max(save_ratio):.2f}x "
+                      f"({', '.join(f'{x:.2f}' for x in save_ratio)})"))
+        lines.append((f"{r['save_ps']} PS -> {r['restore_ps']} PS: restore",
+                      f"{r['restore_s']:6.2f} s {mb / r['restore_s']:7.1f} MB/s  growth max {max(restore_ratio):.2f}x "
+                      f"({', '.join(f'{x:.2f}' for x in restore_ratio)}); rows exact: {r['exact']}"))
+        floor = floor_of.get(r["save_ps"]) if r["save_ps"] == r["restore_ps"] else None
+        if floor is not None:
+            fmb = floor["checkpoint_bytes"] / mib
+            lines.append((f"  floor: tf.Variable over {floor['ps']} PS, TF's Saver",
+                          f"save {floor['save_s']:6.2f} s {fmb / floor['save_s']:7.1f} MB/s, restore "
+                          f"{floor['restore_s']:6.2f} s {fmb / floor['restore_s']:7.1f} MB/s"))
+            lines.append((f"  RATIO tfps / floor ({floor['ps']} PS)",
+                          f"save {r['save_s'] / floor['save_s']:.2f}x, restore {r['restore_s'] / floor['restore_s']:.2f}x "
+                          f"the time"))
+    report(lines)
+    if not all(r["exact"] for r in runs):
+        raise SystemExit("rows differ after a restore")
+
+
 if __name__ == "__main__":
-    main()
+    if "--ps" in sys.argv:
+        args = sys.argv[1:]
+        counts = [int(x) for x in args[args.index("--ps") + 1].split(",")]
+        n = int(args[args.index("--rows") + 1]) if "--rows" in args else 3 * 10**6
+        main_ps(counts, n)
+    else:
+        main()

@@ -4,8 +4,11 @@
 #define TFPS_KERNELS_TABLE_RESOURCE_H_
 
 #include <atomic>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "kernels/core/embedding_table.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -31,6 +34,21 @@ class TableResource : public tensorflow::ResourceBase {
   void set_initialized() { initialized_.store(true, std::memory_order_release); }
   int64_t shard() const { return shard_; }
   int64_t num_shards() const { return num_shards_; }
+  // A restore's new contents, built aside by TfpsTableRestoreStage and put in by
+  // TfpsTableRestoreCommit once every shard of the table has staged its own (a later stage
+  // replaces an earlier one, and frees it).
+  struct StagedRestore {
+    std::shared_ptr<core::EmbeddingTable::Staged> rows;
+    std::vector<int32_t> admission;  // empty: none to import
+  };
+  void Stage(std::unique_ptr<StagedRestore> staged) {
+    std::lock_guard<std::mutex> lock(staged_mu_);
+    staged_ = std::move(staged);
+  }
+  std::unique_ptr<StagedRestore> TakeStaged() {
+    std::lock_guard<std::mutex> lock(staged_mu_);
+    return std::move(staged_);
+  }
   // InvalidArgument naming the first key that does not belong to this shard.
   tensorflow::Status CheckOwnsKeys(const std::string& op, const int64_t* keys, int64_t n) const {
     if (num_shards_ <= 1) return tensorflow::OkStatus();
@@ -50,6 +68,8 @@ class TableResource : public tensorflow::ResourceBase {
   core::EmbeddingTable table_;
   const int64_t shard_, num_shards_;
   std::atomic<bool> initialized_{false};
+  std::mutex staged_mu_;
+  std::unique_ptr<StagedRestore> staged_;
 };
 
 // Looks up the table behind input 0; the returned ref must be Unref()'d

@@ -133,6 +133,57 @@ Replaces the admission sketch with a TfpsTableExportAdmission output (counts cli
 InvalidArgument.
 )doc");
 
+REGISTER_OP("TfpsTableRestoreStage")
+    .Input("table: resource")
+    .Input("prefix: string")
+    .Output("rows: int64")
+    .Attr("table_name: string")
+    .Attr("slice_bytes: int = 8388608")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Builds this shard's contents from table `table_name` of the checkpoint `prefix`, saved by any
+shard count (kernels/checkpoint_parts.h): only the parts that can hold its keys are read, in
+slices of about slice_bytes, and their checksums checked; its rows are built aside, and the table is unchanged until
+TfpsTableRestoreCommit. rows: the rows staged.
+)doc");
+
+REGISTER_OP("TfpsTableRestoreCommit")
+    .Input("table: resource")
+    .Input("staged: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext*) { return tensorflow::OkStatus(); })
+    .Doc(R"doc(
+Replaces the table's contents (and admission sketch) with what TfpsTableRestoreStage staged;
+`staged` orders it after the stages of every shard. FailedPrecondition when nothing is staged.
+)doc");
+
+REGISTER_OP("TfpsTableApplyDelta")
+    .Input("table: resource")
+    .Input("prefix: string")
+    .Attr("table_name: string")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext*) { return tensorflow::OkStatus(); })
+    .Doc(R"doc(
+Applies this shard's share of table `table_name` in the delta at `prefix`, written by any shard
+count (NAME-delta-part{p}-{keys, values, slots, freq, last_step, removed, complete, admission},
+NAME-delta-parts, NAME-delta-slot_init): removals and rows of its own keys, or -- when a part
+is complete -- its rows in place of the shard's contents; and the admission sketch.
+)doc");
+
+REGISTER_OP("TfpsReadColumn")
+    .Input("prefix: string")
+    .Output("out: dtype")
+    .Attr("table_name: string")
+    .Attr("column: string")
+    .Attr("dtype: type")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::UnknownShape)
+    .Doc(R"doc(
+Column `column` (keys, values, slots, freq, last_step, removed, ...) of table `table_name`
+(NAME, or NAME-delta for a delta) of the checkpoint `prefix`, its parts concatenated.
+)doc");
+
 REGISTER_OP("TfpsCheckTables")
     .Input("prefix: string")
     .Output("ok: bool")
@@ -141,9 +192,9 @@ REGISTER_OP("TfpsCheckTables")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
-Checks, from the index of the checkpoint `prefix` alone, that it can restore every table
-names[i] exactly: all parts NAME-{keys,values,slots,freq,last_step,slot_init} present, values
-of width dims[i], parts of one table of one length. Fails with InvalidArgument naming every table
+Checks, from the index of the checkpoint `prefix` (and each table's part count and slot_init),
+that it can restore every table names[i] exactly: every part of it there
+(kernels/checkpoint_parts.h), values of width dims[i], the columns of a part of one length. Fails with InvalidArgument naming every table
 that does not fit; ok is true otherwise. A Saver's table restores wait for it, so that a restore
 that fails on one table has changed none.
 )doc");

@@ -6,6 +6,8 @@ import pytest
 import tensorflow as tf
 
 import tfps
+import tfps.embedding.checkpoint_tools
+from tfps.embedding.saveable import MAX_PARTS
 
 KEYS = np.array([1, 2, 3, -5, 2**50, np.iinfo(np.int64).min], np.int64)
 
@@ -67,10 +69,18 @@ def test_checkpoint_is_readable_per_feature(tmp_path):
             s.run(train_op, {ids: KEYS})
             tf.compat.v1.train.Saver().save(s, prefix)
     names = dict(tf.train.list_variables(prefix))
-    for part in ("keys", "values", "slots", "freq", "last_step", "slot_init", "admission"):
-        assert f"emb-{part}" in names          # one name per table, whatever its shard count
+    # One part per shard, under the table's name and the part's number, never a device's.
+    for p in range(2):
+        for column in ("keys", "values", "slots", "freq", "last_step", "admission"):
+            assert f"emb-part{p}-{column}" in names
+    assert "emb-parts" in names and "emb-slot_init" in names
     assert not [n for n in names if "shard" in n]
-    assert names["emb-keys"] == [len(KEYS)] and names["emb-values"] == [len(KEYS), 4]
+    assert names["emb-part0-keys"][0] + names["emb-part1-keys"][0] == len(KEYS)
+    assert names["emb-part0-values"][1] == 4
+    reader = tf.train.load_checkpoint(prefix)
+    assert reader.get_tensor("emb-parts") == 2
+    for p in range(2):   # part p holds exactly the keys of shard p
+        assert set(reader.get_tensor(f"emb-part{p}-keys").tolist()) == {k for k in KEYS if k % 2 == p}
 
 
 def test_export_load_round_trip_reshards():
@@ -105,12 +115,17 @@ def test_corrupt_tensor_in_checkpoint_is_invalid_argument(tmp_path):
     """A checkpoint whose values tensor is shorter than its keys (truncated) is rejected."""
     prefix = str(tmp_path / "bad")
     with tf.Graph().as_default():
-        names = [f"emb-{p}" for p in ("keys", "values", "slots", "freq", "last_step", "slot_init", "admission")]
+        columns = ("keys", "values", "slots", "freq", "last_step", "admission")
+        names = [f"emb-part0-{c}" for c in columns] + ["emb-parts", "emb-slot_init"]
         tensors = [tf.constant([1, 2, 3], tf.int64), tf.zeros([2, 4]), tf.zeros([3, 0]),
-                   tf.constant([1, 1, 1], tf.int64), tf.constant([0, 0, 0], tf.int64), tf.zeros([0]),
-                   tf.zeros([0], tf.int32)]
+                   tf.constant([1, 1, 1], tf.int64), tf.constant([0, 0, 0], tf.int64), tf.zeros([0], tf.int32),
+                   tf.constant(1, tf.int64), tf.zeros([0])]
+        for part in range(1, MAX_PARTS):   # the empty stand-ins a checkpoint holds for larger graphs
+            names += [f"emb-part{part}-{c}" for c in columns]
+            tensors += [tf.zeros([0], tf.int64), tf.zeros([0, 4]), tf.zeros([0, 4]), tf.zeros([0], tf.int64),
+                        tf.zeros([0], tf.int64), tf.zeros([0], tf.int32)]
         with tf.compat.v1.Session() as s:
-            s.run(tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * 7,
+            s.run(tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
                                     tensors=tensors))
     with tf.Graph().as_default():
         tfps.get_embedding_variable("emb", 4)
@@ -269,3 +284,89 @@ def test_plain_saver_restores_every_table_or_none(tmp_path):
                     tf.compat.v1.train.Saver(sharded=sharded).restore(s, prefix)
                 assert s.run(a.size()) == 3
                 np.testing.assert_array_equal(np.sort(s.run(a.export()["values"]), 0), np.sort(before, 0))
+
+
+def _saved_model_dir(tmp_path, shards, keys):
+    """A checkpoint of `emb` (dim 4, Adagrad slot) over `shards` shards trained on `keys`: (prefix,
+    its rows sorted by key)."""
+    prefix = str(tmp_path / f"model{shards}")
+    with tf.Graph().as_default():
+        ev, ids, w, train_op = _model(num_shards=shards)
+        with tf.compat.v1.Session() as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            s.run(train_op, {ids: keys})
+            tf.compat.v1.train.Saver().save(s, prefix)
+            rows, _, _ = _state(s, ev, w)
+    return prefix, rows
+
+
+def test_restore_reads_parts_in_slices_and_a_damaged_part_changes_no_shard(tmp_path):
+    """3 shards into 4 in slices of a few rows, every row exact (oracle: the rows saved); then a
+    byte of the checkpoint's data flipped: the restore fails naming the damaged tensor, and no
+    shard of the table changed -- not even those whose parts were intact."""
+    keys = np.arange(-1500, 1500, dtype=np.int64) * 7919
+    prefix, saved = _saved_model_dir(tmp_path, 3, keys)
+    with tf.Graph().as_default():
+        ev, ids, w, _ = _model(num_shards=4)
+        restore = tfps.embedding.checkpoint_tools.restore_table(prefix, ev, slice_bytes=200)   # 4 rows a slice
+        with tf.compat.v1.Session() as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            s.run(restore)
+            restored, _, _ = _state(s, ev, w)
+            shards = s.run([tfps.ops.embedding_table.table_export(h)[0] for h in ev.handles])
+    for k in saved:
+        np.testing.assert_array_equal(restored[k], saved[k], err_msg=k)
+    assert [bool((np.mod(k, 4) == i).all()) and len(k) > 0 for i, k in enumerate(shards)] == [True] * 4
+    data = prefix + ".data-00000-of-00001"
+    blob = bytearray(open(data, "rb").read())
+    values = tf.train.load_checkpoint(prefix).get_tensor("emb-part1-values")
+    at = bytes(blob).find(values.tobytes()[:64])   # inside part 1's values
+    assert at > 0
+    blob[at + 8] ^= 0xFF
+    open(data, "wb").write(bytes(blob))
+    with tf.Graph().as_default():
+        ev, ids, w, _ = _model(num_shards=4)
+        fill = ev.assign(np.array([7, 8, 9, 10], np.int64), np.full([4, 4], 5.0, np.float32))
+        restore = tfps.embedding.checkpoint_tools.restore_table(prefix, ev, slice_bytes=200)
+        with tf.compat.v1.Session() as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            s.run(fill)
+            before = s.run(ev.export())
+            # The shards' own reads (restore_table: no Saver read first), and a Saver's.
+            with pytest.raises(tf.errors.DataLossError, match="emb-part1-values .* is damaged"):
+                s.run(restore)
+            with pytest.raises(tf.errors.DataLossError):
+                tf.compat.v1.train.Saver().restore(s, prefix)
+            after = s.run(ev.export())
+    for k in ("keys", "values"):
+        np.testing.assert_array_equal(np.sort(after[k], axis=0), np.sort(before[k], axis=0), err_msg=k)
+
+
+def test_a_checkpoint_in_the_layout_before_parts_is_refused_in_one_line_or_restored_by_restore_table(tmp_path):
+    """A checkpoint written with one tensor per column for all shards (NAME-keys, ...): the tfps
+    Saver refuses it naming the layout, and restore_table reads it as one part, every row exact
+    (oracle: the tensors written)."""
+    prefix = str(tmp_path / "old")
+    keys = np.array([3, -4, 10, 2**40], np.int64)
+    values = np.arange(16, dtype=np.float32).reshape(4, 4)
+    with tf.Graph().as_default():
+        names = [f"emb-{c}" for c in ("keys", "values", "slots", "freq", "last_step", "slot_init", "admission")]
+        tensors = [tf.constant(keys), tf.constant(values), tf.constant(values + 100), tf.constant([1, 2, 3, 4], tf.int64),
+                   tf.constant([5, 6, 7, 8], tf.int64), tf.constant([0.1]), tf.zeros([0], tf.int32)]
+        with tf.compat.v1.Session() as s:
+            s.run(tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * 7, tensors=tensors))
+    with tf.Graph().as_default():
+        ev, ids, w, _ = _model(num_shards=3)
+        restore = tfps.embedding.checkpoint_tools.restore_table(prefix, ev)
+        with tf.compat.v1.Session() as s:
+            with pytest.raises(ValueError, match="in the layout before parts") as refused:
+                tfps.embedding.checkpoint_tools.Saver().restore(s, prefix)
+            assert "\n" not in str(refused.value)
+            s.run(restore)
+            got = s.run(ev.export())
+    order = np.argsort(got["keys"])
+    want = np.argsort(keys)
+    np.testing.assert_array_equal(got["keys"][order], keys[want])
+    np.testing.assert_array_equal(got["values"][order], values[want])
+    np.testing.assert_array_equal(got["slots"][order], values[want] + 100)
+    np.testing.assert_array_equal(got["freq"][order], np.array([1, 2, 3, 4])[want])

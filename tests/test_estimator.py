@@ -8,7 +8,7 @@ import tensorflow as tf
 import tfps
 from tfps.config import load_config
 from tfps.embedding.merged import Feature
-from tfps.embedding.saveable import PARTS
+from tfps.embedding import layout
 from tfps.models.deepfm import deepfm_logits
 from tfps.data import SyntheticCriteo
 from tfps.data.sources import eval_set, train_input_fn
@@ -23,9 +23,10 @@ def test_estimator_checkpoint_restores_tables(tmp_path):
     gen = SyntheticCriteo(cfg.data)
     est = make_estimator(cfg)
     est.train(train_input_fn(gen, cfg.train.batch_size), max_steps=cfg.train.steps)
-    names = [n for n, _ in tf.train.list_variables(str(tmp_path)) if n.endswith("-keys")]
+    ckpt = tf.train.latest_checkpoint(str(tmp_path))
+    names = layout.table_names(dict(tf.train.list_variables(ckpt)))
     assert len(names) == 1 and names[0].startswith("tfps_merged/")  # 26 features, one merged table
-    keys = tf.train.load_variable(str(tmp_path), names[0])
+    keys = layout.read_table(tf.train.load_checkpoint(ckpt), names[0], ("keys",))["keys"]
     batches_ids = np.concatenate([gen.batch(i, cfg.train.batch_size)[1] for i in range(cfg.train.steps)])
     # Every (feature, id) seen in training has a row in the checkpoint, under the feature's tag.
     tags = keys >> 48
@@ -50,7 +51,7 @@ def test_estimator_checkpoint_restores_tables(tmp_path):
             for v in tf.compat.v1.global_variables():
                 s.run(v.assign(tf.train.load_variable(ckpt, v.op.name)))
             for ev in tfps.embedding_variables():
-                s.run(ev.load({p: tf.train.load_variable(ckpt, f"{ev.name}-{p}") for p in PARTS}))
+                s.run(ev.load(layout.read_table(tf.train.load_checkpoint(ckpt), ev.name)))
             manual = s.run(tf.sigmoid(logits))
     np.testing.assert_allclose(first, manual, rtol=1e-5, atol=1e-6)
     assert first.std() > 0

@@ -172,7 +172,11 @@ def test_removed_keys_past_the_log_bound_make_a_complete_delta(tmp_path):
             want = _sorted(s.run(export))
     assert len(want["keys"]) == 500
     reader = tf.train.load_checkpoint(os.path.join(run_dir, "delta-1"))
-    assert reader.get_tensor("emb-delta-complete") and reader.get_tensor("emb-delta-removed").size == 0
+    parts = int(reader.get_tensor("emb-delta-parts"))
+    assert all(reader.get_tensor(f"emb-delta-part{p}-complete") for p in range(parts))
+    # Complete: every part holds its shard's rows and no removals; the parts hold every row.
+    assert sum(reader.get_tensor(f"emb-delta-part{p}-removed").size for p in range(parts)) == 0
+    assert sum(reader.get_tensor(f"emb-delta-part{p}-keys").size for p in range(parts)) == 500
     got, applied = _restore(run_dir, num_shards=3)
     assert applied == [1]
     _equal(got, want)

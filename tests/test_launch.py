@@ -12,6 +12,8 @@ import pytest
 import tensorflow as tf
 
 from tfps.cluster.launch import cluster_spec
+from tfps.embedding import layout
+from tfps.embedding.checkpoint_tools import checkpoint_tables
 from test_state import _tree
 
 pytestmark = pytest.mark.slow
@@ -51,10 +53,11 @@ def test_two_async_workers_match_one_process_and_checkpoint_every_shard(tmp_path
     # train.steps ends at that step: the workers stop early and the chief trains the last steps
     assert int(ckpt.rsplit("-", 1)[1]) == tf.train.load_variable(ckpt, "global_step") == 800
     assert tasks["chief0"]["local_steps"] + tasks["worker0"]["local_steps"] == 800
-    keys = {n: s for n, s in tf.train.list_variables(ckpt) if n.endswith("-keys")}
-    assert len(keys) == 1 and list(keys.values())[0][0] > 0
-    table = list(keys)[0][:-len("-keys")]
-    saved = {p: tf.train.load_variable(ckpt, f"{table}-{p}") for p in ("keys", "freq")}
+    tables = checkpoint_tables(ckpt)   # one table, saved as one part per PS
+    assert len(tables) == 1 and list(tables.values())[0]["keys"][0] > 0
+    table = list(tables)[0]
+    saved = layout.read_table(tf.train.load_checkpoint(ckpt), table, ("keys", "freq"))
+    assert tf.train.load_variable(ckpt, f"{table}-parts") == 2
     assert len(np.unique(np.mod(saved["keys"], 2))) == 2    # rows of both PS shards
     for task in ("ps0", "ps1", "chief0", "worker0", "evaluator0"):
         assert (tmp_path / "cluster" / "logs" / f"{task}.log").exists()
@@ -110,15 +113,16 @@ def _export_serve_and_resume(tmp_path, cli, forker, args, cluster_auc, table, sa
     assert final_step == tf.train.load_variable(resumed, "global_step") == step + 100
     from tfps.runner.incremental import delta_files
     deltas = delta_files(str(model_dir), after_step=step)
-    assert deltas and tf.train.load_checkpoint(deltas[0][1]).has_tensor(f"{table}-delta-keys")
-    last_step = tf.train.load_variable(resumed, f"{table}-last_step")
+    assert deltas and tf.train.load_checkpoint(deltas[0][1]).has_tensor(f"{table}-delta-parts")
+    last_step = layout.read_table(tf.train.load_checkpoint(resumed), table, ("last_step",))["last_step"]
     # Eviction ran at a step >= final_step - 20 and dropped rows idle for more than 40 steps.
     assert last_step.min() >= final_step - 40 - 20 - 2, (last_step.min(), final_step)
     # (The 3-PS chief re-saves the step it restored, so the 2-PS rows were read before.)
     # Every row of the 2-PS checkpoint came back on 3 PS and kept its update count, or was evicted
     # (idle): what the 3-PS chief re-saved at the step it restored holds them all.
     restored = tf.train.load_checkpoint(str(model_dir / f"model.ckpt-{step}"))
-    keys, freq = restored.get_tensor(f"{table}-keys"), restored.get_tensor(f"{table}-freq")
+    rows = layout.read_table(restored, table, ("keys", "freq"))
+    keys, freq = rows["keys"], rows["freq"]
     position = {k: i for i, k in enumerate(keys.tolist())}
     missing = [k for k in saved["keys"].tolist() if k not in position]
     assert not missing, (len(missing), len(saved["keys"]), resumed)
@@ -202,10 +206,10 @@ def _kill(model_dir, task):
 def _table_rows(checkpoint):
     """{key: (freq, values, slots)} over every shard of the merged table in a checkpoint."""
     reader = tf.train.load_checkpoint(checkpoint)
-    prefixes = {n[:-len("-keys")] for n in reader.get_variable_to_shape_map() if n.endswith("-keys")}
     rows = {}
-    for p in prefixes:
-        keys, freq, values, slots = (reader.get_tensor(f"{p}-{part}") for part in ("keys", "freq", "values", "slots"))
+    for p in layout.table_names(reader.get_variable_to_shape_map()):
+        t = layout.read_table(reader, p)
+        keys, freq, values, slots = t["keys"], t["freq"], t["values"], t["slots"]
         rows.update({int(k): (int(f), v, s) for k, f, v, s in zip(keys, freq, values, slots)})
     return rows
 

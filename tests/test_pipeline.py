@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import tfps
+from tfps.embedding import layout
 
 BATCH, IDS, DIM = 64, 40, 2
 
@@ -82,11 +83,11 @@ def _counts(est, part="values"):
     """{key: the first column of its row} of the latest checkpoint, or {key: its last_step}."""
     ckpt = est.latest_checkpoint()
     reader = tf.train.load_checkpoint(ckpt)
-    keys = [n for n in reader.get_variable_to_shape_map() if n.startswith("counts") and n.endswith("keys")]
-    values = [n for n in reader.get_variable_to_shape_map() if n.startswith("counts") and n.endswith(part)]
-    assert len(keys) == 1 and len(values) == 1, reader.get_variable_to_shape_map()
-    got = reader.get_tensor(values[0])
-    return dict(zip(reader.get_tensor(keys[0]).tolist(), (got[:, 0] if got.ndim == 2 else got).tolist()))
+    tables = [n for n in layout.table_names(reader.get_variable_to_shape_map()) if n.startswith("counts")]
+    assert len(tables) == 1, reader.get_variable_to_shape_map()
+    rows = layout.read_table(reader, tables[0], ("keys", part))
+    got = rows[part]
+    return dict(zip(rows["keys"].tolist(), (got[:, 0] if got.ndim == 2 else got).tolist()))
 
 
 @pytest.mark.parametrize("depth,defer", [(1, False), (2, False), (1, True), (3, True), (5, True), (8, True)])

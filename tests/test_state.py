@@ -1,6 +1,7 @@
 """tfps.state: manifests and fingerprints, the lease of a model_dir, and resuming from deltas
 after kill -9 at random moments (every batch trained exactly once)."""
 import json
+import glob
 import os
 import random
 import signal
@@ -14,6 +15,7 @@ import tensorflow as tf
 
 import tfps
 from tfps.embedding.checkpoint_tools import checkpoint_tables
+from tfps.embedding import layout
 from tfps.state import deltas, lease as leases
 from tfps.state import manifest as manifests
 
@@ -138,7 +140,8 @@ def _updates(model_dir):
     reader = tf.train.load_checkpoint(path)
     out = {}
     for table in checkpoint_tables(path):
-        keys, freq = reader.get_tensor(f"{table}-keys"), reader.get_tensor(f"{table}-freq")
+        rows = layout.read_table(reader, table, ("keys", "freq"))
+        keys, freq = rows["keys"], rows["freq"]
         order = np.argsort(keys)
         out[table] = (keys[order], freq[order])
     return out, int(reader.get_tensor("global_step"))
@@ -179,7 +182,7 @@ def test_a_refused_delta_says_what_to_move_and_moving_it_trains_every_batch_once
     full, chain, _ = deltas.latest_cut(model_dir)
     assert len(chain) >= 3, chain
     bad = chain[1][1]
-    data = bad + ".data-00000-of-00001"
+    data = max(glob.glob(bad + ".data-*"), key=os.path.getsize)   # the data file of the table's part
     with open(data, "r+b") as f:
         f.truncate(os.path.getsize(data) // 2)
     before = sorted(os.listdir(model_dir))
@@ -506,7 +509,8 @@ def test_a_trainer_going_on_from_the_live_state_after_a_kill_counts_its_half_app
         path = path or tf.train.latest_checkpoint(str(tmp_path))
         reader = tf.train.load_checkpoint(path)
         (table,) = checkpoint_tables(path)
-        keys, freq = reader.get_tensor(f"{table}-keys"), reader.get_tensor(f"{table}-freq")
+        rows = layout.read_table(reader, table, ("keys", "freq"))
+        keys, freq = rows["keys"], rows["freq"]
         return int(freq[keys == 7].sum()), int(reader.get_tensor("global_step"))
 
     def every_checkpoint():

@@ -147,6 +147,8 @@ class EmbeddingTable {
     // In an exclusive visit: appends the keys removed at or after since_step to *keys and
     // empties the shard's removed-keys log; true when the log had overflowed (RemovedLog::Take).
     bool TakeRemoved(int64_t since_step, std::vector<int64_t>* keys);
+    // Rows in the shard.
+    int64_t rows() const { return s_.index.size(); }
 
    private:
     friend class EmbeddingTable;
@@ -161,6 +163,11 @@ class EmbeddingTable {
   // exclusive visit may empty the removed-keys logs, which are not contents.)
   void VisitShards(bool exclusive, const std::function<void(const RowLayout&)>& begin,
                    const std::function<void(LockedShard&)>& fn) const;
+  // Every index shard's lock at once (shared: lookups go on, writers wait) and the layout's:
+  // begin(layout, rows) with the table's row count, then fn(shard) for each index shard, all
+  // from one moment -- what a save that writes into buffers sized in advance needs.
+  void VisitAllShards(const std::function<void(const RowLayout&, int64_t)>& begin,
+                      const std::function<void(LockedShard&)>& fn) const;
   // Calls fn(i, row, meta) under the exclusive lock of keys[i]'s shard for every key present
   // (row = [value | slots]); the meta fn leaves is stored (clamped). Missing keys are skipped.
   // Returns the number of rows visited.
@@ -172,6 +179,15 @@ class EmbeddingTable {
   // admission sketch and the removed-keys log are kept.
   bool ReplaceRows(const RowLayout& layout, const int64_t* keys, int64_t n,
                    const std::function<RowMeta(int64_t, float*)>& fill, std::string* error);
+  // ReplaceRows in two steps, for a restore that must change every table or none: BuildRows
+  // makes the new contents aside (the table unchanged; nullptr and *error as ReplaceRows; the
+  // layout is checked against the table's dim) and SwapIn puts them in, freeing the old rows.
+  // fill(i, row) is called for i = 0, 1, ..., n-1 in order.
+  struct Staged;
+  std::shared_ptr<Staged> BuildRows(const RowLayout& layout, const int64_t* keys, int64_t n,
+                                    const std::function<RowMeta(int64_t, float*)>& fill, std::string* error) const;
+  void SwapIn(Staged* staged);
+  static int64_t StagedRows(const Staged& staged);
 
   // Incremental checkpoints. Remove and Evict log the keys they drop, stamped with the latest
   // step the table has seen (updates, evictions, imported rows: NoteStep), only while tracking

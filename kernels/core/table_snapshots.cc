@@ -42,6 +42,27 @@ void TableSnapshots::Export(TableSnapshot* snap) const {
   CopyRows(0, /*updated_only=*/false, snap, /*take_removed=*/false, nullptr);
 }
 
+void TableSnapshots::ExportInto(const std::function<RowBuffers(const RowLayout&, int64_t)>& alloc) const {
+  RowBuffers out;
+  int64_t dim = 0, slot_floats = 0, at = 0;
+  table_.VisitAllShards(
+      [&](const RowLayout& layout, int64_t rows) {
+        out = alloc(layout, rows);
+        dim = layout.dim;
+        slot_floats = layout.dim * layout.num_slots;
+      },
+      [&](EmbeddingTable::LockedShard& shard) {
+        shard.ForEachRow([&](int64_t key, const float* row, const RowMeta& meta) {
+          out.keys[at] = key;
+          std::memcpy(out.values + at * dim, row, sizeof(float) * dim);
+          if (slot_floats > 0) std::memcpy(out.slots + at * slot_floats, row + dim, sizeof(float) * slot_floats);
+          out.freq[at] = meta.freq;
+          out.last_step[at] = meta.last_step;
+          ++at;
+        });
+      });
+}
+
 void TableSnapshots::ExportDelta(int64_t since_step, TableSnapshot* snap, std::vector<int64_t>* removed,
                                  bool* complete) {
   removed->clear();

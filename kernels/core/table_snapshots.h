@@ -9,6 +9,7 @@
 #define TFPS_KERNELS_CORE_TABLE_SNAPSHOTS_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,16 @@ struct TableSnapshot {
   std::vector<float> slot_init;  // [num_slots]
 };
 
+// Where ExportInto() writes a table's rows: buffers of n keys, n * dim values,
+// n * num_slots * dim slots, n freq, n last_step.
+struct RowBuffers {
+  int64_t* keys = nullptr;
+  float* values = nullptr;
+  float* slots = nullptr;
+  int64_t* freq = nullptr;
+  int64_t* last_step = nullptr;
+};
+
 class TableSnapshots {
  public:
   explicit TableSnapshots(EmbeddingTable& table) : table_(table) {}
@@ -36,6 +47,10 @@ class TableSnapshots {
   // Every row, each copied under its shard lock (value, slots and meta of one row come from
   // one moment), all in one row layout.
   void Export(TableSnapshot* snap) const;
+  // Every row, all from one moment (VisitAllShards), written into the buffers that
+  // alloc(layout, n) returns for n rows: the rows are copied once, with no copy of the table
+  // beside them. alloc may throw (std::bad_alloc); nothing is written then.
+  void ExportInto(const std::function<RowBuffers(const RowLayout&, int64_t)>& alloc) const;
   // Replaces the contents with the snapshot; false and *error (table unchanged) when its parts
   // do not fit together, its dim is not the table's, or a key appears twice.
   bool Import(const TableSnapshot& snap, std::string* error);

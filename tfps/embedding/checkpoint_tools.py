@@ -3,7 +3,7 @@ and restoring one table under another name."""
 import numpy as np
 import tensorflow as tf
 
-from tfps.embedding.saveable import DTYPES, PARTS
+from tfps.embedding import layout
 
 
 def _path(checkpoint):
@@ -11,10 +11,10 @@ def _path(checkpoint):
 
 
 def checkpoint_tables(checkpoint):
-    """{table name: {part: shape}} of the tables in a checkpoint (prefix or directory)."""
+    """{table name: {column: shape}} of the tables in a checkpoint (prefix or directory), each as
+    one table (its parts' rows summed; tfps.embedding.layout)."""
     shapes = dict(tf.train.list_variables(_path(checkpoint)))
-    return {name[:-len("-keys")]: {p: shapes.get(f"{name[:-len('-keys')]}-{p}") for p in PARTS}
-            for name in shapes if name.endswith("-keys")}
+    return {name: layout.table_shapes(shapes, name) for name in layout.table_names(shapes)}
 
 
 def table_problems(shapes, variables, name_of):
@@ -35,31 +35,63 @@ def table_problems(shapes, variables, name_of):
     return problems
 
 
+def _layout_problems(saved, variables):
+    """table_problems over checkpoint_tables' {table: {column: shape}}."""
+    problems = []
+    for ev in variables:
+        shapes = saved.get(ev.name)
+        if shapes is None:
+            problems.append(f"table {ev.name!r} is not there")
+            continue
+        missing = [c for c in layout.ROW_COLUMNS + ("slot_init",) if shapes[c] is None]
+        if missing:
+            problems.append(f"table {ev.name!r} lacks {missing} (a partly written checkpoint?)")
+        elif shapes["values"][1] != ev.dim:
+            problems.append(f"table {ev.name!r} has dim {shapes['values'][1]} there, the model asks for {ev.dim}")
+    return problems
+
+
 def check_tables(checkpoint, variables):
     """Raises ValueError naming every table of `variables` (EmbeddingVariables) that the
     checkpoint cannot restore exactly: missing, a part missing, or another dim. Reads only the
     checkpoint's index, so a model is refused before any table changes."""
     path = _path(checkpoint)
+    shapes = dict(tf.train.list_variables(path))
+    legacy = [ev.name for ev in variables if layout.is_legacy(shapes, ev.name)]
+    if legacy:
+        raise ValueError(f"checkpoint {path} holds table {legacy[0]!r} in the layout before parts ({legacy[0]}-keys, "
+                         f"one tensor for all shards), which a Saver no longer reads: restore it with "
+                         f"tfps.embedding.checkpoint_tools.restore_table and save it again")
     saved = checkpoint_tables(path)
-    problems = table_problems(dict(tf.train.list_variables(path)), variables, lambda ev, p: f"{ev.name}-{p}")
+    problems = _layout_problems(saved, variables)
     if problems:
         raise ValueError(f"checkpoint {path} does not match the model: " + "; ".join(problems) +
                          f". Tables in the checkpoint: {sorted(saved)}")
 
 
-def restore_table(checkpoint, ev, source_name=None):
+def restore_table(checkpoint, ev, source_name=None, slice_bytes=8 << 20):
     """An op that fills `ev` from the checkpoint's table `source_name` (default ev.name), saved
-    with any number of shards (for restoring a table under another name; a Saver restores
-    every table under its own name by itself)."""
+    with any number of shards, or in the layout before parts (for restoring a table under another
+    name, or from an old checkpoint; a Saver restores every table under its own name by itself).
+    Each shard reads the parts that can hold its keys in slices of about `slice_bytes`, and no
+    shard changes before every shard has read its rows."""
     path = _path(checkpoint)
     name = source_name or ev.name
     if name not in checkpoint_tables(path):
         raise ValueError(f"restore_table: checkpoint {path!r} holds no table {name!r} "
                          f"(it has {sorted(checkpoint_tables(path))})")
-    parts = [p for p in PARTS if p != "admission"]
-    tensors = tf.raw_ops.RestoreV2(prefix=path, tensor_names=[f"{name}-{p}" for p in parts],
-                                   shape_and_slices=[""] * len(parts), dtypes=[DTYPES[p] for p in parts])
-    return ev.load(dict(zip(parts, tensors)))
+    from tfps.ops import embedding_table as table_ops
+    graph = tf.compat.v1.get_default_graph()
+    stages = []
+    for h in ev.handles:
+        with graph.colocate_with(h.op):
+            stages.append(table_ops.table_restore_stage(h, path, table_name=name, slice_bytes=slice_bytes))
+    commits = []
+    with tf.control_dependencies(stages):
+        for h, staged in zip(ev.handles, stages):
+            with graph.colocate_with(h.op):
+                commits.append(table_ops.table_restore_commit(h, staged))
+    return tf.group(*commits)
 
 
 MERGED_PREFIX = "tfps_merged/"   # the name of a table that merged features (tfps.embedding.merged)
@@ -77,12 +109,12 @@ def inspect(checkpoint, top=5, feature_names=()):
     reader = tf.train.load_checkpoint(path)
     out = []
     for table in sorted(checkpoint_tables(path)):
-        keys, values, slots, freq, slot_init = (reader.get_tensor(f"{table}-{p}") for p in (
-            "keys", "values", "slots", "freq", "slot_init"))
+        t = layout.read_table(reader, table, ("keys", "values", "freq"))
+        keys, values, freq, slot_init = t["keys"], t["values"], t["freq"], t["slot_init"]
         order = np.argsort(-freq, kind="stable")[:top]
         out.append({"table": table, "rows": int(len(keys)), "dim": int(values.shape[1]),
                     "slots": int(len(slot_init)),
-                    "bytes": int(keys.nbytes + values.nbytes + slots.nbytes + freq.nbytes + 8 * len(keys)),
+                    "bytes": int(keys.nbytes + values.nbytes * (1 + len(slot_init)) + freq.nbytes + 8 * len(keys)),
                     "top_ids_by_freq": [[int(keys[i]), int(freq[i])] for i in order]})
         if table.startswith(MERGED_PREFIX):
             tags, position = np.unique(keys >> TAG_SHIFT, return_inverse=True)
@@ -105,7 +137,7 @@ class Saver(tf.compat.v1.train.Saver):
         if save_path is not None:
             var_list = self._var_list
             tables = [ev for ev in embedding_variables(sess.graph)
-                      if var_list is None or ev.saveable in tf.nest.flatten(var_list)]
+                      if var_list is None or any(x in tf.nest.flatten(var_list) for x in ev.saveables)]
             if tables and tf.io.gfile.exists(save_path + ".index"):
                 check_tables(save_path, tables)
         if self.saver_def is None:   # built with defer_build and used directly (Estimator's export)

@@ -108,7 +108,8 @@ class ModelGraph:
       examples: the examples of the model's batch, int32 scalar (the ModelSpec's, set by the
         runner), or None.
       restore_checks: {checkpoint prefix tensor name: the op checking every table is there}, one
-        per Saver restore (tfps.embedding.saveable).
+        per Saver restore (tfps.embedding.saveable); restore_stages: {(table name, prefix tensor
+        name): {shard: its restore stage}}, filled as a Saver builds each shard's restore.
     """
 
     def __init__(self):
@@ -118,6 +119,7 @@ class ModelGraph:
         self.optimizers = []
         self.examples = None
         self.restore_checks = {}
+        self.restore_stages = {}
 
     @staticmethod
     def of(graph=None):

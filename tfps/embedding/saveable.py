@@ -1,61 +1,137 @@
 """Checkpointing of tables: one SaveableObject per EmbeddingVariable, picked up by
 tf.compat.v1.train.Saver.
 
-A variable NAME is saved under its own name only, whatever its shard count or placement:
-NAME-keys [N], -values [N, dim], -slots [N, k*dim], -freq [N], -last_step [N], -slot_init [k]
-(the rows of every shard, concatenated) and -admission [S] (the admission sketch, summed over
-shards; S = 0 without admission). A restore re-shards the rows by floormod(key, num_shards),
-so a checkpoint of N shards restores into M shards, through any Saver (the Estimator's, a
-re-created session's, `tfps export`'s). Before any table changes, one check per restore reads
-the checkpoint's index and refuses it unless every table of the graph is there whole, with its
-dim (a restore is exact for every table or changes none), and each variable checks its parts.
+A variable NAME of k shards is saved as k parts, each written by its own shard on its own
+device (one SaveableObject per shard: a sharded Saver runs one save per device, all at once, so
+no process holds more than its own shard's rows):
+- NAME-part{i}-keys [n_i], -values [n_i, dim], -slots [n_i, s*dim], -freq [n_i], -last_step
+  [n_i], -admission [S]: shard i's rows (the keys with floormod(key, k) == i) and its admission
+  sketch (S = 0 without admission);
+- NAME-parts: k; NAME-slot_init [s]: the optimizer slots' initial value;
+- empty stand-ins NAME-part{p}-* for k <= p < MAX_PARTS, so that a graph of up to MAX_PARTS
+  shards finds every name its Saver reads.
+The names are the model's (a table's name and its parts), never a device's. A restore builds
+each shard of the graph, on its own device, from the parts that can hold its keys, read in
+slices (TfpsTableRestoreStage; kernels/checkpoint_parts.h), so a checkpoint of k shards restores
+into any number of shards and no process reads more than the rows it keeps plus a slice. A
+checkpoint of the layout before parts (NAME-keys, NAME-values, ...) restores as one part.
+
+Before any table changes, one check per restore reads the checkpoint's index and refuses it
+unless every table of the graph is there whole, with its dim; each table's shards then stage
+their rows (reading checks every checksum) and put them in only once every shard of the table
+has staged, so a restore is exact for a table or leaves it as it was. It goes through any Saver
+(the Estimator's, a re-created session's, `tfps export`'s): the Saver's own RestoreV2 of a
+table's names is never run, only its prefix is used.
 """
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object
 
+from tfps.ops import embedding_table as table_ops
 from tfps.ops.checkpoint import check_tables
 
-PARTS = ("keys", "values", "slots", "freq", "last_step", "slot_init", "admission")
+COLUMNS = ("keys", "values", "slots", "freq", "last_step", "admission")   # of each part
 DTYPES = {"keys": tf.int64, "values": tf.float32, "slots": tf.float32, "freq": tf.int64,
-          "last_step": tf.int64, "slot_init": tf.float32, "admission": tf.int32}
+          "last_step": tf.int64, "slot_init": tf.float32, "admission": tf.int32, "parts": tf.int64}
+MAX_PARTS = 64   # part names every checkpoint holds (empty beyond its shard count): the most shards it restores into
 
 
-class TableSaveable(saveable_object.SaveableObject):
-    """Saves an EmbeddingVariable through EmbeddingVariable.export and restores it through
-    EmbeddingVariable.load. The export ops are built when a Saver first asks for them."""
+def part_name(table, part, column):
+    """The checkpoint name of column `column` of part `part` of table `table`."""
+    return f"{table}-part{part}-{column}"
 
-    def __init__(self, ev):
-        self._ev = ev
+
+def saveables(ev):
+    """The SaveableObjects of table `ev`: one per shard, on the shard's device (a sharded Saver
+    saves each device's on that device), the first also holding the part count and slot_init."""
+    if ev.num_shards > MAX_PARTS:
+        raise ValueError(f"table {ev.name!r}: {ev.num_shards} shards, at most {MAX_PARTS} are supported")
+    return [PartSaveable(ev, i) for i in range(ev.num_shards)]
+
+
+class PartSaveable(saveable_object.SaveableObject):
+    """Shard i of an EmbeddingVariable, saved as part i on the shard's device: its rows, and empty
+    stand-ins for the parts p > i with p == i mod k up to MAX_PARTS, so that a graph of any shard
+    count up to MAX_PARTS finds every name it restores. A Saver reads a saveable's names whole
+    before it restores; the rows come from TfpsTableRestoreStage, which runs after that read
+    (the tensors read are dropped at once), reading in slices only the parts that hold its keys."""
+
+    def __init__(self, ev, i):
+        self._ev, self._i = ev, i
         self._exported = None
-        device = ev.handles[0].device
-        specs = [saveable_object.SaveSpec(self._part(p), "", f"{ev.name}-{p}", dtype=DTYPES[p], device=device)
-                 for p in PARTS]
+        h = ev.handles[i]
+        specs = [saveable_object.SaveSpec(self._column(c), "", part_name(ev.name, i, c), dtype=DTYPES[c],
+                                          device=h.device) for c in COLUMNS]
+        for p in range(i + ev.num_shards, MAX_PARTS, ev.num_shards):
+            specs += [saveable_object.SaveSpec(self._empty(c), "", part_name(ev.name, p, c), dtype=DTYPES[c],
+                                               device=h.device) for c in COLUMNS]
+        if i == 0:
+            specs.append(saveable_object.SaveSpec(self._parts, "", f"{ev.name}-parts", dtype=tf.int64,
+                                                  device=h.device))
+            specs.append(saveable_object.SaveSpec(self._column("slot_init"), "", f"{ev.name}-slot_init",
+                                                  dtype=tf.float32, device=h.device))
         # The object's own name is not what the checkpoint uses (that is the specs' names); a
         # MetaGraph export lists it in SAVEABLE_OBJECTS, and an import resolves it to an op.
-        super().__init__(ev.handles[0], specs, ev.handles[0].op.name)
+        super().__init__(h, specs, h.op.name)
 
-    def _part(self, part):
+    def _export(self):
+        if self._exported is None:
+            h = self._ev.handles[self._i]
+            with tf.compat.v1.get_default_graph().colocate_with(h.op), \
+                    tf.compat.v1.name_scope(f"{self._ev.name}/export/part{self._i}/"):
+                rows = table_ops.table_export(h)
+                self._exported = dict(zip(("keys", "values", "slots", "freq", "last_step", "slot_init"), rows),
+                                      admission=table_ops.table_export_admission(h))
+        return self._exported
+
+    def _column(self, column):
+        return lambda: self._export()[column]
+
+    def _empty(self, column):
         def tensor():
-            if self._exported is None:
-                with tf.compat.v1.name_scope(f"{self._ev.name}/export/"):
-                    self._exported = self._ev.export()
-            return self._exported[part]
+            shape = [0, self._ev.dim] if column in ("values", "slots") else [0]
+            with tf.compat.v1.get_default_graph().colocate_with(self._ev.handles[self._i].op):
+                return tf.zeros(shape, DTYPES[column], name=f"{self._ev.name}/empty_{column}")
         return tensor
+
+    def _parts(self):
+        with tf.compat.v1.get_default_graph().colocate_with(self._ev.handles[0].op):
+            return tf.constant(self._ev.num_shards, tf.int64, name=f"{self._ev.name}/parts")
 
     def restore(self, restored_tensors, restored_shapes):
         del restored_shapes
-        check = _check_every_table(restored_tensors[0], self._ev.model_graph)
-        with tf.control_dependencies([check] if check is not None else []):
-            return self._ev.load(dict(zip(PARTS, restored_tensors)))
+        first = restored_tensors[0]
+        if first.op.type != "RestoreV2":
+            raise ValueError(f"table {self._ev.name!r} restores from a checkpoint's prefix (a Saver's RestoreV2), "
+                             f"not from tensors")
+        return _restore(self._ev, self._i, first)
+
+
+def _restore(ev, i, restored):
+    """Shard i's part of a Saver's restore of `ev`: its stage, after the Saver's read of its
+    names and the check of every table; once every shard of `ev` has a stage in this restore
+    (one per prefix tensor), the commits of all of them, each waiting for every stage."""
+    prefix = restored.op.inputs[0]
+    graph = restored.graph
+    pending = ev.model_graph.restore_stages.setdefault((ev.name, prefix.name), {})
+    check = _check_every_table(restored, ev.model_graph)
+    h = ev.handles[i]
+    with graph.colocate_with(h.op), tf.control_dependencies([check, restored.op]):
+        pending[i] = table_ops.table_restore_stage(h, prefix, table_name=ev.name, name=f"restore_stage_{i}")
+    if len(pending) < ev.num_shards:
+        return pending[i].op
+    stages = [pending[j] for j in range(ev.num_shards)]
+    commits = []
+    with tf.control_dependencies(stages):   # every shard staged before any changes
+        for j, (hj, staged) in enumerate(zip(ev.handles, stages)):
+            with graph.colocate_with(hj.op):
+                commits.append(table_ops.table_restore_commit(hj, staged, name=f"restore_commit_{j}"))
+    return tf.group(*commits)
 
 
 def _check_every_table(restored, model_graph):
     """One TfpsCheckTables per Saver restore (per checkpoint prefix tensor), over every table of
-    the model graph (a tfps.embedding.ModelGraph, which keeps the check): each table's import
-    waits for it, so a checkpoint that cannot restore one table exactly restores none. None when
-    `restored` does not come from a RestoreV2 (no prefix)."""
-    if restored.op.type != "RestoreV2":
-        return None
+    the model graph (a tfps.embedding.ModelGraph, which keeps the check): each table's restore
+    waits for it, so a checkpoint that cannot restore one table exactly restores none."""
     prefix = restored.op.inputs[0]
     graph = restored.graph
     checks = model_graph.restore_checks

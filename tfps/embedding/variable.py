@@ -9,7 +9,7 @@ from tfps.embedding import initializers, stock
 from tfps.embedding.lookup import embedding_lookup
 from tfps.embedding.model_graph import ModelGraph
 from tfps.embedding.options import EmbeddingOptions
-from tfps.embedding.saveable import TableSaveable
+from tfps.embedding.saveable import saveables
 from tfps.ops import embedding_table as table_ops
 
 
@@ -86,7 +86,7 @@ class EmbeddingVariable:
         self.stock = None
         stock_tables = stock.stock_tables()
         if stock_tables is not None:   # a stock graph (tfps.embedding.stock): no tfps op
-            self.handles, self.saveable = [], None
+            self.handles, self.saveables = [], []
             self.stock = stock_tables[name] = stock.StockTable(name, self.dim, self.initializer_spec)
             return
         kind, a, b, seed = self.initializer_spec
@@ -103,7 +103,7 @@ class EmbeddingVariable:
             with tf.compat.v1.get_default_graph().colocate_with(handle.op):
                 resources.register_resource(handle, table_ops.table_initialize(handle),
                                             table_ops.table_is_initialized(handle))
-        self.saveable = TableSaveable(self)
+        self.saveables = saveables(self)   # one per shard (tfps.embedding.saveable)
 
     # -- lookups -------------------------------------------------------------------------
     def lookup(self, ids, insert=True, step=None):
@@ -311,8 +311,8 @@ def get_embedding_variable(name, embedding_dim, initializer=None, key_dtype=tf.i
     registry[full_name] = ev
     for coll in collections or []:
         graph.add_to_collection(coll, ev)
-    if ev.saveable is not None:
-        graph.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, ev.saveable)
+    for saveable in ev.saveables:
+        graph.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, saveable)
     return ev
 
 

@@ -157,3 +157,29 @@ def table_export_admission(table, name=None):
 def table_import_admission(table, counts, name=None):
     """Replaces the admission sketch with counts int32 [S]. Returns the op."""
     return load().tfps_table_import_admission(table, counts, name=name)
+
+
+def table_restore_stage(table, prefix, table_name, slice_bytes=8 << 20, name=None):
+    """Builds one shard's contents from table `table_name` of the checkpoint at `prefix` (any
+    shard count), reading in slices only the parts that can hold its keys; the table is unchanged
+    until table_restore_commit. -> int64 rows staged."""
+    return load().tfps_table_restore_stage(table, prefix, table_name=table_name, slice_bytes=int(slice_bytes),
+                                           name=name)
+
+
+def table_restore_commit(table, staged, name=None):
+    """Puts in what table_restore_stage staged (`staged`: its output, after every shard's). Returns the op."""
+    return load().tfps_table_restore_commit(table, staged, name=name)
+
+
+def read_column(prefix, table_name, column, dtype, name=None):
+    """Column `column` of table `table_name` (NAME, or NAME-delta in a delta) of the checkpoint at
+    `prefix`, its parts concatenated."""
+    return load().tfps_read_column(prefix, table_name=table_name, column=column, dtype=dtype, name=name)
+
+
+def table_apply_delta(table, prefix, table_name, name=None):
+    """Applies one shard's share of table `table_name` in the delta at `prefix` (any shard count
+    wrote it): removals and rows of its keys, or its rows in place of the shard's when the delta
+    is complete; and the admission sketch. Returns the op."""
+    return load().tfps_table_apply_delta(table, prefix, table_name=table_name, name=name)

@@ -15,6 +15,7 @@ StateSaver restore there is nothing left for it to do.)
 """
 import glob
 import os
+import shutil
 import time
 
 import tensorflow as tf
@@ -70,8 +71,11 @@ class IncrementalCheckpoints(tf.compat.v1.train.SessionRunHook):
     def after_create_session(self, session, coord):
         # A delta being written when its trainer died stays aside: no reader looks at it. This
         # trainer holds the model_dir's lease, so no other one is writing one now.
-        for path in glob.glob(os.path.join(self._dir, ".tmp-delta-*")):
-            os.remove(path)
+        for path in glob.glob(os.path.join(self._dir, ".tmp-delta-*")):   # its files and its parts' _temp dir
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
         session.run(self._track)
         # The next delta continues the newest cut on disk: the one this session was restored at,
         # or the full checkpoint a saver hook wrote at the session's start (on a cluster other

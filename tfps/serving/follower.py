@@ -7,12 +7,28 @@ import time
 import tensorflow as tf
 
 from tfps.embedding.checkpoint_tools import check_tables
-from tfps.embedding.saveable import DTYPES, PARTS
-from tfps.embedding.stock import attached_stock_tables
+from tfps.embedding.stock import AttachedStockTable, attached_stock_tables
 from tfps.embedding.variable import attached_tables
 from tfps.serving.errors import error_line
 from tfps.state import disk, manifest as manifests
 from tfps.state.deltas import apply_dense_op, apply_tables_op, checkpoint_step, delta_chain, delta_files
+
+
+def _full_restore(graph, ev, prefix):
+    """The op that replaces table `ev`'s rows with those of the checkpoint at `prefix`: a tfps
+    table's shards each from the checkpoint's parts (staged, then put in), a stock table from the
+    whole table."""
+    from tfps.ops import embedding_table as table_ops
+    if isinstance(ev, AttachedStockTable):
+        return ev.load({"keys": table_ops.read_column(prefix, ev.name, "keys", tf.int64),
+                        "values": table_ops.read_column(prefix, ev.name, "values", tf.float32)})
+    stages = []
+    for h in ev.handles:
+        with graph.colocate_with(h.op):
+            stages.append(table_ops.table_restore_stage(h, prefix, table_name=ev.name))
+    with tf.control_dependencies(stages):
+        commits = [table_ops.table_restore_commit(h, staged) for h, staged in zip(ev.handles, stages)]
+    return tf.group(*commits)
 
 
 class TableFollower:
@@ -45,14 +61,7 @@ class TableFollower:
             stock_variables = {name for t in stock_tables for name in t.variables()}
             prefix = tf.compat.v1.placeholder(tf.string, [], name="tfps_follow_prefix")
             delta = apply_tables_op(tables, prefix)
-            parts = [p for p in PARTS if p != "admission"]
-            full = []
-            for ev in tables:
-                with servable.graph.colocate_with(ev.handles[0].op):
-                    restored = tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[f"{ev.name}-{p}" for p in parts],
-                                                    shape_and_slices=[""] * len(parts),
-                                                    dtypes=[DTYPES[p] for p in parts])
-                full.append(ev.load(dict(zip(parts, restored))))
+            full = [_full_restore(servable.graph, ev, prefix) for ev in tables]
             dense = {k: v for k, v in manifests.dense_variables(servable.graph).items()
                      if v.op.name not in stock_variables}
             dense_delta = apply_dense_op(dense, prefix)

@@ -2,11 +2,14 @@
 
 A delta `MODEL_DIR/delta-<step>` (a TF checkpoint bundle, made visible by renaming its index
 into place last) is the model's state at <step>, written as a difference to the cut before it:
-- per table NAME (all its shards together, so it restores into any shard count):
-  NAME-delta-{keys, values, slots, freq, last_step, slot_init}: the rows updated since the cut
-  before; NAME-delta-removed: keys removed or evicted since then; NAME-delta-complete: the
-  removed-keys log outgrew its bound (config.h), so the delta holds every row and replaces the
-  table; NAME-delta-admission: the admission sketch;
+- per table NAME of k shards, one part per shard, written by the shard on its own device (each
+  device saves its parts, and the parts are merged into one bundle, as a sharded Saver does):
+  NAME-delta-part{i}-{keys, values, slots, freq, last_step}: the rows of shard i updated since
+  the cut before; -removed: its keys removed or evicted since then; -complete: some shard's
+  removed-keys log outgrew its bound (config.h), so every part holds every row of its shard and
+  the delta replaces the table; -admission: the shard's admission sketch; NAME-delta-parts (k)
+  and NAME-delta-slot_init. Each shard of a graph of any shard count applies the parts that can
+  hold its keys (TfpsTableApplyDelta; kernels/checkpoint_parts.h);
 - every dense variable (optimizer slots and the global step included) under its checkpoint name,
   whole: dense state is small;
 - `tfps_delta/base_step`: the step of the cut it continues from; `tfps_manifest` (manifest.py).
@@ -24,13 +27,11 @@ import os
 
 import tensorflow as tf
 
-from tfps.embedding.checkpoint_tools import table_problems
-from tfps.embedding.saveable import DTYPES
+from tfps.embedding import layout
+from tfps.embedding.saveable import part_name as _part_name
 from tfps.state import disk, manifest as manifests
 
-ROW_PARTS = ("keys", "values", "slots", "freq", "last_step", "slot_init")
-PARTS = ROW_PARTS + ("removed", "complete", "admission")
-DELTA_DTYPES = {**DTYPES, "removed": tf.int64, "complete": tf.bool}
+COLUMNS = ("keys", "values", "slots", "freq", "last_step", "removed", "complete", "admission")   # of each part
 BASE_STEP = "tfps_delta/base_step"
 
 
@@ -43,12 +44,26 @@ class DeltaRefused(ValueError):
         self.files = list(files)
 
 
-def part_name(table_name, part):
-    return f"{table_name}-delta-{part}"
+def delta_table(table_name):
+    """The name a table's rows have in a delta (its parts: tfps.embedding.layout)."""
+    return f"{table_name}-delta"
 
 
-def _name(ev, part):
-    return part_name(ev.name, part)
+def _problems(shapes, tables):
+    """What keeps a delta (shapes: {tensor name: shape}) from applying to `tables`."""
+    problems = []
+    for ev in tables:
+        name = delta_table(ev.name)
+        if f"{name}-parts" not in shapes and f"{name}-keys" not in shapes:
+            problems.append(f"table {ev.name!r} is not there")
+            continue
+        got = layout.table_shapes(shapes, name)
+        missing = [c for c in layout.ROW_COLUMNS + ("slot_init",) if got[c] is None]
+        if missing:
+            problems.append(f"table {ev.name!r} lacks {missing} (a partly written delta?)")
+        elif got["values"][1] != ev.dim:
+            problems.append(f"table {ev.name!r} has dim {got['values'][1]} there, the model asks for {ev.dim}")
+    return problems
 
 
 def delta_files(model_dir, after_step=-1):
@@ -126,7 +141,7 @@ def delta_chain(model_dir, step, tables=(), description=None, exact=True, checke
             raise DeltaRefused(f"delta {prefix} continues from step {base}, but the cut before it is at step "
                                f"{previous}: it is not part of this model_dir's chain; nothing applied; "
                                f"{_move_away(model_dir, later)}", later)
-        problems = table_problems(shapes, tables, _name)
+        problems = _problems(shapes, tables)
         if problems:
             raise DeltaRefused(f"delta {prefix} does not match the model: " + "; ".join(problems) +
                                f"; nothing applied; {_move_away(model_dir, later)}", later)
@@ -212,71 +227,88 @@ def resume_summary(path):
 def save_op(tables, dense, manifest_text, since, base, prefix):
     """(op that writes a delta of `tables` (EmbeddingVariables) and `dense` ({name: variable})
     to `prefix` (string tensor): the rows updated at or after `since` and the step `base` of the
-    cut it continues (int64 tensors); bool tensor: some table's delta is complete)."""
+    cut it continues (int64 tensors); bool tensor: some table's delta is complete). Each table
+    shard's part is saved on its own device (into PREFIX_temp/), and the parts are merged into
+    the bundle at `prefix`: the rows never leave their PS."""
     from tfps.ops import embedding_table as table_ops
     graph = tf.compat.v1.get_default_graph()
+    groups = {}   # device -> (anchor op, names, tensors)
     names, tensors, flags = [manifests.MANIFEST, BASE_STEP], [tf.constant(manifest_text), base], []
+    table_tensors = []
     for ev in tables:
-        parts, sketches = [], []
+        deltas, sketches = [], []
         for h in ev.handles:
             with graph.colocate_with(h.op):
-                parts.append(table_ops.table_export_delta(h, since))
+                deltas.append(table_ops.table_export_delta(h, since))
                 sketches.append(table_ops.table_export_admission(h))
         with graph.colocate_with(ev.handles[0].op):
-            complete = tf.reduce_any(tf.stack([p[7] for p in parts]))
-            delta = [tf.concat([p[i] for p in parts], 0) for i in range(5)] + [parts[0][5]]
-
-            def everything(ev=ev):   # a shard's log overflowed: every row of every shard
-                full = ev.export()
-                return [full[p] for p in ROW_PARTS]
-            rows = tf.cond(complete, everything, lambda delta=delta: delta)
-            removed = tf.concat([p[6] for p in parts], 0)
-            admission = tf.reduce_max(tf.stack(sketches), 0) if len(sketches) > 1 else sketches[0]
-        names += [_name(ev, p) for p in PARTS]
-        tensors += list(rows) + [removed, complete, admission]
+            complete = tf.reduce_any(tf.stack([d[7] for d in deltas]))
         flags.append(complete)
+        name = delta_table(ev.name)
+        for i, (h, d, sketch) in enumerate(zip(ev.handles, deltas, sketches)):
+            with graph.colocate_with(h.op):
+                def everything(h=h):   # a shard's log overflowed: every row of every shard
+                    return list(table_ops.table_export(h)[:5])
+                rows = tf.cond(complete, everything, lambda d=d: list(d[:5]))
+                part = dict(zip(layout.ROW_COLUMNS, rows), removed=d[6], complete=complete, admission=sketch)
+                group = groups.setdefault(h.op.device, (h.op, [], []))
+                group[1].extend(_part_name(name, i, c) for c in COLUMNS)
+                group[2].extend(tf.identity(part[c]) for c in COLUMNS)
+                if i == 0:
+                    group[1].extend([f"{name}-parts", f"{name}-slot_init"])
+                    group[2].extend([tf.constant(ev.num_shards, tf.int64), d[5]])
+                table_tensors.extend(group[2][-len(COLUMNS):])
     # The dense state is read after the tables' rows: with other trainers running, a row holds no
     # update the saved global step does not count.
     slices = [""] * len(names)
-    with tf.control_dependencies(tensors[2:]):
+    with tf.control_dependencies(table_tensors):
         for _, v in sorted(dense.items()):
             name, spec, _ = manifests.saved_as(v)   # a partitioned variable's part: a slice of the whole
             names.append(name)
             slices.append(spec)
             tensors.append(tf.identity(v.read_value() if hasattr(v, "read_value") else v))
-    save = tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=slices, tensors=tensors)
+    count = len(groups) + 1
+    temp = tf.strings.join([prefix, "_temp/part"])
+    saves, parts = [], []
+    for index, (anchor, part_names, part_tensors) in enumerate([(None, names, tensors)] + [
+            groups[d] for d in sorted(groups)]):
+        shard = tf.raw_ops.ShardedFilename(basename=temp, shard=index, num_shards=count)
+        parts.append(shard)
+        if anchor is None:
+            saves.append(tf.raw_ops.SaveV2(prefix=shard, tensor_names=part_names, shape_and_slices=slices,
+                                           tensors=part_tensors))
+        else:
+            with graph.colocate_with(anchor):
+                saves.append(tf.raw_ops.SaveV2(prefix=shard, tensor_names=part_names,
+                                               shape_and_slices=[""] * len(part_names), tensors=part_tensors))
+    with tf.control_dependencies(saves):
+        save = tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=tf.stack(parts), destination_prefix=prefix,
+                                            delete_old_dirs=True)
     return save, (tf.reduce_any(tf.stack(flags)) if flags else tf.constant(False))
 
 
 def apply_tables_op(tables, prefix):
-    """The op that applies the table rows of the delta at `prefix` (a string tensor): removals and
-    rows, or -- for a delta marked complete -- every row, replacing the table; and the admission
-    sketch of tables that admit."""
+    """The op that applies the table rows of the delta at `prefix` (a string tensor), whatever
+    shard count wrote it: each shard its removals and rows, or -- for a delta marked complete --
+    its rows in place of its contents; and the admission sketch of tables that admit. A stock
+    table (tfps.embedding.stock) takes the delta's rows whole."""
+    from tfps.embedding.stock import AttachedStockTable
+    from tfps.ops import embedding_table as table_ops
     graph = tf.compat.v1.get_default_graph()
     ops = []
     for ev in tables:
-        dtypes = [DELTA_DTYPES[p] for p in PARTS]
-        with graph.colocate_with(ev.handles[0].op):
-            t = dict(zip(PARTS, tf.raw_ops.RestoreV2(prefix=prefix, tensor_names=[_name(ev, p) for p in PARTS],
-                                                     shape_and_slices=[""] * len(PARTS), dtypes=dtypes)))
-        if ev.options.admit_min_count <= 1:
-            t.pop("admission")
-        ops.append(tf.cond(t["complete"], lambda ev=ev, t=t: _with_output(ev.load(t)),
-                           lambda ev=ev, t=t: _with_output(_apply_rows(ev, t))))
+        if isinstance(ev, AttachedStockTable):
+            name = delta_table(ev.name)
+            t = {c: table_ops.read_column(prefix, name, c, dtype) for c, dtype in (
+                ("keys", tf.int64), ("values", tf.float32), ("removed", tf.int64))}
+            complete = tf.reduce_any(table_ops.read_column(prefix, name, "complete", tf.bool))
+            ops.append(tf.cond(complete, lambda ev=ev, t=t: _with_output(ev.load(t)),
+                               lambda ev=ev, t=t: _with_output(ev.apply_delta(t))))
+            continue
+        for h in ev.handles:
+            with graph.colocate_with(h.op):
+                ops.append(table_ops.table_apply_delta(h, prefix, table_name=ev.name))
     return tf.group(*ops)
-
-
-def _apply_rows(ev, t):
-    from tfps.ops import embedding_table as table_ops
-    op = ev.apply_delta(t)
-    if "admission" not in t:
-        return op
-    graph = tf.compat.v1.get_default_graph()
-    sketches = []
-    for h in ev.handles:
-        with graph.colocate_with(h.op):
-            sketches.append(table_ops.table_import_admission(h, t["admission"]))
-    return tf.group(op, *sketches)
 
 
 def apply_dense_op(dense, prefix):

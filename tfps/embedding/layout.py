@@ -1,0 +1,77 @@
+"""How a table lies in a checkpoint (tfps.embedding.saveable writes it; kernels/checkpoint_parts.h
+reads it for a restore): NAME-parts (k), NAME-slot_init, and per part p < k
+NAME-part{p}-{keys, values, slots, freq, last_step, admission}. A checkpoint of the layout before
+parts (NAME-keys, NAME-values, ...) reads as one part. For tools that read a checkpoint in Python:
+the tables it holds, their shapes, and their rows part by part."""
+import re
+
+import numpy as np
+
+from tfps.embedding.saveable import part_name
+
+ROW_COLUMNS = ("keys", "values", "slots", "freq", "last_step")
+_PART = re.compile(r"^(.*)-part(\d+)-keys$")
+
+
+def table_names(shapes):
+    """Sorted names of the tables in a bundle, from its {tensor name: shape}."""
+    names = {n[:-len("-parts")] for n in shapes if n.endswith("-parts")}
+    for n in shapes:
+        if n.endswith("-keys") and not n.endswith("-delta-keys"):
+            m = _PART.match(n)
+            if m and m.group(1) in names:
+                continue
+            names.add(n[:-len("-keys")])
+    return sorted(names)
+
+
+def part_count(shapes, name):
+    """(number of parts, legacy): legacy when the table is in the layout before parts."""
+    if f"{name}-parts" in shapes:
+        count = 0
+        while part_name(name, count, "keys") in shapes:
+            count += 1
+        return count, False
+    return 1, True
+
+
+def is_legacy(shapes, name):
+    """Whether table `name` of a bundle is in the layout before parts (NAME-keys, ...)."""
+    return f"{name}-parts" not in shapes and f"{name}-keys" in shapes
+
+
+def column_name(name, part, column, legacy):
+    return f"{name}-{column}" if legacy else part_name(name, part, column)
+
+
+def table_shapes(shapes, name):
+    """{column: shape} of table `name` as one table (rows summed over its parts; None for a column
+    missing in some part), and slot_init."""
+    count, legacy = part_count(shapes, name)
+    out = {}
+    for column in ROW_COLUMNS:
+        parts = [shapes.get(column_name(name, p, column, legacy)) for p in range(count)]
+        if count == 0 or any(s is None for s in parts):
+            out[column] = None
+        else:
+            out[column] = [sum(s[0] for s in parts)] + list(parts[0][1:])
+    out["slot_init"] = shapes.get(f"{name}-slot_init")
+    return out
+
+
+def read_parts(reader, name, columns=ROW_COLUMNS):
+    """Yields {column: numpy array} of each part of table `name` in turn (a
+    tf.train.load_checkpoint reader): one part in memory at a time."""
+    shapes = reader.get_variable_to_shape_map()
+    count, legacy = part_count(shapes, name)
+    for p in range(count):
+        yield {c: reader.get_tensor(column_name(name, p, c, legacy)) for c in columns}
+
+
+def read_table(reader, name, columns=ROW_COLUMNS):
+    """{column: numpy array} of table `name`, its parts concatenated, and slot_init (tests and
+    small tools; a large table is read with read_parts)."""
+    parts = list(read_parts(reader, name, columns))
+    out = {c: np.concatenate([p[c] for p in parts]) for c in columns}
+    out["slot_init"] = reader.get_tensor(f"{name}-slot_init")
+    return out
