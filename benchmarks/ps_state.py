@@ -54,7 +54,7 @@ class Cluster:
         from tfps.cluster.ports import free_ports
         ports = free_ports(n + 1)
         self.spec = {"ps": [f"localhost:{p}" for p in ports[:n]], "client": [f"localhost:{ports[n]}"]}
-        code = ("import sys, json, tensorflow as tf; s = json.loads(sys.argv[1]); "
+        code = ("import sys, json, tensorflow as tf, tfps.ops; s = json.loads(sys.argv[1]); "
                 "tf.distribute.Server(tf.train.ClusterSpec(s), job_name='ps', task_index=int(sys.argv[2])).join()")
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         self.ps = [subprocess.Popen([sys.executable, "-c", code, json.dumps(self.spec), str(i)], env=env,
@@ -68,10 +68,10 @@ class Cluster:
 
 
 def _place(op):
-    """Shard i of a table on PS task i; everything else on PS task 0 (the client holds no state)."""
+    """Shard i of a table on PS task i (the ops on a shard follow it there); the rest on the client."""
     if op.type == "TfpsTableHandle":
         return f"/job:ps/task:{op.get_attr('shard')}"
-    return "/job:client/task:0" if op.type in ("Placeholder",) else "/job:ps/task:0"
+    return ""
 
 
 def values_of(keys):
@@ -80,7 +80,7 @@ def values_of(keys):
 
 def _table_graph(shards):
     graph = tf.Graph()
-    with graph.as_default(), tf.device(_place):
+    with graph.as_default(), graph.device(_place):
         ev = tfps.get_embedding_variable("big", DIM, num_shards=shards)
         keys = tf.compat.v1.placeholder(tf.int64, [None])
         values = tf.compat.v1.placeholder(tf.float32, [None, DIM])
@@ -148,7 +148,7 @@ def floor_run(rows, ps, directory):
     try:
         graph = tf.Graph()
         with graph.as_default():
-            with tf.device(tf.compat.v1.train.replica_device_setter(ps_tasks=ps, worker_device="/job:client/task:0")):
+            with graph.device(tf.compat.v1.train.replica_device_setter(ps_tasks=ps, worker_device="/job:client/task:0")):
                 var = tf.compat.v1.get_variable("floor", [rows, DIM + 2], tf.float32,
                                                 initializer=tf.compat.v1.random_uniform_initializer(),
                                                 partitioner=tf.compat.v1.fixed_size_partitioner(ps))
