@@ -15,11 +15,15 @@ import tempfile
 import threading
 import time
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
+import tfps.embedding.checkpoint_tools
 from tfps.cluster import cgroups
 from tfps.cluster import launch as launch_lib
 from tfps.config import ConfigError, load_config
+from tfps.embedding import layout
 from test_launch import SMALL, _wait_for
 
 
@@ -324,3 +328,97 @@ def test_the_same_job_under_caps_that_fit_passes_with_exec_d_tasks_in_their_grou
     assert metrics["restarts"] == {} and metrics["oom_kills"] == {}
     assert metrics["local_steps"] == 20
     assert not [n for n in _ours() if n.startswith(f"tfps-{job.pid}-")]
+
+
+@needs_cgroups
+@pytest.mark.slow
+def test_a_model_whose_checkpoint_through_one_ps_overflows_its_cap_trains_on_4_capped_ps_resumes_on_3(
+        tmp_path, forker):
+    """The model's table (about 1.3 million rows of dim 32 with Adagrad slots: about 390 MB in
+    memory, 360 MB saved) on PS tasks capped at 448 MiB each: a save or restore that passed the
+    whole table through one PS (2.45 times the table on it, as tfps did before parts) could not
+    fit. On 4 capped PS tasks, one trainer, it trains and saves (each PS its own part), is killed
+    -9, resumes on 3 capped PS tasks (each restoring only the rows of its keys) writing deltas,
+    and ends: no task was killed by its cap, and every row's key, update count and value equal
+    those of one uncapped process that trained the same steps (one trainer: the same batches in
+    the same order)."""
+    sets = [s for s in GROWING if not s.startswith("train.steps=")] + [
+        "train.save_checkpoints_steps=16", "train.log_every_steps=4"]
+    oracle = forker.run(["train", "--config", "configs/demo.yaml", *[a for s in sets + ["train.steps=28"] + [
+        f"model_dir={tmp_path / 'one'}"] for a in ("--set", s)]], tmp_path / "one", timeout=300)
+    assert oracle.returncode == 0, oracle.stderr[-3000:]
+    model_dir = tmp_path / "m"
+    caps = ["cluster.memory_cap_mib.ps=448", "train.steps=28"]
+
+    def launch(ps, more, log):
+        return forker.start(["launch", "--config", "configs/demo.yaml", "--ps", str(ps), "--workers", "1"]
+                            + [a for s in sets + caps + more + [f"model_dir={model_dir}"] for a in ("--set", s)],
+                            f"{log}.out", f"{log}.err")
+
+    first = launch(4, [], tmp_path / "first")
+    try:
+        _wait_for(lambda: (model_dir / "model.ckpt-16.index").exists(), "the 4-PS checkpoint at step 16", timeout=240)
+        os.kill(first.pid, signal.SIGKILL)   # the launcher and, with it, every task
+        first.wait(60)
+    finally:
+        first.kill()
+    reader = tf.train.load_checkpoint(str(model_dir / "model.ckpt-16"))
+    (table,) = layout.table_names(reader.get_variable_to_shape_map())
+    assert int(reader.get_tensor(f"{table}-parts")) == 4
+    second = launch(3, ["train.delta_every_secs=0.3"], tmp_path / "second")
+    try:
+        assert second.wait(300) == 0, second.output()[-3000:] + second.errors()[-3000:]
+    finally:
+        second.kill()
+    final = json.loads(second.output().strip().splitlines()[-1])
+    assert final["oom_kills"] == {} and final["restarts"] == {}, final
+    want = _rows(str(tmp_path / "one"))
+    got = _rows(str(model_dir))
+    assert len(want["keys"]) > 10**6 and 2.45 * want["bytes"] > (448 << 20)   # the old save alone overflows a cap
+    np.testing.assert_array_equal(got["keys"], want["keys"])
+    np.testing.assert_array_equal(got["freq"], want["freq"])
+    np.testing.assert_allclose(got["values"], want["values"], rtol=1e-5, atol=1e-6)
+    # The deltas the 3 PS wrote after the 4-PS checkpoint, applied to it in 2 shards: each row is
+    # the final one wherever the final checkpoint has not updated it since the last delta.
+    from tfps.state import deltas
+    chain = [(s, p) for s, p in deltas.delta_files(str(model_dir), after_step=16) if s < 28]
+    assert chain, os.listdir(model_dir)
+    cut = _rows(str(model_dir / "model.ckpt-16"), chain)
+    still = got["last_step"] < chain[-1][0]   # rows stamped before the step the last delta holds
+    assert set(cut["keys"].tolist()) >= set(got["keys"][still].tolist())
+    at = np.searchsorted(cut["keys"], got["keys"][still])
+    np.testing.assert_array_equal(cut["keys"][at], got["keys"][still])
+    np.testing.assert_array_equal(cut["freq"][at], got["freq"][still])
+    np.testing.assert_array_equal(cut["values"][at], got["values"][still])
+
+
+def _rows(model_dir, chain=None):
+    """The table of model_dir's newest cut (its checkpoint, and its deltas applied in a session of
+    its own, as a resume does), or of checkpoint `model_dir` and the deltas `chain`, sorted by
+    key, and the bytes it holds in a table."""
+    from tfps.state import deltas
+    from tfps.embedding.variable import get_embedding_variable
+    if chain is None:
+        checkpoint, chain, step = deltas.latest_cut(model_dir)
+        assert step == 28, (checkpoint, chain, step)
+    else:
+        checkpoint = model_dir
+    reader = tf.train.load_checkpoint(checkpoint)
+    (table,) = layout.table_names(reader.get_variable_to_shape_map())
+    dim = int(reader.get_variable_to_shape_map()[f"{table}-slot_init"][0] and
+              layout.table_shapes(reader.get_variable_to_shape_map(), table)["values"][1])
+    with tf.Graph().as_default():
+        ev = get_embedding_variable(table, dim, num_shards=2)
+        restore = tfps.embedding.checkpoint_tools.restore_table(checkpoint, ev)
+        prefix = tf.compat.v1.placeholder(tf.string, [])
+        apply = deltas.apply_tables_op([ev], prefix)
+        export = ev.export()
+        stats = ev.memory_stats()
+        with tf.compat.v1.Session() as s:
+            s.run(restore)
+            for _, delta in chain:
+                s.run(apply, {prefix: delta})
+            rows, used = s.run([export, stats["bytes_in_use"]])
+    order = np.argsort(rows["keys"])
+    return {"keys": rows["keys"][order], "freq": rows["freq"][order], "values": rows["values"][order],
+            "last_step": rows["last_step"][order], "bytes": int(used)}

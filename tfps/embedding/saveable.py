@@ -35,6 +35,19 @@ DTYPES = {"keys": tf.int64, "values": tf.float32, "slots": tf.float32, "freq": t
 MAX_PARTS = 64   # part names every checkpoint holds (empty beyond its shard count): the most shards it restores into
 
 
+def _own_group(device):
+    """The device string of a shard's specs: the shard's device, spelled out in full (replica 0,
+    CPU:0 where it names none). A sharded Saver saves and restores per device string, so the
+    tables' parts form groups of their own, apart from the dense variables on the same task: the
+    Saver's read of a table group's names (a bulk RestoreV2) then has no consumer and never runs,
+    and a restore reads a table only through its shards' stages, in slices."""
+    spec = tf.DeviceSpec.from_string(device or "")
+    spec = spec.replace(replica=0 if spec.replica is None and spec.job is not None else spec.replica,
+                        device_type=spec.device_type or "CPU",
+                        device_index=0 if spec.device_index is None else spec.device_index)
+    return spec.to_string()
+
+
 def part_name(table, part, column):
     """The checkpoint name of column `column` of part `part` of table `table`."""
     return f"{table}-part{part}-{column}"
@@ -51,24 +64,25 @@ def saveables(ev):
 class PartSaveable(saveable_object.SaveableObject):
     """Shard i of an EmbeddingVariable, saved as part i on the shard's device: its rows, and empty
     stand-ins for the parts p > i with p == i mod k up to MAX_PARTS, so that a graph of any shard
-    count up to MAX_PARTS finds every name it restores. A Saver reads a saveable's names whole
-    before it restores; the rows come from TfpsTableRestoreStage, which runs after that read
-    (the tensors read are dropped at once), reading in slices only the parts that hold its keys."""
+    count up to MAX_PARTS finds every name it restores where a Saver reads them (a Saver built
+    with sharded=False reads every name in one RestoreV2, whole). The rows come from
+    TfpsTableRestoreStage, reading in slices only the parts that hold its keys."""
 
     def __init__(self, ev, i):
         self._ev, self._i = ev, i
         self._exported = None
         h = ev.handles[i]
+        device = _own_group(h.device)
         specs = [saveable_object.SaveSpec(self._column(c), "", part_name(ev.name, i, c), dtype=DTYPES[c],
-                                          device=h.device) for c in COLUMNS]
+                                          device=device) for c in COLUMNS]
         for p in range(i + ev.num_shards, MAX_PARTS, ev.num_shards):
             specs += [saveable_object.SaveSpec(self._empty(c), "", part_name(ev.name, p, c), dtype=DTYPES[c],
-                                               device=h.device) for c in COLUMNS]
+                                               device=device) for c in COLUMNS]
         if i == 0:
             specs.append(saveable_object.SaveSpec(self._parts, "", f"{ev.name}-parts", dtype=tf.int64,
-                                                  device=h.device))
+                                                  device=device))
             specs.append(saveable_object.SaveSpec(self._column("slot_init"), "", f"{ev.name}-slot_init",
-                                                  dtype=tf.float32, device=h.device))
+                                                  dtype=tf.float32, device=device))
         # The object's own name is not what the checkpoint uses (that is the specs' names); a
         # MetaGraph export lists it in SAVEABLE_OBJECTS, and an import resolves it to an op.
         super().__init__(h, specs, h.op.name)
@@ -115,7 +129,7 @@ def _restore(ev, i, restored):
     pending = ev.model_graph.restore_stages.setdefault((ev.name, prefix.name), {})
     check = _check_every_table(restored, ev.model_graph)
     h = ev.handles[i]
-    with graph.colocate_with(h.op), tf.control_dependencies([check, restored.op]):
+    with graph.colocate_with(h.op), tf.control_dependencies([check]):
         pending[i] = table_ops.table_restore_stage(h, prefix, table_name=ev.name, name=f"restore_stage_{i}")
     if len(pending) < ev.num_shards:
         return pending[i].op
