@@ -146,6 +146,7 @@ bench: bench-clean-tree build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths
 	$(REC) bench_online -- $(PY) benchmarks/bench_online.py
 	$(REC) bench_memory -- $(PY) benchmarks/bench_memory.py
 	$(REC) bench_checkpoint -- $(PY) benchmarks/bench_checkpoint.py
+	$(REC) bench_checkpoint_ps -- $(PY) benchmarks/bench_checkpoint.py --ps 1,2,4
 	$(REC) bench_placement -- $(PY) benchmarks/bench_placement.py
 	$(REC) bench_cluster -- $(PY) benchmarks/bench_cluster.py
 	$(REC) bench_pipeline -- $(PY) benchmarks/bench_pipeline.py

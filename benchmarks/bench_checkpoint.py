@@ -11,6 +11,7 @@ tasks, saved by a sharded Saver and restored into as many (and saved over 3, res
 wall time, MB/s, and each PS's peak memory growth over its own shard, with every row checked;
 beside a partitioned tf.Variable of the same bytes saved and restored by TF's own Saver (the
 floor), in the same run (benchmarks/ps_state.py)."""
+import json
 import os
 import sys
 import tempfile
@@ -116,6 +117,7 @@ def main_ps(ps_counts, rows):
                           f"save {r['save_s'] / floor['save_s']:.2f}x, restore {r['restore_s'] / floor['restore_s']:.2f}x "
                           f"the time"))
     report(lines)
+    print(json.dumps({"rows": rows, "runs": runs, "floors": floors}))
     if not all(r["exact"] for r in runs):
         raise SystemExit("rows differ after a restore")
 

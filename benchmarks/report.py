@@ -35,6 +35,7 @@ ABOUT = {
     "bench_online": "admission and eviction under a stream of new ids",
     "bench_memory": "memory_stats against the process's RSS, fill and churn",
     "bench_checkpoint": "a delta against a full checkpoint",
+    "bench_checkpoint_ps": "a table's save and restore over 1, 2 and 4 PS (and 3 into 4): time, MB/s and each PS's peak growth over its shard, against a partitioned tf.Variable of the same bytes saved by TF's own Saver",
     "bench_placement": "load-balanced against round-robin placement over 4 PS",
     "bench_cluster": "1 and 2 workers on 2 PS against one process",
     "bench_cluster_batch": "a pipelined 1-worker cluster against one process at batch 512..4096: the fixed cost per step",

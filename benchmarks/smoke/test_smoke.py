@@ -128,3 +128,15 @@ def test_the_export_benchmark_measures_both_formats():
     for fmt in (stock, tfps):
         assert fmt["load_s"] > 0 and fmt["loaded_bytes"] > 0 and fmt["peak_bytes"] >= fmt["loaded_bytes"]
         assert all(fmt["rps"][b] > 0 for b in ("1", "64", "1024")), fmt["rps"]
+
+
+def test_the_checkpoint_benchmark_saves_and_restores_over_ps_tasks():
+    """benchmarks/bench_checkpoint.py --ps 1,2 --rows 50000: the table saved and restored over 1
+    and 2 PS tasks and 3 into 4, every row exact, each PS's growth and the floor measured."""
+    result = _run("benchmarks/bench_checkpoint.py", "--ps", "1,2", "--rows", "50000", timeout=600)
+    assert [(r["save_ps"], r["restore_ps"]) for r in result["runs"]] == [(1, 1), (2, 2), (3, 4)]
+    for r in result["runs"]:
+        assert r["exact"] and r["save_s"] > 0 and r["restore_s"] > 0 and r["checkpoint_bytes"] > 50000 * 136
+        assert len(r["save_growth"]) == r["save_ps"] and len(r["restore_growth"]) == r["restore_ps"]
+        assert len(r["restore_shard_bytes"]) == r["restore_ps"] and min(r["restore_shard_bytes"]) > 0
+    assert [f["ps"] for f in result["floors"]] == [1, 2] and all(f["save_s"] > 0 for f in result["floors"])

@@ -109,7 +109,7 @@ class ModelGraph:
         runner), or None.
       restore_checks: {checkpoint prefix tensor name: the op checking every table is there}, one
         per Saver restore (tfps.embedding.saveable); restore_stages: {(table name, prefix tensor
-        name): {shard: its restore stage}}, filled as a Saver builds each shard's restore.
+        name): the commits of that restore of the table}, built at a Saver's first shard of it.
     """
 
     def __init__(self):

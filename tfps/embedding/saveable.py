@@ -121,24 +121,28 @@ class PartSaveable(saveable_object.SaveableObject):
 
 
 def _restore(ev, i, restored):
-    """Shard i's part of a Saver's restore of `ev`: its stage, after the Saver's read of its
-    names and the check of every table; once every shard of `ev` has a stage in this restore
-    (one per prefix tensor), the commits of all of them, each waiting for every stage."""
+    """A Saver's restore of `ev`, built at its first shard's restore (one per prefix tensor): every
+    shard's stage, after the check of every table, then every shard's commit, each waiting for
+    every stage. The later shards' restores add nothing: a Saver that holds any shard of a table
+    restores all of it."""
+    del i
     prefix = restored.op.inputs[0]
     graph = restored.graph
-    pending = ev.model_graph.restore_stages.setdefault((ev.name, prefix.name), {})
+    done = ev.model_graph.restore_stages
+    key = (ev.name, prefix.name)
+    if key in done:
+        return tf.no_op()
     check = _check_every_table(restored, ev.model_graph)
-    h = ev.handles[i]
-    with graph.colocate_with(h.op), tf.control_dependencies([check]):
-        pending[i] = table_ops.table_restore_stage(h, prefix, table_name=ev.name, name=f"restore_stage_{i}")
-    if len(pending) < ev.num_shards:
-        return pending[i].op
-    stages = [pending[j] for j in range(ev.num_shards)]
+    stages = []
+    for j, h in enumerate(ev.handles):
+        with graph.colocate_with(h.op), tf.control_dependencies([check]):
+            stages.append(table_ops.table_restore_stage(h, prefix, table_name=ev.name, name=f"restore_stage_{j}"))
     commits = []
     with tf.control_dependencies(stages):   # every shard staged before any changes
-        for j, (hj, staged) in enumerate(zip(ev.handles, stages)):
-            with graph.colocate_with(hj.op):
-                commits.append(table_ops.table_restore_commit(hj, staged, name=f"restore_commit_{j}"))
+        for j, (h, staged) in enumerate(zip(ev.handles, stages)):
+            with graph.colocate_with(h.op):
+                commits.append(table_ops.table_restore_commit(h, staged, name=f"restore_commit_{j}"))
+    done[key] = commits
     return tf.group(*commits)
 
 
