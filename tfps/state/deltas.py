@@ -158,9 +158,13 @@ def delta_chain(model_dir, step, tables=(), description=None, exact=True, checke
 def checkpoint_step(path):
     """The global step saved in checkpoint `path`; ValueError naming the file when unreadable."""
     try:
-        return int(tf.train.load_variable(path, "global_step"))
+        step = int(tf.train.load_variable(path, "global_step"))
     except (RuntimeError, ValueError, IndexError, tf.errors.OpError) as e:
         raise disk.unreadable(path, str(e).strip().splitlines()[0]) from None
+    short = disk.short_data(path)
+    if short:
+        raise disk.unreadable(path, short)
+    return step
 
 
 def latest_cut(model_dir, whole=False):

@@ -225,6 +225,32 @@ class CheckpointUnreadable(ValueError):
         self.files = list(files)
 
 
+def short_data(prefix):
+    """Why checkpoint `prefix`'s data files cannot hold what its index names (a file cut short),
+    or "": the bytes of its fixed-size tensors against the data files' sizes, from the index
+    alone. (A cut shorter than its string tensors is found by the restore's checksums.)"""
+    import tensorflow as tf
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
+    except (RuntimeError, ValueError, tf.errors.OpError):
+        return ""   # an unreadable index is named by the reader that needs it
+    need = 0
+    for name, shape in shapes.items():
+        dtype = tf.as_dtype(dtypes[name])
+        if dtype != tf.string:
+            count = 1
+            for d in shape:
+                count *= d
+            need += count * dtype.size
+    files = glob.glob(glob.escape(prefix) + ".data-*-of-*")
+    have = sum(os.path.getsize(f) for f in files)
+    if have >= need:
+        return ""
+    return (f"its data files hold {have} bytes, fewer than the {need} its index names (a file cut short: "
+            f"{', '.join(sorted(os.path.basename(f) for f in files))})")
+
+
 def unreadable(prefix, error):
     """The CheckpointUnreadable of checkpoint `prefix` that failed to read with `error` (its
     telling line): which files to move away to resume from the cut before it."""
