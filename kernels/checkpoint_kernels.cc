@@ -95,6 +95,21 @@ class TableExportOp : public TableOpKernel {
     // The rows go straight into the outputs (one copy of the shard, not two).
     Status status;
     std::vector<float> slot_init;
+    try {
+      Export(ctx, table, &status, &slot_init);
+    } catch (const AllocationFailed&) {
+      ctx->SetStatus(status);   // allocate_output's own error (the shard's locks are released)
+      return;
+    }
+    CopyOut<float>(ctx, 5, slot_init, TensorShape({static_cast<int64_t>(slot_init.size())}));
+  }
+
+ private:
+  struct AllocationFailed {};
+  static void Export(OpKernelContext* ctx, core::EmbeddingTable& table, Status* status_out,
+                     std::vector<float>* slot_init_out) {
+    Status& status = *status_out;
+    std::vector<float>& slot_init = *slot_init_out;
     core::TableSnapshots(table).ExportInto([&](const core::RowLayout& layout, int64_t n) {
       core::RowBuffers out;
       Tensor* t[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
@@ -102,7 +117,7 @@ class TableExportOp : public TableOpKernel {
                                      TensorShape({n, layout.dim * layout.num_slots}), TensorShape({n}),
                                      TensorShape({n})};
       for (int i = 0; i < 5 && status.ok(); ++i) status = ctx->allocate_output(i, shapes[i], &t[i]);
-      if (!status.ok()) throw std::bad_alloc();
+      if (!status.ok()) throw AllocationFailed();
       slot_init = layout.slot_init;
       out.keys = t[0]->flat<int64_t>().data();
       out.values = t[1]->flat<float>().data();
@@ -111,7 +126,6 @@ class TableExportOp : public TableOpKernel {
       out.last_step = t[4]->flat<int64_t>().data();
       return out;
     });
-    CopyOut<float>(ctx, 5, slot_init, TensorShape({static_cast<int64_t>(slot_init.size())}));
   }
 };
 

@@ -66,22 +66,33 @@ Status ReadTableParts(tensorflow::BundleReader& reader, const std::string& name,
   }
   Tensor slot_init;
   TF_RETURN_IF_ERROR(reader.Lookup(name + "-slot_init", &slot_init));
-  if (slot_init.dtype() != tensorflow::DT_FLOAT || slot_init.dims() != 1) {
+  if (slot_init.dtype() != tensorflow::DT_FLOAT || slot_init.dims() != 1 || slot_init.dim_size(0) > 64) {
     return errors::InvalidArgument("has a slot_init that is not a float vector");
   }
   out->num_slots = slot_init.dim_size(0);
   out->slot_init.assign(slot_init.flat<float>().data(), slot_init.flat<float>().data() + out->num_slots);
   out->dim = dim;
   const char* columns[5] = {"keys", "values", "slots", "freq", "last_step"};
+  const tensorflow::DataType dtypes[5] = {tensorflow::DT_INT64, tensorflow::DT_FLOAT, tensorflow::DT_FLOAT,
+                                          tensorflow::DT_INT64, tensorflow::DT_INT64};
   for (int64_t p = 0; p < out->parts; ++p) {
     TensorShape shape[5];
     for (int c = 0; c < 5; ++c) {
-      if (!FindEntry(reader, out->Key(p, columns[c]), &e)) {
+      const std::string key = out->Key(p, columns[c]);
+      if (!FindEntry(reader, key, &e)) {
         return errors::InvalidArgument("lacks ", columns[c], out->legacy ? "" : " of part " + std::to_string(p),
                                        " (a partly written checkpoint?)");
       }
-      if (e.slices_size() > 0) return errors::InvalidArgument("has ", out->Key(p, columns[c]), " saved in slices");
+      if (e.slices_size() > 0) return errors::InvalidArgument("has ", key, " saved in slices");
+      if (e.dtype() != dtypes[c]) {
+        return errors::InvalidArgument("has ", key, " of dtype ", tensorflow::DataTypeString(e.dtype()), ", not ",
+                                       tensorflow::DataTypeString(dtypes[c]));
+      }
+      if (!TensorShape::IsValid(e.shape())) return errors::InvalidArgument("has ", key, " of an invalid shape");
       shape[c] = ShapeOf(e);
+      if (e.size() != shape[c].num_elements() * static_cast<int64_t>(tensorflow::DataTypeSize(dtypes[c]))) {
+        return errors::DataLoss("has ", key, " of ", e.size(), " bytes for its shape ", shape[c].DebugString());
+      }
     }
     if (shape[1].dims() != 2) return errors::InvalidArgument("has values of shape ", Describe(shape[1]));
     if (out->dim < 0) out->dim = shape[1].dim_size(1);
@@ -109,6 +120,9 @@ Status EntryReader::Open(tensorflow::Env* env, const std::string& prefix, int nu
   TF_RETURN_IF_ERROR(env->NewRandomAccessFile(r->path_, &r->file_));
   r->begin_ = entry.offset();
   r->size_ = entry.size();
+  if (r->begin_ < 0 || r->size_ < 0) {
+    return errors::DataLoss("checkpoint tensor ", key, " has a negative offset or size in the index");
+  }
   r->want_ = core::crc32c::Unmask(entry.crc32c());
   *out = std::move(r);
   return tensorflow::OkStatus();
@@ -135,7 +149,7 @@ Status EntryReader::Read(char* dst, int64_t bytes) {
 }
 
 Status EntryReader::Finish() {
-  std::vector<char> rest(static_cast<size_t>(std::min<int64_t>(size_ - at_, int64_t{8} << 20)));
+  std::vector<char> rest(static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(size_ - at_, int64_t{8} << 20))));
   while (at_ < size_) {
     const int64_t n = std::min<int64_t>(size_ - at_, static_cast<int64_t>(rest.size()));
     TF_RETURN_IF_ERROR(Read(rest.data(), n));

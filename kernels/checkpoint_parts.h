@@ -9,7 +9,7 @@
 //
 // A checkpoint of the layout before parts (NAME-keys, NAME-values, ..., no NAME-parts) reads as
 // one part. The restore kernels and TfpsCheckTables read the layout through ReadTableParts;
-// Python reads it through tfps/state/layout.py.
+// Python reads it through tfps/embedding/layout.py.
 #ifndef TFPS_KERNELS_CHECKPOINT_PARTS_H_
 #define TFPS_KERNELS_CHECKPOINT_PARTS_H_
 

@@ -228,6 +228,10 @@ class TableRestoreStageOp : public TableOpKernel {
         }
       }
     }
+    std::string sketch_error;
+    if (!core::EmbeddingTable::AdmissionSizeFits(static_cast<int64_t>(staged->admission.size()), &sketch_error)) {
+      return errors::InvalidArgument(sketch_error);
+    }
     const int64_t rows = core::EmbeddingTable::StagedRows(*staged->rows);
     res.Stage(std::move(staged));
     Tensor* out = nullptr;
@@ -356,6 +360,9 @@ class TableApplyDeltaOp : public TableOpKernel {
       }
     }
     std::string error;
+    if (!core::EmbeddingTable::AdmissionSizeFits(static_cast<int64_t>(sketch.size()), &error)) {
+      return errors::InvalidArgument(error);   // before anything changes
+    }
     if (!core::TableSnapshots(table).ImportDelta(snap, removed, complete, &error)) {
       return errors::InvalidArgument(error);
     }
@@ -404,6 +411,7 @@ class ReadColumnOp : public OpKernel {
     }
     TensorShape shape = pieces[0].shape();
     shape.set_dim(0, n);
+    OP_REQUIRES(ctx, shape.dims() <= 2, errors::InvalidArgument(name_, ": ", column_, " has rank ", shape.dims()));
     if (shape.dims() == 2) {   // an empty part may have saved another width
       for (const Tensor& t : pieces) {
         if (t.dim_size(0) > 0) shape.set_dim(1, t.dim_size(1));
@@ -414,7 +422,7 @@ class ReadColumnOp : public OpKernel {
     char* dst = const_cast<char*>(out->tensor_data().data());
     for (const Tensor& t : pieces) {
       if (t.NumElements() == 0) continue;
-      OP_REQUIRES(ctx, t.dims() == 1 || t.dim_size(1) == shape.dim_size(1),
+      OP_REQUIRES(ctx, t.dims() == 1 || (t.dims() == 2 && t.dim_size(1) == shape.dim_size(1)),
                   errors::InvalidArgument(name_, ": the parts of ", column_, " have different widths"));
       std::memcpy(dst, t.tensor_data().data(), t.tensor_data().size());
       dst += t.tensor_data().size();

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import tfps
 import tfps.embedding.checkpoint_tools
+from tfps.embedding import layout
 from tfps.embedding.saveable import MAX_PARTS
 
 KEYS = np.array([1, 2, 3, -5, 2**50, np.iinfo(np.int64).min], np.int64)
@@ -370,3 +371,44 @@ def test_a_checkpoint_in_the_layout_before_parts_is_refused_in_one_line_or_resto
     np.testing.assert_array_equal(got["values"][order], values[want])
     np.testing.assert_array_equal(got["slots"][order], values[want] + 100)
     np.testing.assert_array_equal(got["freq"][order], np.array([1, 2, 3, 4])[want])
+
+
+def test_a_column_of_another_dtype_is_refused_and_read_table_reads_every_optimizer(tmp_path):
+    """A part whose values were written as float64 (numpy's default) is refused, naming the tensor
+    and its dtype, before the table changes; layout.read_table reads an Adam checkpoint (two slots,
+    three parts and the empty stand-ins past them) as the table's own export (the oracle)."""
+    prefix = str(tmp_path / "adam")
+    keys = np.arange(-50, 250, dtype=np.int64) * 31
+    with tf.Graph().as_default():
+        ev = tfps.get_embedding_variable("emb", 4, num_shards=3)
+        ids = tf.compat.v1.placeholder(tf.int64, [None])
+        loss = tf.reduce_sum(tf.square(tfps.embedding_lookup(ev, ids)))
+        train = tfps.train.AdamOptimizer(0.1).minimize(loss)
+        with tf.compat.v1.Session() as s:
+            s.run(tf.compat.v1.global_variables_initializer())
+            s.run(train, {ids: keys})
+            tf.compat.v1.train.Saver().save(s, prefix)
+            want = s.run(ev.export())
+    got = layout.read_table(tf.train.load_checkpoint(prefix), "emb")
+    order, at = np.argsort(want["keys"]), np.argsort(got["keys"])
+    for c in ("keys", "values", "slots", "freq", "last_step"):
+        np.testing.assert_array_equal(got[c][at], want[c][order], err_msg=c)
+    assert want["slots"].shape[1] == 8
+    bad = str(tmp_path / "f64")
+    reader = tf.train.load_checkpoint(prefix)
+    with tf.Graph().as_default():
+        names = [n for n in reader.get_variable_to_shape_map()]
+        tensors = [tf.constant(reader.get_tensor(n).astype(np.float64) if n == "emb-part1-values"
+                               else reader.get_tensor(n)) for n in names]
+        with tf.compat.v1.Session() as s:
+            s.run(tf.raw_ops.SaveV2(prefix=bad, tensor_names=names, shape_and_slices=[""] * len(names),
+                                    tensors=tensors))
+    with tf.Graph().as_default():
+        ev = tfps.get_embedding_variable("emb", 4, num_shards=2)
+        fill = ev.assign(np.array([1, 2], np.int64), np.ones([2, 4], np.float32))
+        restore = tfps.embedding.checkpoint_tools.restore_table(bad, ev)
+        with tf.compat.v1.Session() as s:
+            s.run(fill)
+            with pytest.raises(tf.errors.InvalidArgumentError, match="emb-part1-values of dtype double"):
+                s.run(restore)
+            assert sorted(s.run(ev.export())["keys"].tolist()) == [1, 2]

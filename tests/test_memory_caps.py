@@ -406,7 +406,7 @@ def _rows(model_dir, chain=None):
     reader = tf.train.load_checkpoint(checkpoint)
     (table,) = layout.table_names(reader.get_variable_to_shape_map())
     dim = int(reader.get_variable_to_shape_map()[f"{table}-slot_init"][0] and
-              layout.table_shapes(reader.get_variable_to_shape_map(), table)["values"][1])
+              layout.table_shapes(reader, table)["values"][1])
     with tf.Graph().as_default():
         ev = get_embedding_variable(table, dim, num_shards=2)
         restore = tfps.embedding.checkpoint_tools.restore_table(checkpoint, ev)

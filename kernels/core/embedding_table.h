@@ -208,6 +208,9 @@ class EmbeddingTable {
   // every estimate at or above what it was; a size that is not kSketchDepth times a power of
   // two >= kNumShards returns false with *error and leaves the sketch as it was.
   bool ImportAdmission(const int32_t* counts, int64_t n, std::string* error);
+  // Whether ImportAdmission takes a sketch of n counters (else false and *error): what a restore
+  // checks before it changes anything.
+  static bool AdmissionSizeFits(int64_t n, std::string* error);
 
   TableStats Stats() const;
   // How this table's batch paths prefetch (config.h), and from how many bytes of rows per

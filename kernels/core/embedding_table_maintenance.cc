@@ -136,15 +136,22 @@ void EmbeddingTable::ExportAdmission(std::vector<int32_t>* counts) const {
   }
 }
 
-bool EmbeddingTable::ImportAdmission(const int32_t* counts, int64_t n, std::string* error) {
-  if (n == 0) return true;  // saved without admission: nothing pending
-  if (admission_size() == 0) return true;  // this table admits at once: sightings do not matter
+bool EmbeddingTable::AdmissionSizeFits(int64_t n, std::string* error) {
+  if (n == 0) return true;
   const int64_t saved_width = n / kSketchDepth;
-  if (n % kSketchDepth != 0 || saved_width < kNumShards || (saved_width & (saved_width - 1)) != 0) {
+  if (n < 0 || n % kSketchDepth != 0 || saved_width < kNumShards || (saved_width & (saved_width - 1)) != 0) {
     *error = "admission sketch has " + std::to_string(n) + " counters: not " + std::to_string(kSketchDepth) +
              " rows of a power-of-two width";
     return false;
   }
+  return true;
+}
+
+bool EmbeddingTable::ImportAdmission(const int32_t* counts, int64_t n, std::string* error) {
+  if (n == 0) return true;  // saved without admission: nothing pending
+  if (admission_size() == 0) return true;  // this table admits at once: sightings do not matter
+  if (!AdmissionSizeFits(n, error)) return false;
+  const int64_t saved_width = n / kSketchDepth;
   // Saved layout: [index shard][row][saved_width / kNumShards]; each shard's part is loaded
   // into that shard's sketch (AdmissionSketch::Loaded), built before its lock is taken.
   const int64_t from = saved_width / kNumShards, to = sketch_width_ / kNumShards;

@@ -13,8 +13,8 @@ def _path(checkpoint):
 def checkpoint_tables(checkpoint):
     """{table name: {column: shape}} of the tables in a checkpoint (prefix or directory), each as
     one table (its parts' rows summed; tfps.embedding.layout)."""
-    shapes = dict(tf.train.list_variables(_path(checkpoint)))
-    return {name: layout.table_shapes(shapes, name) for name in layout.table_names(shapes)}
+    reader = tf.train.load_checkpoint(_path(checkpoint))
+    return {name: layout.table_shapes(reader, name) for name in layout.table_names(reader.get_variable_to_shape_map())}
 
 
 def table_problems(shapes, variables, name_of):
@@ -51,14 +51,16 @@ def _layout_problems(saved, variables):
     return problems
 
 
-def check_tables(checkpoint, variables):
+def check_tables(checkpoint, variables, before_parts=False):
     """Raises ValueError naming every table of `variables` (EmbeddingVariables) that the
-    checkpoint cannot restore exactly: missing, a part missing, or another dim. Reads only the
-    checkpoint's index, so a model is refused before any table changes."""
+    checkpoint cannot restore exactly: missing, a part missing, or another dim, or -- unless
+    before_parts (a reader of the parts' own ops: restore_table, tfps serve --follow) -- in the
+    layout before parts, which a Saver does not read. Reads only the checkpoint's index, so a
+    model is refused before any table changes."""
     path = _path(checkpoint)
     shapes = dict(tf.train.list_variables(path))
     legacy = [ev.name for ev in variables if layout.is_legacy(shapes, ev.name)]
-    if legacy:
+    if legacy and not before_parts:
         raise ValueError(f"checkpoint {path} holds table {legacy[0]!r} in the layout before parts ({legacy[0]}-keys, "
                          f"one tensor for all shards), which a Saver no longer reads: restore it with "
                          f"tfps.embedding.checkpoint_tools.restore_table and save it again")

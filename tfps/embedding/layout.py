@@ -14,24 +14,21 @@ _PART = re.compile(r"^(.*)-part(\d+)-keys$")
 
 
 def table_names(shapes):
-    """Sorted names of the tables in a bundle, from its {tensor name: shape}."""
-    names = {n[:-len("-parts")] for n in shapes if n.endswith("-parts")}
+    """Sorted names of the tables in a bundle, from its {tensor name: shape}: those with a part
+    count (NAME-parts), and those in the layout before parts (NAME-keys)."""
+    names = {n[:-len("-parts")] for n in shapes if n.endswith("-parts") and not n.endswith("-delta-parts")}
     for n in shapes:
-        if n.endswith("-keys") and not n.endswith("-delta-keys"):
-            m = _PART.match(n)
-            if m and m.group(1) in names:
-                continue
+        if n.endswith("-keys") and not n.endswith("-delta-keys") and not _PART.match(n):
             names.add(n[:-len("-keys")])
     return sorted(names)
 
 
-def part_count(shapes, name):
-    """(number of parts, legacy): legacy when the table is in the layout before parts."""
-    if f"{name}-parts" in shapes:
-        count = 0
-        while part_name(name, count, "keys") in shapes:
-            count += 1
-        return count, False
+def part_count(reader, name):
+    """(number of parts, legacy) of table `name` in the bundle of `reader` (a
+    tf.train.load_checkpoint reader): its NAME-parts (the parts past it, up to MAX_PARTS, are
+    empty stand-ins); legacy, one part, when the table is in the layout before parts."""
+    if reader.has_tensor(f"{name}-parts"):
+        return int(reader.get_tensor(f"{name}-parts")), False
     return 1, True
 
 
@@ -44,10 +41,11 @@ def column_name(name, part, column, legacy):
     return f"{name}-{column}" if legacy else part_name(name, part, column)
 
 
-def table_shapes(shapes, name):
+def table_shapes(reader, name):
     """{column: shape} of table `name` as one table (rows summed over its parts; None for a column
     missing in some part), and slot_init."""
-    count, legacy = part_count(shapes, name)
+    shapes = reader.get_variable_to_shape_map()
+    count, legacy = part_count(reader, name)
     out = {}
     for column in ROW_COLUMNS:
         parts = [shapes.get(column_name(name, p, column, legacy)) for p in range(count)]
@@ -62,8 +60,7 @@ def table_shapes(shapes, name):
 def read_parts(reader, name, columns=ROW_COLUMNS):
     """Yields {column: numpy array} of each part of table `name` in turn (a
     tf.train.load_checkpoint reader): one part in memory at a time."""
-    shapes = reader.get_variable_to_shape_map()
-    count, legacy = part_count(shapes, name)
+    count, legacy = part_count(reader, name)
     for p in range(count):
         yield {c: reader.get_tensor(column_name(name, p, c, legacy)) for c in columns}
 

@@ -212,7 +212,7 @@ class TableFollower:
     def _apply_full(self, servable, state, prefix):
         """Restores a full checkpoint into the servable: every tensor of it is read first, so a
         damaged one is refused before anything changes."""
-        check_tables(prefix, state["tables"])
+        check_tables(prefix, state["tables"], before_parts=True)   # its restore ops read that layout too
         try:
             reader = tf.train.load_checkpoint(prefix)
             for name in reader.get_variable_to_shape_map():

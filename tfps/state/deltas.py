@@ -49,15 +49,15 @@ def delta_table(table_name):
     return f"{table_name}-delta"
 
 
-def _problems(shapes, tables):
-    """What keeps a delta (shapes: {tensor name: shape}) from applying to `tables`."""
+def _problems(held, tables):
+    """What keeps a delta (held: {delta table name: its layout.table_shapes}) from applying to `tables`."""
     problems = []
     for ev in tables:
         name = delta_table(ev.name)
-        if f"{name}-parts" not in shapes and f"{name}-keys" not in shapes:
+        if name not in held:
             problems.append(f"table {ev.name!r} is not there")
             continue
-        got = layout.table_shapes(shapes, name)
+        got = held[name]
         missing = [c for c in layout.ROW_COLUMNS + ("slot_init",) if got[c] is None]
         if missing:
             problems.append(f"table {ev.name!r} lacks {missing} (a partly written delta?)")
@@ -96,7 +96,7 @@ def _move_away(model_dir, prefixes):
 
 
 def _read(prefix, whole):
-    """(manifest dict or None, base step, {name: shape}) of a delta; with whole, every tensor is
+    """(manifest dict or None, base step, {delta table name: its shapes}) of a delta; with whole, every tensor is
     read, so that a damaged delta is refused before any applies. ValueError when unreadable."""
     try:
         reader = tf.train.load_checkpoint(prefix)
@@ -106,7 +106,10 @@ def _read(prefix, whole):
                 reader.get_tensor(name)
         if not reader.has_tensor(BASE_STEP):
             raise ValueError(f"no {BASE_STEP}")
-        return manifests.read(prefix, reader), int(reader.get_tensor(BASE_STEP)), shapes
+        held = {n[:-len("-parts")]: None for n in shapes if n.endswith("-delta-parts")}
+        held.update({n[:-len("-keys")]: None for n in shapes if n.endswith("-delta-keys")})
+        held = {n: layout.table_shapes(reader, n) for n in held}
+        return manifests.read(prefix, reader), int(reader.get_tensor(BASE_STEP)), held
     except (RuntimeError, ValueError, IndexError, tf.errors.OpError) as e:
         raise ValueError(f"delta {prefix} cannot be read ({str(e).strip().splitlines()[0]})") from None
 
@@ -141,7 +144,7 @@ def delta_chain(model_dir, step, tables=(), description=None, exact=True, checke
             raise DeltaRefused(f"delta {prefix} continues from step {base}, but the cut before it is at step "
                                f"{previous}: it is not part of this model_dir's chain; nothing applied; "
                                f"{_move_away(model_dir, later)}", later)
-        problems = _problems(shapes, tables)
+        problems = _problems(shapes, tables)   # shapes: the delta's tables (_read)
         if problems:
             raise DeltaRefused(f"delta {prefix} does not match the model: " + "; ".join(problems) +
                                f"; nothing applied; {_move_away(model_dir, later)}", later)

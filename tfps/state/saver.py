@@ -105,7 +105,7 @@ class StateSaver(Saver):
                                                                           manifests.feature_names(graph))))
         if whole:   # the saver of the whole model: it restores deltas too
             # Every op a restore may run is made here, before a session can finalize the graph: a
-            # delta chain's apply ops (a RestoreV2 and a cond per table, one RestoreV2 for the dense
+            # delta chain's apply ops (a TfpsTableApplyDelta per table shard, one RestoreV2 for the dense
             # state) and the count of what is not initialized on a cluster.
             gs = tf.compat.v1.train.get_global_step(graph)
             tables = embedding_variables(graph)
