@@ -34,7 +34,7 @@ def _session(graph):
 # -- each private API, used as tfps uses it ----------------------------------------------------
 
 def test_saveable_object(tmp_path):
-    """A SaveableObject whose spec's tensor is a callable (TableSaveable builds its export on a
+    """A SaveableObject whose spec's tensor is a callable (PartSaveable builds its export on a
     Saver's first use) on a device: a Saver saves it under the spec's name and restores it
     through its restore()."""
     from tensorflow.python.training.saving import saveable_object
