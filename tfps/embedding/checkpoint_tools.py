@@ -17,35 +17,20 @@ def checkpoint_tables(checkpoint):
     return {name: layout.table_shapes(reader, name) for name in layout.table_names(reader.get_variable_to_shape_map())}
 
 
-def table_problems(shapes, variables, name_of):
-    """What keeps a bundle (shapes: {tensor name: shape}) from restoring `variables` exactly:
-    ["table 'x' ..."] for a table or one of its row parts missing, or another dim.
-    name_of(ev, part) is the tensor name of a part."""
+def table_problems(held, variables, name_of=lambda ev: ev.name, what="checkpoint"):
+    """What keeps a bundle from restoring `variables` (EmbeddingVariables) exactly: ["table 'x'
+    ..."] for a table or one of its columns missing, or another dim. held: {name in the bundle:
+    layout.table_shapes} (checkpoint_tables' for a checkpoint); name_of(ev): a table's name there;
+    what: the bundle's kind, for the message."""
     problems = []
     for ev in variables:
-        missing = [p for p in ("keys", "values", "slots", "freq", "last_step", "slot_init")
-                   if name_of(ev, p) not in shapes]
-        if len(missing) == 6:
-            problems.append(f"table {ev.name!r} is not there")
-        elif missing:
-            problems.append(f"table {ev.name!r} lacks {missing} (a partly written checkpoint?)")
-        elif shapes[name_of(ev, "values")][1] != ev.dim:
-            problems.append(f"table {ev.name!r} has dim {shapes[name_of(ev, 'values')][1]} there, the model "
-                            f"asks for {ev.dim}")
-    return problems
-
-
-def _layout_problems(saved, variables):
-    """table_problems over checkpoint_tables' {table: {column: shape}}."""
-    problems = []
-    for ev in variables:
-        shapes = saved.get(ev.name)
+        shapes = held.get(name_of(ev))
         if shapes is None:
             problems.append(f"table {ev.name!r} is not there")
             continue
         missing = [c for c in layout.ROW_COLUMNS + ("slot_init",) if shapes[c] is None]
         if missing:
-            problems.append(f"table {ev.name!r} lacks {missing} (a partly written checkpoint?)")
+            problems.append(f"table {ev.name!r} lacks {missing} (a partly written {what}?)")
         elif shapes["values"][1] != ev.dim:
             problems.append(f"table {ev.name!r} has dim {shapes['values'][1]} there, the model asks for {ev.dim}")
     return problems
@@ -65,7 +50,7 @@ def check_tables(checkpoint, variables, before_parts=False):
                          f"one tensor for all shards), which a Saver no longer reads: restore it with "
                          f"tfps.embedding.checkpoint_tools.restore_table and save it again")
     saved = checkpoint_tables(path)
-    problems = _layout_problems(saved, variables)
+    problems = table_problems(saved, variables)
     if problems:
         raise ValueError(f"checkpoint {path} does not match the model: " + "; ".join(problems) +
                          f". Tables in the checkpoint: {sorted(saved)}")
@@ -77,23 +62,13 @@ def restore_table(checkpoint, ev, source_name=None, slice_bytes=8 << 20):
     name, or from an old checkpoint; a Saver restores every table under its own name by itself).
     Each shard reads the parts that can hold its keys in slices of about `slice_bytes`, and no
     shard changes before every shard has read its rows."""
+    from tfps.embedding.saveable import restore_shards
     path = _path(checkpoint)
     name = source_name or ev.name
-    if name not in checkpoint_tables(path):
-        raise ValueError(f"restore_table: checkpoint {path!r} holds no table {name!r} "
-                         f"(it has {sorted(checkpoint_tables(path))})")
-    from tfps.ops import embedding_table as table_ops
-    graph = tf.compat.v1.get_default_graph()
-    stages = []
-    for h in ev.handles:
-        with graph.colocate_with(h.op):
-            stages.append(table_ops.table_restore_stage(h, path, table_name=name, slice_bytes=slice_bytes))
-    commits = []
-    with tf.control_dependencies(stages):
-        for h, staged in zip(ev.handles, stages):
-            with graph.colocate_with(h.op):
-                commits.append(table_ops.table_restore_commit(h, staged))
-    return tf.group(*commits)
+    held = checkpoint_tables(path)
+    if name not in held:
+        raise ValueError(f"restore_table: checkpoint {path!r} holds no table {name!r} (it has {sorted(held)})")
+    return tf.group(*restore_shards(ev, path, table_name=name, slice_bytes=slice_bytes))
 
 
 MERGED_PREFIX = "tfps_merged/"   # the name of a table that merged features (tfps.embedding.merged)

@@ -132,18 +132,29 @@ def _restore(ev, i, restored):
     key = (ev.name, prefix.name)
     if key in done:
         return tf.no_op()
-    check = _check_every_table(restored, ev.model_graph)
+    with graph.as_default():
+        commits = restore_shards(ev, prefix, after=[_check_every_table(restored, ev.model_graph)])
+    done[key] = commits
+    return tf.group(*commits)
+
+
+def restore_shards(ev, prefix, table_name=None, after=(), slice_bytes=8 << 20):
+    """[op per shard]: the restore of table `ev` from the checkpoint at `prefix` (a string tensor
+    or path), from its table `table_name` (default ev.name): every shard's stage (after the ops
+    `after`), then every shard's commit, each waiting for every stage, so no shard changes before
+    every shard has read its rows (TfpsTableRestoreStage, TfpsTableRestoreCommit)."""
+    graph = tf.compat.v1.get_default_graph()
     stages = []
     for j, h in enumerate(ev.handles):
-        with graph.colocate_with(h.op), tf.control_dependencies([check]):
-            stages.append(table_ops.table_restore_stage(h, prefix, table_name=ev.name, name=f"restore_stage_{j}"))
+        with graph.colocate_with(h.op), tf.control_dependencies(list(after)):
+            stages.append(table_ops.table_restore_stage(h, prefix, table_name=table_name or ev.name,
+                                                        slice_bytes=slice_bytes, name=f"restore_stage_{j}"))
     commits = []
     with tf.control_dependencies(stages):   # every shard staged before any changes
         for j, (h, staged) in enumerate(zip(ev.handles, stages)):
             with graph.colocate_with(h.op):
                 commits.append(table_ops.table_restore_commit(h, staged, name=f"restore_commit_{j}"))
-    done[key] = commits
-    return tf.group(*commits)
+    return commits
 
 
 def _check_every_table(restored, model_graph):

@@ -7,6 +7,7 @@ import time
 import tensorflow as tf
 
 from tfps.embedding.checkpoint_tools import check_tables
+from tfps.embedding.saveable import restore_shards
 from tfps.embedding.stock import AttachedStockTable, attached_stock_tables
 from tfps.embedding.variable import attached_tables
 from tfps.serving.errors import error_line
@@ -22,13 +23,8 @@ def _full_restore(graph, ev, prefix):
     if isinstance(ev, AttachedStockTable):
         return ev.load({"keys": table_ops.read_column(prefix, ev.name, "keys", tf.int64),
                         "values": table_ops.read_column(prefix, ev.name, "values", tf.float32)})
-    stages = []
-    for h in ev.handles:
-        with graph.colocate_with(h.op):
-            stages.append(table_ops.table_restore_stage(h, prefix, table_name=ev.name))
-    with tf.control_dependencies(stages):
-        commits = [table_ops.table_restore_commit(h, staged) for h, staged in zip(ev.handles, stages)]
-    return tf.group(*commits)
+    with graph.as_default():
+        return tf.group(*restore_shards(ev, prefix))
 
 
 class TableFollower:

@@ -28,6 +28,7 @@ import os
 import tensorflow as tf
 
 from tfps.embedding import layout
+from tfps.embedding.checkpoint_tools import table_problems
 from tfps.embedding.saveable import part_name as _part_name
 from tfps.state import disk, manifest as manifests
 
@@ -49,21 +50,6 @@ def delta_table(table_name):
     return f"{table_name}-delta"
 
 
-def _problems(held, tables):
-    """What keeps a delta (held: {delta table name: its layout.table_shapes}) from applying to `tables`."""
-    problems = []
-    for ev in tables:
-        name = delta_table(ev.name)
-        if name not in held:
-            problems.append(f"table {ev.name!r} is not there")
-            continue
-        got = held[name]
-        missing = [c for c in layout.ROW_COLUMNS + ("slot_init",) if got[c] is None]
-        if missing:
-            problems.append(f"table {ev.name!r} lacks {missing} (a partly written delta?)")
-        elif got["values"][1] != ev.dim:
-            problems.append(f"table {ev.name!r} has dim {got['values'][1]} there, the model asks for {ev.dim}")
-    return problems
 
 
 def delta_files(model_dir, after_step=-1):
@@ -144,7 +130,7 @@ def delta_chain(model_dir, step, tables=(), description=None, exact=True, checke
             raise DeltaRefused(f"delta {prefix} continues from step {base}, but the cut before it is at step "
                                f"{previous}: it is not part of this model_dir's chain; nothing applied; "
                                f"{_move_away(model_dir, later)}", later)
-        problems = _problems(shapes, tables)   # shapes: the delta's tables (_read)
+        problems = table_problems(shapes, tables, lambda ev: delta_table(ev.name), "delta")   # shapes: _read's
         if problems:
             raise DeltaRefused(f"delta {prefix} does not match the model: " + "; ".join(problems) +
                                f"; nothing applied; {_move_away(model_dir, later)}", later)
@@ -161,10 +147,11 @@ def delta_chain(model_dir, step, tables=(), description=None, exact=True, checke
 def checkpoint_step(path):
     """The global step saved in checkpoint `path`; ValueError naming the file when unreadable."""
     try:
-        step = int(tf.train.load_variable(path, "global_step"))
+        reader = tf.train.load_checkpoint(path)
+        step = int(reader.get_tensor("global_step"))
     except (RuntimeError, ValueError, IndexError, tf.errors.OpError) as e:
         raise disk.unreadable(path, str(e).strip().splitlines()[0]) from None
-    short = disk.short_data(path)
+    short = disk.short_data(path, reader)
     if short:
         raise disk.unreadable(path, short)
     return step

@@ -225,13 +225,14 @@ class CheckpointUnreadable(ValueError):
         self.files = list(files)
 
 
-def short_data(prefix):
+def short_data(prefix, reader=None):
     """Why checkpoint `prefix`'s data files cannot hold what its index names (a file cut short),
     or "": the bytes of its fixed-size tensors against the data files' sizes, from the index
-    alone. (A cut shorter than its string tensors is found by the restore's checksums.)"""
+    alone (reader: its tf.train.load_checkpoint reader, if at hand). (A cut shorter than its
+    string tensors is found by the restore's checksums.)"""
     import tensorflow as tf
     try:
-        reader = tf.train.load_checkpoint(prefix)
+        reader = reader or tf.train.load_checkpoint(prefix)
         shapes, dtypes = reader.get_variable_to_shape_map(), reader.get_variable_to_dtype_map()
     except (RuntimeError, ValueError, tf.errors.OpError):
         return ""   # an unreadable index is named by the reader that needs it
