@@ -208,7 +208,10 @@ def test_the_demo_across_namespaces_matches_loopback_recovers_a_ps_and_is_served
         assert deltas[0] > exported_step
         killed = _kill(model_dir, "ps1")
         pid_file = model_dir / "logs" / "ps1.pid"
-        restarted = _wait_for(lambda: int(pid_file.read_text()) != killed and int(pid_file.read_text()), "ps1 again")
+        def new_pid():   # the launcher rewrites the file: it is empty for a moment
+            text = pid_file.read_text().strip()
+            return int(text) if text and int(text) != killed else 0
+        restarted = _wait_for(new_pid, "ps1 again")
         home = os.stat(f"{netns.NETNS_DIR}/{netns.netns_name(job.pid, 'ps1')}").st_ino
         _wait_for(lambda: os.stat(f"/proc/{restarted}/ns/net").st_ino == home, "ps1 in its namespace", timeout=10)
         text, err = job.communicate(timeout=400)
