@@ -184,6 +184,40 @@ Column `column` (keys, values, slots, freq, last_step, removed, ...) of table `t
 (NAME, or NAME-delta for a delta) of the checkpoint `prefix`, its parts concatenated.
 )doc");
 
+REGISTER_OP("TfpsTableRows")
+    .Input("checkpoint: string")
+    .Input("deltas: string")
+    .Output("keys: int64")
+    .Output("values: float")
+    .Output("slots: float")
+    .Output("freq: int64")
+    .Output("last_step: int64")
+    .Output("admission: int32")
+    .Output("slot_init: float")
+    .Attr("table_name: string")
+    .Attr("dim: int")
+    .Attr("pad_rows: int = 0")
+    .Attr("with_state: bool = true")
+    .Attr("slice_bytes: int = 8388608")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      int64_t dim = 0;
+      TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+      c->set_output(0, c->Vector(InferenceContext::kUnknownDim));
+      c->set_output(1, c->Matrix(InferenceContext::kUnknownDim, dim));
+      c->set_output(2, c->Matrix(InferenceContext::kUnknownDim, InferenceContext::kUnknownDim));
+      for (int i = 3; i < 7; ++i) c->set_output(i, c->Vector(InferenceContext::kUnknownDim));
+      return tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Every row of table `table_name` (values of width `dim`) at the cut made of the checkpoint
+`checkpoint` and the chain of deltas `deltas` (in order, each NAME-delta-part{p}-*): the
+checkpoint's parts (or those of the last complete delta), read in slices of about slice_bytes,
+with each later delta's removals and rows. Only the outputs and the deltas' rows are held whole.
+values has `pad_rows` zero rows first. Without with_state, slots [0, 0], freq, last_step and
+admission are empty. slot_init: the optimizer slots' initial value.
+)doc");
+
 REGISTER_OP("TfpsCheckTables")
     .Input("prefix: string")
     .Output("ok: bool")

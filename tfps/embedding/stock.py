@@ -27,6 +27,7 @@ EMPTY_KEY = -2**63          # DenseHashTable's reserved keys: no tfps table may 
 DELETED_KEY = -2**63 + 1
 TAG_BITS = 48
 _KEY = ("__tfps_stock_tables",)   # a tuple key: the graph holds it, export_meta_graph skips it
+_ROWS_KEY = ("__tfps_stock_rows",)
 
 _LOW = 0.5 * math.erfc(2.0 / math.sqrt(2.0))   # Phi(-2)
 
@@ -86,10 +87,26 @@ def feature_tag(ids, tags):
     return tf.bitcast(tf.bitwise.bitwise_or(low, tag), tf.int64)
 
 
+FILL_SLICE = 1 << 20   # keys inserted into an index per step of its fill
+_LOAD = 0.8            # DenseHashTable's max_load_factor (its default)
+
+
+def index_buckets(rows):
+    """The bucket count of an index made for `rows` keys: the power of two that holds them under
+    the load factor, so the fill never grows it (a growth holds the old and new buckets at once);
+    TensorFlow's default (2^17) when rows is None."""
+    if rows is None:
+        return 2**17
+    buckets = 8
+    while buckets * _LOAD < rows:
+        buckets *= 2
+    return buckets
+
+
 class StockTable:
     """One table of a stock graph (see the module doc): keys, values, index; lookup() reads it."""
 
-    def __init__(self, name, dim, initializer_spec):
+    def __init__(self, name, dim, initializer_spec, rows=None):
         self.name, self.dim, self.initializer_spec = name, int(dim), initializer_spec
         with tf.compat.v1.name_scope(None), tf.compat.v1.name_scope(name + "/"):   # NAME/stock_...
             self.keys = tf.compat.v1.Variable(tf.zeros([0], tf.int64), name="stock_keys", trainable=False,
@@ -99,12 +116,21 @@ class StockTable:
                                                 use_resource=True)
             self.index = tf.lookup.experimental.DenseHashTable(
                 tf.int64, tf.int64, default_value=0, empty_key=EMPTY_KEY, deleted_key=DELETED_KEY,
-                checkpoint=False, name="stock_index")
+                initial_num_buckets=index_buckets(rows), checkpoint=False, name="stock_index")
 
-    def fill_index(self):
-        """The op that (re)fills the index from the keys variable: key i -> row 1 + i."""
+    def fill_index(self, slice_rows=FILL_SLICE):
+        """The op that (re)fills the index from the keys variable, slice_rows keys at a time (so a
+        load holds no whole-table temporary besides the keys and rows): key i -> row 1 + i."""
         keys = self.keys.read_value()
-        return self.index.insert(keys, tf.range(1, tf.size(keys, out_type=tf.int64) + 1))
+        n = tf.size(keys, out_type=tf.int64)
+
+        def body(start):
+            end = tf.minimum(start + slice_rows, n)
+            with tf.control_dependencies([self.index.insert(keys[start:end], tf.range(start + 1, end + 1))]):
+                return tf.identity(end)
+        (done,) = tf.while_loop(lambda start: start < n, body, [tf.constant(0, tf.int64)], back_prop=False,
+                                name="fill_index")
+        return done.op
 
     def lookup(self, keys):
         """int64 keys [N] -> float32 [N, dim]: a key's row, or its initializer value."""
@@ -121,12 +147,20 @@ class StockTable:
         return out
 
 
-def use_stock_tables(graph):
-    """Makes `graph` a stock graph: the tables get_embedding_variable builds in it are StockTables."""
+def use_stock_tables(graph, rows=None):
+    """Makes `graph` a stock graph: the tables get_embedding_variable builds in it are StockTables.
+    rows: {table name: its row count}, which sizes each table's index (index_buckets)."""
     refs = graph.get_collection_ref(_KEY)
     if not refs:
         refs.append({})
+    graph.get_collection_ref(_ROWS_KEY)[:] = [dict(rows or {})]
     return refs[0]
+
+
+def planned_rows(name, graph=None):
+    """The row count use_stock_tables was given for table `name` (None when none)."""
+    refs = (graph or tf.compat.v1.get_default_graph()).get_collection(_ROWS_KEY)
+    return refs[0].get(name) if refs else None
 
 
 def stock_tables(graph=None):

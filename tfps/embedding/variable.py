@@ -87,7 +87,8 @@ class EmbeddingVariable:
         stock_tables = stock.stock_tables()
         if stock_tables is not None:   # a stock graph (tfps.embedding.stock): no tfps op
             self.handles, self.saveables = [], []
-            self.stock = stock_tables[name] = stock.StockTable(name, self.dim, self.initializer_spec)
+            self.stock = stock_tables[name] = stock.StockTable(
+                name, self.dim, self.initializer_spec, rows=stock.planned_rows(name))
             return
         kind, a, b, seed = self.initializer_spec
         self.handles = []

@@ -34,15 +34,31 @@ def export_saved_model(model_fn, params, inputs_fn, settings, export_base, check
 
 
 def write_saved_model(model_fn, params, inputs_fn, settings, path, checkpoint):
-    """Writes the tfps-format SavedModel of `checkpoint` at `path` (see export_saved_model)."""
-    with tf.Graph().as_default():
+    """Writes the tfps-format SavedModel of `checkpoint` at `path` (see export_saved_model): the
+    dense state restored, the tables written table by table straight from the checkpoint and
+    its deltas (tfps.runner.export_rows), never held in a table of this process."""
+    from tfps.embedding.variable import embedding_variables
+    from tfps.runner.export_rows import StreamedSaver, TableBundles, write_tables
+    from tfps.state.saver import StateSaver
+    with tf.Graph().as_default() as graph:
         spec, scaffold, signatures = serving_graph(model_fn, params, inputs_fn, settings)
         builder = tf.compat.v1.saved_model.Builder(path)
-        with tf.compat.v1.Session(config=settings.config) as session:
-            local_init = scaffold.local_init_op if scaffold.local_init_op is not None else \
-                tf.compat.v1.train.Scaffold.default_local_init_op()
-            saver = scaffold.saver
-            saver.restore(session, checkpoint)
+        local_init = scaffold.local_init_op if scaffold.local_init_op is not None else \
+            tf.compat.v1.train.Scaffold.default_local_init_op()
+        saver = scaffold.saver
+        streamed = isinstance(saver, StateSaver)
+        if streamed:
+            dense_saver = tf.compat.v1.train.Saver(var_list=saver.dense_saveables(), sharded=False,
+                                                   save_relative_paths=True, name="tfps_export_dense")
+            tables = [(ev.name, ev.dim) for ev in embedding_variables(graph)]
+        with tf.compat.v1.Session(config=settings.config) as session, \
+                TableBundles(os.path.dirname(os.path.abspath(path))) as bundles:
+            if streamed:
+                _, chain = saver.restore_dense(session, checkpoint)
+                write_tables(bundles, checkpoint, chain, tables, stock=False, config=settings.config)
+                saver = StreamedSaver(saver, dense_saver, bundles)
+            else:   # the model_fn's own Saver: the model restored whole
+                saver.restore(session, checkpoint)
             builder.add_meta_graph_and_variables(
                 session, [tf.saved_model.SERVING], signature_def_map=signatures,
                 assets_collection=tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS),

@@ -130,7 +130,6 @@ class StateSaver(Saver):
         if self.saver_def is None:   # built with defer_build and used directly (Estimator's export)
             with sess.graph.as_default():
                 self.build()
-        chain, step = [], None
         ops = self._state_ops
         if ops is not None and _remote(sess) and not sess.run(ops["uninitialized"]):
             # A trainer of a cluster (the chief restarted) finds the model whole on the PS tasks:
@@ -139,22 +138,8 @@ class StateSaver(Saver):
                         f"{os.path.basename(save_path or '')}", flush=True)
             self.restored_step = None
             return None
-        if ops is not None and save_path is not None and tf.io.gfile.exists(save_path + ".index"):
-            try:
-                saved = manifests.read(save_path)
-            except (tf.errors.OpError, RuntimeError, IndexError) as e:   # (a short file: IndexError)
-                raise disk.unreadable(save_path, error_line(e)) from None
-            where = f"checkpoint {save_path}"
-            if saved is None:
-                raise manifests.StateMismatch(
-                    f"{where} has no {manifests.MANIFEST}: written by a tfps before state manifests, its model "
-                    f"cannot be checked; train into a new model_dir")
-            manifests.check(saved, ops["description"], where, self._exact)
-            step = deltas.checkpoint_step(save_path)
-            model_dir = os.path.dirname(save_path)
-            latest = disk.latest_checkpoint(model_dir)
-            if latest is not None and os.path.abspath(latest) == os.path.abspath(save_path):
-                chain = deltas.delta_chain(model_dir, step, ops["tables"], ops["description"], self._exact)
+        step, chain = self.checked_cut(save_path) if ops is not None and save_path is not None and \
+            tf.io.gfile.exists(save_path + ".index") else (None, [])
         try:
             out = super().restore(sess, save_path)
         except (tf.errors.DataLossError, tf.errors.OutOfRangeError, tf.errors.NotFoundError) as e:
@@ -177,6 +162,58 @@ class StateSaver(Saver):
             sess.run(ops["ready"])
         self.restored_step = chain[-1][0] if chain else step
         return out
+
+    def checked_cut(self, save_path):
+        """(step, [(step, prefix)] of its delta chain): the cut a restore of checkpoint `save_path`
+        puts in -- the chain when it is its model_dir's latest checkpoint -- checked against the
+        model first (the manifests, every delta read whole and its tables' shapes); raises as
+        restore does."""
+        ops = self._state_ops
+        try:
+            saved = manifests.read(save_path)
+        except (tf.errors.OpError, RuntimeError, IndexError) as e:   # (a short file: IndexError)
+            raise disk.unreadable(save_path, error_line(e)) from None
+        where = f"checkpoint {save_path}"
+        if saved is None:
+            raise manifests.StateMismatch(
+                f"{where} has no {manifests.MANIFEST}: written by a tfps before state manifests, its model "
+                f"cannot be checked; train into a new model_dir")
+        manifests.check(saved, ops["description"], where, self._exact)
+        step = deltas.checkpoint_step(save_path)
+        model_dir = os.path.dirname(save_path)
+        latest = disk.latest_checkpoint(model_dir)
+        chain = []
+        if latest is not None and os.path.abspath(latest) == os.path.abspath(save_path):
+            chain = deltas.delta_chain(model_dir, step, ops["tables"], ops["description"], self._exact)
+        return step, chain
+
+    def restore_dense(self, sess, save_path):
+        """Restores only the dense state of the cut of checkpoint `save_path` (its variables, then
+        the last delta's), checked as restore checks it, and returns (step, chain) as checked_cut:
+        an export, which reads the tables' rows itself (tfps.runner.export_rows)."""
+        if self.saver_def is None:
+            with sess.graph.as_default():
+                self.build()
+        ops = self._state_ops
+        if ops is None:
+            raise ValueError("restore_dense: a StateSaver of the whole model (built without a var_list) only")
+        step, chain = self.checked_cut(save_path)
+        if ops["apply_dense"] is not None:
+            try:
+                sess.run(ops["apply_dense"], {ops["prefix"]: save_path})
+            except (tf.errors.DataLossError, tf.errors.OutOfRangeError) as e:
+                raise disk.unreadable(save_path, error_line(e)) from None
+            if chain:
+                sess.run(ops["apply_dense"], {ops["prefix"]: chain[-1][1]})
+        return step, chain
+
+    def dense_saveables(self):
+        """What this Saver saves besides the tables (variables, the manifest): a Saver of them
+        writes the same names, for an export that writes the tables' rows itself."""
+        from tfps.embedding.saveable import PartSaveable
+        if self.saver_def is None:
+            self.build()
+        return [s for s in self._var_list if not isinstance(s, PartSaveable)]
 
     def rejoin_hook(self, rank, printer=None):
         """The hook of trainer `rank` (0 for the chief, 1, 2, ... for the others; below
