@@ -57,6 +57,26 @@ def test_a_stock_table_reads_its_rows_and_the_initializer_for_other_keys(graph):
     np.testing.assert_array_equal(got[[1, 3, 4]], fresh[[1, 3, 4]])
 
 
+@pytest.mark.parametrize("rows", [0, 1, 7, 1000])
+def test_an_index_sized_for_its_rows_filled_in_slices_reads_every_row_and_never_grows(graph, rows):
+    """index_buckets: the smallest power of two that holds `rows` under DenseHashTable's load
+    factor; filled 3 keys per step (slices that do not divide the rows), every key reads its row
+    and the bucket count is what it was made with."""
+    buckets = stock.index_buckets(rows)
+    assert buckets & (buckets - 1) == 0 and buckets * 0.8 >= rows and (buckets // 2 * 0.8 < rows or buckets == 8)
+    dim = 2
+    keys = np.random.default_rng(rows).choice(2**40, rows, replace=False).astype(np.int64)
+    values = np.random.default_rng(1).standard_normal([rows, dim]).astype(np.float32)
+    table = stock.StockTable("t", dim, ("zeros", 0.0, 0.0, 0), rows=rows)
+    with tf.compat.v1.Session() as s:
+        s.run([table.keys.assign(keys), table.values.assign(np.concatenate([np.zeros([1, dim], np.float32), values]))])
+        s.run(table.fill_index(slice_rows=3))
+        size, got = s.run([table.index.size(), table.lookup(tf.constant(keys))])
+        exported_keys, _ = s.run(table.index.export())
+    assert size == rows and len(exported_keys) == buckets   # export lists every bucket: none was added
+    np.testing.assert_array_equal(got, values)
+
+
 def test_stock_delta_and_load_ops_against_numpy(graph):
     """apply_delta removes, overwrites and appends; load replaces everything; a delta holding a
     reserved key is refused before anything changes. Oracle: a dict of key -> row."""

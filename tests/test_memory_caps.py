@@ -390,6 +390,40 @@ def test_a_model_whose_checkpoint_through_one_ps_overflows_its_cap_trains_on_4_c
     np.testing.assert_array_equal(cut["keys"][at], got["keys"][still])
     np.testing.assert_array_equal(cut["freq"][at], got["freq"][still])
     np.testing.assert_array_equal(cut["values"][at], got["values"][still])
+    # The stock export of the newest cut, from a process capped below what an export that held
+    # the model whole needed (8.7 times the bytes it writes, before it streamed), holds exactly
+    # those rows.
+    cap = 768 << 20
+    exported, peak = _capped_export(sets + [f"model_dir={model_dir}"], tmp_path / "exports", cap)
+    keys, values = exported.get_tensor(f"{table}/stock_keys"), exported.get_tensor(f"{table}/stock_values")
+    assert 8.7 * (keys.nbytes + values.nbytes) > cap
+    order = np.argsort(keys)
+    np.testing.assert_array_equal(keys[order], got["keys"])
+    np.testing.assert_array_equal(values[1:][order], got["values"])
+    np.testing.assert_array_equal(values[0], np.zeros_like(values[0]))
+
+
+def _capped_export(sets, export_dir, cap):
+    """`tfps export` (stock) in a memory cgroup of its own capped at `cap` bytes: (a reader of the
+    export's variables, the group's peak usage)."""
+    groups = cgroups.TaskGroups.make(os.getpid(), {"export": cap})
+    try:
+        procs = groups.procs("export")
+        done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tfps"), "export", "--config",
+                               "configs/demo.yaml", "--format", "stock", "--export-dir", str(export_dir)]
+                              + [a for s in sets for a in ("--set", s)],
+                              preexec_fn=lambda: cgroups.join(procs), capture_output=True, text=True, timeout=300,
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        peak_file = os.path.join(groups.path("export"), "memory.peak" if HIERARCHY.version == 2 else
+                                 "memory.max_usage_in_bytes")
+        peak = int(open(peak_file).read()) if os.path.exists(peak_file) else None
+        print(f"capped export: peak {peak} of cap {cap}")
+        assert done.returncode == 0, (groups.oom_kills("export"), done.stderr[-3000:])
+        assert groups.oom_kills("export") in (0, None)
+    finally:
+        groups.close()
+    path = json.loads(done.stdout.strip().splitlines()[-1])["saved_model"]
+    return tf.train.load_checkpoint(os.path.join(path, "variables", "variables")), peak
 
 
 def _rows(model_dir, chain=None):
