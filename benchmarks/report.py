@@ -44,7 +44,7 @@ ABOUT = {
     "bench_readers": "each reader's rate against the demo model's training rate",
     "bench_quality": "tfps tables against collision-free tf.Variable vocabularies (AUC)",
     "bench_serving": "tfps serve (gRPC, batching, REST) against the SavedModel called in-process",
-    "bench_export": "the stock-ops export against the tfps export at 10^5..10^7 rows: size, load, memory, req/s",
+    "bench_export": "the stock-ops export against the tfps export at 10^3..10^7 rows: size, export and load memory, req/s",
     "bench_mtgr": "MTGR against DeepFM and DCN-v2 on MovieLens (each tuned, 5 seeds), its ablations; token-budget "
                   "against fixed-count batches",
     "scaling_model": "a cost model fit on small clusters (benchmarks/results/scaling/runs.json), checked on held-out runs; "
