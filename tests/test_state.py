@@ -199,6 +199,14 @@ def test_a_refused_delta_says_what_to_move_and_moving_it_trains_every_batch_once
         for path in tf.io.gfile.glob(prefix + ".*"):
             os.rename(path, tmp_path / "moved" / os.path.basename(path))
     assert deltas.latest_cut(model_dir)[2] == chain[0][0]
+    # Asked to train to the step of the cut it resumes (a checkpoint and a delta after it):
+    # nothing is trained, and no checkpoint or delta is written.
+    at = chain[0][0]
+    done = forker.run(["train", *CHAOS, "--set", f"model_dir={model_dir}", "--set", f"train.steps={at}"],
+                      f"{model_dir}.at_cut", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert tf.train.latest_checkpoint(model_dir) == full and deltas.latest_cut(model_dir)[2] == at
+    assert [s for s, _ in deltas.delta_files(model_dir)] == [chain[0][0]]
     _train(forker, model_dir)
     _same_updates(model_dir, straight)
 

@@ -21,15 +21,19 @@ from tfps.models.spec import ModeKeys
 from tfps.runner.graph import build, checkpoint_global_step
 from tfps.runner.hooks import CheckpointSaverHook, ProgressHook, use_spec
 from tfps.runner.steplog import StepLogger, default_handler
-from tfps.state import disk
+from tfps.state import deltas, disk
 from tfps.state.saver import StateSaver
 
 
 def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_listeners=(), printer=print):
     """Trains until the global step reaches max_steps (or the input ends). Returns the loss of
     the last step this trainer ran (None when it ran none). Like tf.estimator, does nothing when
-    model_dir's latest full checkpoint is already at max_steps."""
-    start = checkpoint_global_step(settings.model_dir)
+    model_dir's newest cut (its latest full checkpoint and the deltas after it) is already at
+    max_steps; nor does a trainer whose session finds the global step there."""
+    try:
+        start = deltas.latest_cut(settings.model_dir)[2]
+    except ValueError:   # a chain the restore refuses, naming what to move: it raises there
+        start = checkpoint_global_step(settings.model_dir)
     if max_steps is not None and start >= max_steps:
         return None
     if settings.is_chief:
@@ -56,8 +60,9 @@ def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_list
         if not any(s.op.name == "loss" for s in tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SUMMARIES)):
             tf.compat.v1.summary.scalar("loss", spec.loss)
         tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.LOSSES, spec.loss)
+        there = _AtLastStep(last_step(max_steps, settings))
         worker_hooks = list(input_hooks) + list(hooks) + [
-            tf.compat.v1.train.StopAtStepHook(last_step=last_step(max_steps, settings)),
+            tf.compat.v1.train.StopAtStepHook(last_step=last_step(max_steps, settings)), there,
             tf.compat.v1.train.NanTensorHook(spec.loss)] + list(spec.training_hooks)
         if not any(isinstance(h, ProgressHook) for h in worker_hooks):   # a program of the user's own
             default_handler()
@@ -72,12 +77,27 @@ def train(model_fn, params, input_fn, settings, max_steps, hooks=(), saving_list
                 chief_hooks, worker_hooks + [rejoin])
         loss, steps = None, 0
         with _session(settings, scaffold, worker_hooks, chief_hooks) as session:
-            while not session.should_stop():
+            while not session.should_stop() and not there.reached:
                 steps += 1
                 _, loss = session.run([spec.train_op, spec.loss])
         if steps == 0 and settings.is_chief:   # (a worker may start after its last step)
             printer("training made no steps: is the input empty?", flush=True)
         return loss
+
+
+class _AtLastStep(tf.compat.v1.train.SessionRunHook):
+    """`reached`: the global step the (re)created session starts at is already the last step
+    (StopAtStepHook looks only after a step, which would train one step too many)."""
+
+    def __init__(self, last):
+        self._last, self.reached = last, False
+
+    def begin(self):
+        self._step = tf.compat.v1.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        del coord
+        self.reached = self._last is not None and self._step is not None and session.run(self._step) >= self._last
 
 
 READY_POLL_SECS = 0.5   # how often a worker asks whether the model is ready on the PS tasks
