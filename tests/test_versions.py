@@ -124,6 +124,18 @@ def test_a_failed_export_leaves_nothing(tmp_path):
             os.makedirs(slot.path)
             raise RuntimeError("the export failed")
     assert os.listdir(tmp_path) == []
+    # Into a base path that was not there: the directories it made go too, those there before stay.
+    with pytest.raises(RuntimeError):
+        with new_version(str(tmp_path / "a" / "b" / "models"), now=NOW) as slot:
+            os.makedirs(slot.path)
+            raise RuntimeError("the export failed")
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "keep").write_text("")
+    with pytest.raises(RuntimeError):
+        with new_version(str(tmp_path / "a" / "b"), now=NOW):
+            raise RuntimeError("the export failed")
+    assert os.listdir(tmp_path / "a") == ["keep"]
 
 
 def test_the_aside_directory_of_a_killed_export_is_removed_and_a_running_ones_kept(tmp_path):

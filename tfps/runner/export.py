@@ -18,9 +18,11 @@ from tfps.state import manifest as manifests
 
 def export_saved_model(model_fn, params, inputs_fn, settings, export_base, checkpoint=None, version=None,
                        format="stock", warmup=()):   # noqa: A002 -- the name `tfps export --format` has
-    """Writes export_base/<version>/, a SavedModel of `checkpoint` (default: model_dir's newest cut,
-    its latest checkpoint with the deltas after it), as a new newest version (tfps.runner.versions),
-    and returns its path: what `tfps export` writes, in the same formats with the same default.
+    """Writes export_base/<version>/, a SavedModel of `checkpoint` as a new newest version
+    (tfps.runner.versions), and returns its path: what `tfps export` writes, in the same formats
+    with the same default. checkpoint: None for model_dir's newest cut (its latest checkpoint and
+    the deltas after it); a checkpoint prefix exports that checkpoint -- with the deltas after it
+    when it is its model_dir's latest (a restore resumes there the same way), else alone.
 
     format: "stock" (stock TensorFlow ops only: TensorFlow alone, and TF Serving's own server,
     load it) or "tfps" (tfps's table ops: a process that imported tfps). The version holds

@@ -65,6 +65,35 @@ def new_version(base, version=None, now=None):
         raise ExportRefused(f"export: --version must be in [0, 2^63), got {version}")
     if os.path.exists(base) and not os.path.isdir(base):
         raise ExportRefused(f"export: {base!r} is not a directory (a file is there): choose another --export-dir")
+    made = _missing(base)   # the directories this export makes: removed again (if empty) when it fails
+    try:
+        with _reserved(base, version, now) as slot:
+            yield slot
+    except BaseException:
+        for path in made:   # deepest first; one another export has put something in stays
+            try:
+                os.rmdir(path)
+            except OSError:
+                break
+        raise
+
+
+def _missing(path):
+    """The directories of `path` that are not there, deepest first."""
+    out = []
+    path = os.path.abspath(path)
+    while path and not os.path.exists(path):
+        out.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return out
+
+
+@contextlib.contextmanager
+def _reserved(base, version, now):
+    """new_version's work on a base path that is there."""
     with _locked(base):
         remove_abandoned(base)
         chosen = _choose(base, version, int(time.time() if now is None else now))

@@ -248,7 +248,7 @@ def short_data(prefix, reader=None):
     have = sum(os.path.getsize(f) for f in files)
     if have >= need:
         return ""
-    return (f"its data files hold {have} bytes, fewer than the {need} its index names (a file cut short: "
+    return (f"its data files hold {have} bytes, fewer than the {need} its index names (one of them cut short: "
             f"{', '.join(sorted(os.path.basename(f) for f in files))})")
 
 
