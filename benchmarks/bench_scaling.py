@@ -12,9 +12,9 @@ memory is skipped with the reason):
   DenseHashTable: the same keys inserted (insert rate), the same 2^20 ids looked up
   Variable:  a tf.Variable of the same row count and its accumulator; the same rows updated
              by TF's ResourceSparseApplyAdagrad (the update path's anchor) and gathered
-Threads: the table's batch work runs on oneTBB's workers, one per core the process may use
-(TF's intra-op setting does not bound it). The tfps phase runs again in a process pinned to one
-core (sched_setaffinity) for the 1-thread figures, and bench_floor (benchmarks/bench_floor.cc,
+Threads: the table's batch work runs on the session's intra-op threads (2 here; docs/table.md).
+The tfps phase runs again in a process whose sessions have one intra-op thread for the 1-thread
+figures, and bench_floor (benchmarks/bench_floor.cc,
 built here) gives the memory floor at 1 and 2 threads in the same run: two dependent random
 reads per id over arrays of the table's sizes (index slot, then row), and a row's
 read-modify-write for the applies, on transparent huge pages (the anchor) and on 4 KiB pages.
@@ -141,7 +141,7 @@ def tfps_phase(n, dim, ids, prefetch=None):
                          tr.table_apply_adagrad(h, tf.constant(keys_of(uniq)), tf.fill([len(uniq), dim], 0.01),
                                                 LR, tf.constant(1, tf.int64)), len(uniq),
                          et.table_find(h, keys, insert=False).op)
-        with session() as s:
+        with session(THREADS) as s:
             if set_mode is not None:
                 s.run(set_mode)
             out["insert"] = fill_rate(s, inserts, keys_ph, n)
@@ -164,7 +164,7 @@ def adam_phase(n, dim, pos):
         insert = et.table_assign(h, keys_ph, tf.zeros(tf.stack([tf.size(keys_ph), dim])))
         apply = tr.table_apply_adam(h, tf.constant(keys_of(uniq)), tf.fill([len(uniq), dim], 0.01), 0.001,
                                     tf.constant(1, tf.int64), 0.9, 0.999, 1e-8)
-        with session() as s:
+        with session(THREADS) as s:
             fill_rate(s, [insert], keys_ph, n)
             return len(uniq) / time_op(s, apply, repeats=repeats(n), warmup=1)
 
@@ -356,17 +356,20 @@ def plot(results, path):
     print(f"throughput vs table size drawn to {os.path.relpath(path, ROOT)}")
 
 
+THREADS = 2   # the intra-op threads of the tfps phases' sessions (--threads)
 RATES = ("insert", "lookup_uniform", "adagrad_uniform", "lookup_zipf", "adagrad_zipf")
 
 
-def tfps_only(n, dim, tree=ROOT, mode=None, cpus=None):
+def tfps_only(n, dim, tree=ROOT, mode=None, threads=None):
     """tfps's rates at (n, dim) measured in a fresh process, with `tree`'s build (another
     checkout of tfps: the baseline), the prefetch mode `mode` (None: the build's default) and,
-    with `cpus`, the process pinned to that many cores (oneTBB then runs that many threads)."""
+    with `threads`, sessions of that many intra-op threads (the table's work then runs on that
+    many: docs/table.md, Threads)."""
     env = dict(os.environ, PYTHONPATH=tree)
     out = subprocess.run([sys.executable, os.path.join(tree, "benchmarks", "bench_scaling.py"), "--tfps-only",
                           f"{n}", f"{dim}"] + (["--prefetch", mode] if mode else []) +
-                         (["--cpus", str(cpus)] if cpus else []), env=env, cwd=tree, capture_output=True, text=True)
+                         (["--threads", str(threads)] if threads else []), env=env, cwd=tree, capture_output=True,
+                         text=True)
     if out.returncode != 0:
         raise SystemExit(f"tfps alone at {n:.0e} keys, dim {dim} failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -414,11 +417,11 @@ def main():
     parser.add_argument("--cell", nargs=2, type=float, metavar=("N", "DIM"), help=argparse.SUPPRESS)
     parser.add_argument("--tfps-only", nargs=2, type=float, metavar=("N", "DIM"), help=argparse.SUPPRESS)
     parser.add_argument("--prefetch", choices=("off", "group", "rolling"), help=argparse.SUPPRESS)
-    parser.add_argument("--cpus", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.cpus:
-        # Before the first op: oneTBB sizes its workers by the cores the process may use.
-        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.cpus])
+    if args.threads:
+        global THREADS
+        THREADS = args.threads
     if args.cell:
         print(json.dumps(jsonable(cell(int(args.cell[0]), int(args.cell[1])))))
         return
@@ -447,7 +450,7 @@ def main():
             if out.returncode != 0:
                 raise SystemExit(f"cell {n:.0e} keys, dim {dim} failed (exit {out.returncode}):\n{out.stderr[-2000:]}")
             results.append(json.loads(out.stdout.strip().splitlines()[-1]))
-            results[-1]["tfps_1thread"] = tfps_only(n, dim, cpus=1)
+            results[-1]["tfps_1thread"] = tfps_only(n, dim, threads=1)
             results[-1]["floor"] = floor(n, dim, args.quick)
             print_cell(results[-1])
     if args.prefetch_modes:

@@ -6,11 +6,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "kernels/core/cdf_sampler.h"
 #include "kernels/core/config.h"
 #include "kernels/core/embedding_table.h"
 #include "kernels/core/table_snapshots.h"
@@ -247,6 +249,36 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
           py::arg("mode"), py::arg("min_shard_bytes") = tfps::core::kPrefetchMinShardBytes,
           "Sets how this table prefetches on its batch paths (off | group | rolling; results never depend "
           "on it), from how many bytes of rows per index shard (tests give 0). Returns the mode it replaced.");
+
+  py::class_<tfps::core::CdfSampler>(m, "CdfSampler",
+                                     "Inverse-CDF sampling with a guide table (kernels/core/cdf_sampler.h).")
+      .def(py::init([](const py::array_t<double, py::array::c_style | py::array::forcecast>& cdf) {
+             if (cdf.ndim() != 1 || cdf.shape(0) == 0) throw py::value_error("cdf must be a non-empty vector");
+             const double* c = cdf.data();
+             std::vector<double> values(c, c + cdf.shape(0));
+             for (size_t i = 0; i < values.size(); ++i) {
+               if (!std::isfinite(values[i]) || (i > 0 && values[i] < values[i - 1])) {
+                 throw py::value_error("cdf must be finite and non-decreasing; index " + std::to_string(i) + " is not");
+               }
+             }
+             return std::make_unique<tfps::core::CdfSampler>(std::move(values));
+           }),
+           py::arg("cdf"))
+      .def(
+          "ranks",
+          [](const tfps::core::CdfSampler& s, const py::array_t<double, py::array::c_style | py::array::forcecast>& u) {
+            if (u.ndim() != 1) throw py::value_error("u must be a vector");
+            py::array_t<int64_t> out(u.shape(0));
+            const double* in = u.data();
+            int64_t* o = out.mutable_data();
+            const int64_t n = u.shape(0);
+            {
+              py::gil_scoped_release release;
+              s.Ranks(in, n, o);
+            }
+            return out;
+          },
+          py::arg("u"), "float64 u [N] -> int64 [N]: numpy.searchsorted(cdf, u, side='right').");
 
   m.def(
       "unique_partition",

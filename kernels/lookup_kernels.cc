@@ -96,7 +96,9 @@ class GatherRowsOp : public OpKernel {
                                                       bad < 0 ? 0 : idx[bad], " is not in [0, ", rows, ")"));
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, dim}), &out));
-    core::GatherRows(params.flat<float>().data(), dim, idx, n, out->flat<float>().data());
+    WithSessionThreads(ctx, [&] {
+      core::GatherRows(params.flat<float>().data(), dim, idx, n, out->flat<float>().data());
+    });
   }
 };
 
@@ -122,11 +124,16 @@ class ScatterAddRowsOp : public OpKernel {
                                                       bad < 0 ? 0 : idx[bad], " is not in [0, ", rows, ")"));
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({rows, dim}), &out));
-    Tensor scratch;
-    OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_FLOAT,
-                                           TensorShape({core::ScatterAddScratch(n, rows, dim)}), &scratch));
-    core::ScatterAddRows(data.flat<float>().data(), dim, idx, n, rows, out->flat<float>().data(),
-                         scratch.flat<float>().data());
+    tensorflow::Status status;
+    WithSessionThreads(ctx, [&] {   // the scratch is sized for the pieces the budget splits into
+      Tensor scratch;
+      status = ctx->allocate_temp(tensorflow::DT_FLOAT, TensorShape({core::ScatterAddScratch(n, rows, dim)}),
+                                  &scratch);
+      if (!status.ok()) return;
+      core::ScatterAddRows(data.flat<float>().data(), dim, idx, n, rows, out->flat<float>().data(),
+                           scratch.flat<float>().data());
+    });
+    OP_REQUIRES_OK(ctx, status);
   }
 };
 

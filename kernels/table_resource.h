@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/core/embedding_table.h"
+#include "kernels/session_threads.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 
@@ -88,7 +89,7 @@ class TableOpKernel : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, GetTable(ctx, &res));
     tensorflow::core::ScopedUnref unref(res);
     try {
-      ComputeOnResource(ctx, *res);
+      WithSessionThreads(ctx, [&] { ComputeOnResource(ctx, *res); });
     } catch (const std::bad_alloc&) {
       ctx->SetStatus(tensorflow::errors::ResourceExhausted(type_string(), ": out of memory in table ",
                                                            res->DebugString(), "; the table is as it was"));

@@ -6,6 +6,7 @@
 #include "kernels/core/hash.h"
 #include "kernels/core/config.h"
 #include "kernels/core/unique.h"
+#include "kernels/session_threads.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
 
@@ -44,8 +45,10 @@ class UniquePartitionOp : public OpKernel {
     std::vector<int64_t> uniq, offsets;
     std::vector<int32_t> counts;
     try {
-      core::UniquePartition(ids.flat<int64_t>().data(), n, num_partitions_, strategy_,
-                            inverse->flat<Index>().data(), &uniq, &counts, &offsets);
+      WithSessionThreads(ctx, [&] {
+        core::UniquePartition(ids.flat<int64_t>().data(), n, num_partitions_, strategy_,
+                              inverse->flat<Index>().data(), &uniq, &counts, &offsets);
+      });
     } catch (const std::bad_alloc&) {
       ctx->SetStatus(errors::ResourceExhausted(type_string(), ": out of memory for ", n, " ids"));
       return;

@@ -10,7 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Bottom to top: a module may import its own layer and those below it.
 LAYERS = [
-    ("tfps._lazy", "tfps.errors", "tfps.process"),
+    ("tfps._lazy", "tfps.errors", "tfps.process", "tfps._core"),   # _core: the C++ core's binding
     ("tfps.ops",),
     ("tfps.embedding", "tfps.feature_column"),
     ("tfps.state",),
@@ -36,6 +36,7 @@ def _modules():
                 path = os.path.join(folder, f)
                 name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
                 out[name[:-len(".__init__")] if name.endswith(".__init__") else name] = path
+    out["tfps._core"] = os.path.join(ROOT, "bindings", "core_module.cc")   # an extension module, built from C++
     return out
 
 
@@ -43,6 +44,8 @@ def _imports(path, modules):
     """[(imported tfps module, at module level)] of one file; `from pkg import x` is pkg.x when
     that is a module, else pkg."""
     out = []
+    if not path.endswith(".py"):   # an extension module imports nothing of tfps
+        return out
     tree = ast.parse(open(path).read())
     top = set(map(id, tree.body))
     for node in ast.walk(tree):

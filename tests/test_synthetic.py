@@ -86,3 +86,31 @@ def test_a_draw_just_under_one_finds_its_rank_in_the_table():
     ids, weight, _ = gen._rank_terms(f, rank)
     assert gen._tables[f][0][v] == ids[0] == gen.ids_of(f, rank)[0]
     assert gen._tables[f][1][v] == weight[0]
+
+
+def test_the_cores_cdf_sampler_is_numpys_searchsorted():
+    """tfps._core.CdfSampler (a guide table, then a binary search between two guide points)
+    against numpy.searchsorted(side="right"): random and Zipf cdfs, runs of equal values, values
+    just above 1 (a cumulative sum's rounding), u at every guide point, on every cdf value and
+    its neighbours; and a bad cdf is refused."""
+    import pytest
+    from tfps._core import CdfSampler
+    rng = np.random.default_rng(9)
+    p = 1.0 / np.arange(1, 200_001) ** 1.2
+    flat = np.repeat(np.sort(rng.random(300)), rng.integers(1, 5, 300))   # ties
+    for cdf in (np.cumsum(p) / p.sum(), np.sort(rng.random(1000)), flat, np.array([1.0 + 2**-52]), np.array([0.0])):
+        probes = np.concatenate([rng.random(50_000), np.arange(4097) / 4096.0, cdf, np.nextafter(cdf, -1),
+                                 np.nextafter(cdf, 2), [0.0, 1.0 - 2**-53, 1.0, 1.5, -0.5]])
+        np.testing.assert_array_equal(CdfSampler(cdf).ranks(probes), np.searchsorted(cdf, probes, side="right"))
+    for bad in (np.array([0.5, 0.4]), np.array([]), np.array([np.nan])):
+        with pytest.raises(ValueError, match="cdf"):
+            CdfSampler(bad)
+
+
+def test_batches_with_the_cores_sampler_equal_numpys():
+    gen, plain = SyntheticCriteo(SyntheticConfig(seed=4)), SyntheticCriteo(SyntheticConfig(seed=4))
+    assert gen._samplers is not None
+    plain._samplers = None
+    for index in range(5):
+        for a, b in zip(gen.batch(index, 3000), plain.batch(index, 3000)):
+            np.testing.assert_array_equal(a, b)

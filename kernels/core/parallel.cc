@@ -10,19 +10,61 @@
 #include <thread>
 #include <vector>
 #else
+#include <map>
+#include <memory>
+#include <mutex>
+
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 #endif
 
 namespace tfps {
 namespace core {
 
-int ParallelParts() {
-  static const int parts = [] {
-    const int hw = static_cast<int>(std::thread::hardware_concurrency());
-    return std::max(2, std::min(hw, kMaxParallelParts));
-  }();
-  return parts;
+namespace {
+
+#ifdef TFPS_STD_THREAD_FORK_JOIN
+thread_local int thread_budget = 0;   // WithThreads' bound on this thread (0: none)
+
+int Budget() {
+  return thread_budget > 0 ? thread_budget : static_cast<int>(std::thread::hardware_concurrency());
+}
+#else
+int Budget() { return tbb::this_task_arena::max_concurrency(); }
+#endif
+
+}  // namespace
+
+int ParallelParts() { return std::max(1, std::min(Budget(), kMaxParallelParts)); }
+
+void WithThreads(int threads, const std::function<void()>& fn) {
+  if (threads <= 0) {
+    fn();
+    return;
+  }
+#ifdef TFPS_STD_THREAD_FORK_JOIN
+  const int saved = thread_budget;
+  thread_budget = threads;
+  fn();
+  thread_budget = saved;
+#else
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<tbb::task_arena>>* arenas = new std::map<int, std::unique_ptr<tbb::task_arena>>;
+  tbb::task_arena* arena;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    std::unique_ptr<tbb::task_arena>& a = (*arenas)[threads];
+    if (a == nullptr) a = std::make_unique<tbb::task_arena>(threads);
+    arena = a.get();
+  }
+  if (tbb::this_task_arena::current_thread_index() != tbb::task_arena::not_initialized &&
+      Budget() <= threads) {
+    fn();   // already within a budget at most this one
+    return;
+  }
+  arena->execute(fn);
+#endif
 }
 
 void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_parallel) {
@@ -32,8 +74,9 @@ void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn, i
   }
 #ifdef TFPS_STD_THREAD_FORK_JOIN
   const int64_t chunks = (n + kParallelGrain - 1) / kParallelGrain;
-  ParallelTasks(static_cast<int>(std::min<int64_t>(chunks, 4)), [&](int t) {
-    for (int64_t c = t; c < chunks; c += std::min<int64_t>(chunks, 4)) {
+  const int64_t threads = std::min<int64_t>(chunks, std::min(4, Budget()));
+  ParallelTasks(static_cast<int>(threads), [&](int t) {
+    for (int64_t c = t; c < chunks; c += threads) {
       fn(c * kParallelGrain, std::min(n, (c + 1) * kParallelGrain));
     }
   });
@@ -45,8 +88,18 @@ void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn, i
 
 void ParallelTasks(int k, const std::function<void(int)>& fn) {
 #ifdef TFPS_STD_THREAD_FORK_JOIN
+  if (Budget() == 1) {
+    for (int t = 0; t < k; ++t) fn(t);
+    return;
+  }
+  const int budget = thread_budget;   // the spawned threads keep the caller's budget
   std::vector<std::thread> threads;
-  for (int t = 1; t < k; ++t) threads.emplace_back(fn, t);
+  for (int t = 1; t < k; ++t) {
+    threads.emplace_back([&fn, t, budget] {
+      thread_budget = budget;
+      fn(t);
+    });
+  }
   if (k > 0) fn(0);
   for (auto& th : threads) th.join();
 #else

@@ -18,9 +18,17 @@ namespace core {
 // kParallelThreshold), else chunks of kParallelGrain spread over threads.
 void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_parallel = -1);
 
-// How many pieces a large batch is split into: the machine's hardware threads, clamped to
-// [2, kMaxParallelParts] (read once).
+// How many pieces a large batch is split into: the threads the calling code may use (its
+// WithThreads budget, else the machine's hardware threads as TBB sees them), clamped to
+// [1, kMaxParallelParts].
 int ParallelParts();
+
+// Runs fn() with at most `threads` threads for every parallel helper it calls, the calling
+// thread included: inside a tbb::task_arena of that concurrency (one per size, shared by every
+// caller of that size, so that concurrent callers share the budget). threads <= 0: no bound.
+// The op kernels run the table's work this way, with the session's thread budget
+// (kernels/session_threads.h).
+void WithThreads(int threads, const std::function<void()>& fn);
 
 // Runs fn(0) ... fn(k - 1), in parallel.
 void ParallelTasks(int k, const std::function<void(int)>& fn);

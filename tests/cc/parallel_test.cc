@@ -1,0 +1,64 @@
+// Unit tests of the thread budget of the parallel helpers (parallel.h): within WithThreads(n),
+// a batch is split into at most n pieces and runs on at most n threads, whatever the machine.
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "kernels/core/config.h"
+#include "kernels/core/parallel.h"
+#include "tests/cc/test_main.h"
+
+using namespace tfps::core;
+
+namespace {
+
+// The threads that ran fn's chunks of a batch far above the parallel threshold, with every
+// chunk seen exactly once.
+std::set<std::thread::id> ThreadsOfABatch() {
+  const int64_t n = 16 * kParallelThreshold;
+  std::mutex mu;
+  std::set<std::thread::id> threads;
+  std::vector<int> seen(n, 0);
+  ParallelRange(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) ++seen[i];
+    volatile double sink = 0;   // long enough that every thread of the budget gets a chunk
+    for (int64_t i = 0; i < (end - begin) * 200; ++i) sink = sink + 1.0;
+    std::lock_guard<std::mutex> lock(mu);
+    threads.insert(std::this_thread::get_id());
+  });
+  for (int v : seen) CHECK_EQ(v, 1);
+  return threads;
+}
+
+}  // namespace
+
+TEST(WithOneThreadABatchRunsOnTheCallingThreadInOnePiece) {
+  WithThreads(1, [] {
+    CHECK_EQ(ParallelParts(), 1);
+    const std::set<std::thread::id> threads = ThreadsOfABatch();
+    CHECK_EQ(threads.size(), 1u);
+    CHECK(*threads.begin() == std::this_thread::get_id());
+    int ran = 0;
+    ParallelTasks(8, [&](int) { ++ran; });   // no second thread: no race on `ran`
+    CHECK_EQ(ran, 8);
+  });
+}
+
+TEST(WithTwoThreadsABatchSplitsInTwoPieces) {
+  WithThreads(2, [] {
+    CHECK_EQ(ParallelParts(), 2);
+    CHECK(ThreadsOfABatch().size() <= 2u);
+  });
+  // Nested budgets: the inner, smaller one holds; back outside, the outer one again.
+  WithThreads(2, [] {
+    WithThreads(1, [] { CHECK_EQ(ParallelParts(), 1); });
+    CHECK_EQ(ParallelParts(), 2);
+  });
+}
+
+TEST(WithoutABudgetPartsFollowTheMachine) {
+  const int hw = static_cast<int>(std::thread::hardware_concurrency());
+  CHECK(ParallelParts() >= 1 && ParallelParts() <= kMaxParallelParts);
+  if (hw >= 1 && hw <= kMaxParallelParts) CHECK_EQ(ParallelParts(), hw);
+}
