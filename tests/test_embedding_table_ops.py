@@ -283,23 +283,28 @@ def test_scatter_add_rows_out_of_memory_is_resource_exhausted():
     throw std::bad_alloc there, and abort)."""
     code = r"""
 import json, resource
+import numpy as np
 import tensorflow as tf
 from tfps.ops import embedding_table as et
 tf.compat.v1.disable_eager_execution()
 n, dim, rows = 20000, 1000, 150000            # n past the parallel threshold; out 600 MB
-data = tf.ones([n, dim])
-idx = tf.range(n, dtype=tf.int32) % rows
+# Fed, not constants (Grappler would fold the op before the run), in a session of 2 intra-op
+# threads: the op splits over 2 threads, with a buffer for the second.
+data = tf.compat.v1.placeholder(tf.float32, [n, dim])
+idx = tf.compat.v1.placeholder(tf.int32, [n])
 total = tf.reduce_sum(et.scatter_add_rows(data, idx, rows)[:n])
-with tf.compat.v1.Session() as s:
-    s.run(tf.reduce_sum(data))
+feed = {data: np.ones([n, dim], np.float32), idx: np.arange(n, dtype=np.int32) % rows}
+config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=2)
+with tf.compat.v1.Session(config=config) as s:
+    s.run(tf.reduce_sum(data), feed)
     vm = int([l for l in open("/proc/self/status") if l.startswith("VmSize")][0].split()[1]) * 1024
     resource.setrlimit(resource.RLIMIT_AS, (vm + (1000 << 20), resource.RLIM_INFINITY))
     try:
-        result = {"total": float(s.run(total))}
+        result = {"total": float(s.run(total, feed))}
     except tf.errors.ResourceExhaustedError:
         result = {"error": "ResourceExhausted"}
     resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-    result["after"] = float(s.run(total))      # the same op runs once memory is there
+    result["after"] = float(s.run(total, feed))      # the same op runs once memory is there
 print(json.dumps(result))
 """
     # oneDNN off: its CPU allocator retries a failed allocation for 40 s before it reports it.
