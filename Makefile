@@ -51,14 +51,16 @@ deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libtbb-dev; \
 	fi
 
+# --no-compile: pip byte-compiles every module of every package it installs (three quarters of the
+# venv's minute, mostly TensorFlow's); Python compiles the modules a process imports, once, instead.
 $(VENV)/.installed: requirements/tf-$(TF).txt requirements/serving-$(TF).txt requirements/common.txt | deps
 	@if [ -z "$(PYTHON)" ]; then echo "no Python for TensorFlow $(TF) on this machine: install one of" \
 	  "$(PYTHONS_$(TF)) with its venv module (Debian: apt-get install python3-venv), or name one: PYTHON=..."; exit 1; fi
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements/tf-$(TF).txt
-	$(PY) -m pip install -q --no-deps -r requirements/serving-$(TF).txt
-	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	$(PY) -m pip install -q --no-compile -r requirements/tf-$(TF).txt
+	$(PY) -m pip install -q --no-compile --no-deps -r requirements/serving-$(TF).txt
+	$(PY) -m pip install -q --no-compile --no-deps --no-build-isolation -e .
 	touch $@
 
 setup: deps $(VENV)/.installed
