@@ -124,8 +124,8 @@ class TableRowsOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("pad_rows", &pad_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("with_state", &with_state_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("slice_bytes", &slice_bytes_));
-    OP_REQUIRES(ctx, dim_ > 0 && pad_ >= 0 && slice_bytes_ > 0,
-                errors::InvalidArgument(type_string(), ": dim and slice_bytes must be > 0 and pad_rows >= 0"));
+    OP_REQUIRES(ctx, dim_ > 0 && slice_bytes_ > 0 && pad_ >= 0 && pad_ <= (int64_t{1} << 20),
+                errors::InvalidArgument(type_string(), ": dim and slice_bytes must be > 0 and pad_rows in [0, 2^20]"));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -181,7 +181,27 @@ class TableRowsOp : public OpKernel {
       base_prefix = chain[base];
       parts = delta_parts[base];
     }
-    const int64_t slot_floats = with_state_ ? dim_ * parts.num_slots : 0;
+    // The optimizer slots of the rows: the base's, or -- a base saved before the optimizer's first
+    // apply has none -- those of the first delta rows after it (as a restore gives the table
+    // slots then, each base row's set to slot_init).
+    int64_t num_slots = parts.num_slots;
+    std::vector<float> slot_init = parts.slot_init;
+    for (size_t d = base + 1; with_state_ && d < chain.size(); ++d) {
+      const TableParts& dp = delta_parts[d];
+      bool rows = false;
+      for (int64_t n : dp.rows) rows |= n > 0;
+      if (!rows || dp.num_slots == num_slots) continue;
+      if (num_slots != 0) {
+        return errors::InvalidArgument("delta ", chain[d], " has rows of ", dp.num_slots, " optimizer slots, the rows "
+                                       "before it ", num_slots);
+      }
+      num_slots = dp.num_slots;
+      slot_init = dp.slot_init;
+    }
+    const int64_t slot_floats = with_state_ ? dim_ * num_slots : 0;
+    const int64_t base_slot_floats = with_state_ ? dim_ * parts.num_slots : 0;   // what the base's columns hold
+    std::vector<float> fresh_slots(slot_floats);   // a base row's slots when the base has none
+    for (int64_t i = 0; i < slot_floats; ++i) fresh_slots[i] = slot_init[i / dim_];
     std::vector<int32_t> admission;
     if (with_state_) TF_RETURN_IF_ERROR(Sketch(*reader, parts, &admission));
 
@@ -190,14 +210,6 @@ class TableRowsOp : public OpKernel {
     overlay.Shape(dim_, slot_floats);
     for (size_t d = base + 1; d < chain.size(); ++d) {
       const TableParts& dp = delta_parts[d];
-      if (with_state_ && dp.num_slots != parts.num_slots) {
-        bool rows = false;
-        for (int64_t n : dp.rows) rows |= n > 0;
-        if (rows) {
-          return errors::InvalidArgument("delta ", chain[d], " has rows of ", dp.num_slots, " optimizer slots, the ",
-                                         base < 0 ? "checkpoint " : "delta before it ", parts.num_slots);
-        }
-      }
       for (int64_t p = 0; p < dp.parts; ++p) {
         Tensor gone;
         TF_RETURN_IF_ERROR(Whole<int64_t>(*readers[d], dp.Key(p, "removed"), &gone));
@@ -256,14 +268,17 @@ class TableRowsOp : public OpKernel {
     const int64_t state_rows = with_state_ ? n : 0;
     Tensor *keys_out, *values_out, *slots_out, *freq_out, *last_out, *admission_out, *init_out;
     TF_RETURN_IF_ERROR(ctx->allocate_output(0, TensorShape({n}), &keys_out));
-    TF_RETURN_IF_ERROR(ctx->allocate_output(1, TensorShape({pad_ + n, dim_}), &values_out));
-    TF_RETURN_IF_ERROR(ctx->allocate_output(2, TensorShape({state_rows, slot_floats}), &slots_out));
+    TensorShape values_shape, slots_shape;   // sizes from the files: checked, never a CHECK failure
+    TF_RETURN_IF_ERROR(TensorShape::BuildTensorShape({pad_ + n, dim_}, &values_shape));
+    TF_RETURN_IF_ERROR(TensorShape::BuildTensorShape({state_rows, slot_floats}, &slots_shape));
+    TF_RETURN_IF_ERROR(ctx->allocate_output(1, values_shape, &values_out));
+    TF_RETURN_IF_ERROR(ctx->allocate_output(2, slots_shape, &slots_out));
     TF_RETURN_IF_ERROR(ctx->allocate_output(3, TensorShape({state_rows}), &freq_out));
     TF_RETURN_IF_ERROR(ctx->allocate_output(4, TensorShape({state_rows}), &last_out));
     TF_RETURN_IF_ERROR(ctx->allocate_output(5, TensorShape({static_cast<int64_t>(admission.size())}), &admission_out));
-    TF_RETURN_IF_ERROR(ctx->allocate_output(6, TensorShape({static_cast<int64_t>(parts.slot_init.size())}), &init_out));
+    TF_RETURN_IF_ERROR(ctx->allocate_output(6, TensorShape({static_cast<int64_t>(slot_init.size())}), &init_out));
     std::copy(admission.begin(), admission.end(), admission_out->flat<int32_t>().data());
-    std::copy(parts.slot_init.begin(), parts.slot_init.end(), init_out->flat<float>().data());
+    std::copy(slot_init.begin(), slot_init.end(), init_out->flat<float>().data());
     int64_t* ko = keys_out->flat<int64_t>().data();
     float* vo = values_out->flat<float>().data();
     std::fill(vo, vo + pad_ * dim_, 0.0f);
@@ -274,10 +289,10 @@ class TableRowsOp : public OpKernel {
 
     // Pass 2: the base's rows the overlay leaves, in slices, then the overlay's live rows.
     int64_t o = 0;
-    const int64_t row_bytes = 8 + dim_ * 4 + slot_floats * 4 + (with_state_ ? 16 : 0);
+    const int64_t row_bytes = 8 + dim_ * 4 + base_slot_floats * 4 + (with_state_ ? 16 : 0);
     const int64_t chunk = std::max<int64_t>(1, slice_bytes_ / row_bytes);
     std::vector<int64_t> k(chunk), f(with_state_ ? chunk : 0), l(with_state_ ? chunk : 0);
-    std::vector<float> v(chunk * dim_), sl(chunk * slot_floats);
+    std::vector<float> v(chunk * dim_), sl(chunk * base_slot_floats);
     for (int64_t p = 0; p < parts.parts; ++p) {
       const int64_t rows = parts.rows[p];
       std::unique_ptr<EntryReader> kc, vc, sc, fc, lc;
@@ -293,7 +308,7 @@ class TableRowsOp : public OpKernel {
         TF_RETURN_IF_ERROR(kc->Read(reinterpret_cast<char*>(k.data()), c * 8));
         TF_RETURN_IF_ERROR(vc->Read(reinterpret_cast<char*>(v.data()), c * dim_ * 4));
         if (with_state_) {
-          TF_RETURN_IF_ERROR(sc->Read(reinterpret_cast<char*>(sl.data()), c * slot_floats * 4));
+          TF_RETURN_IF_ERROR(sc->Read(reinterpret_cast<char*>(sl.data()), c * base_slot_floats * 4));
           TF_RETURN_IF_ERROR(fc->Read(reinterpret_cast<char*>(f.data()), c * 8));
           TF_RETURN_IF_ERROR(lc->Read(reinterpret_cast<char*>(l.data()), c * 8));
         }
@@ -306,7 +321,10 @@ class TableRowsOp : public OpKernel {
           ko[o] = k[r];
           std::memcpy(vo + o * dim_, &v[r * dim_], sizeof(float) * dim_);
           if (with_state_) {
-            if (slot_floats > 0) std::memcpy(so + o * slot_floats, &sl[r * slot_floats], sizeof(float) * slot_floats);
+            if (slot_floats > 0) {
+              const float* from = base_slot_floats > 0 ? &sl[r * base_slot_floats] : fresh_slots.data();
+              std::memcpy(so + o * slot_floats, from, sizeof(float) * slot_floats);
+            }
             fo[o] = f[r];
             lo[o] = l[r];
           }

@@ -394,7 +394,7 @@ def test_a_model_whose_checkpoint_through_one_ps_overflows_its_cap_trains_on_4_c
     # the model whole needed (8.7 times the bytes it writes, before it streamed), holds exactly
     # those rows.
     cap = 768 << 20
-    exported, peak = _capped_export(sets + [f"model_dir={model_dir}"], tmp_path / "exports", cap)
+    exported = _capped_export(sets + [f"model_dir={model_dir}"], tmp_path / "exports", cap)
     keys, values = exported.get_tensor(f"{table}/stock_keys"), exported.get_tensor(f"{table}/stock_values")
     assert 8.7 * (keys.nbytes + values.nbytes) > cap
     order = np.argsort(keys)
@@ -404,8 +404,8 @@ def test_a_model_whose_checkpoint_through_one_ps_overflows_its_cap_trains_on_4_c
 
 
 def _capped_export(sets, export_dir, cap):
-    """`tfps export` (stock) in a memory cgroup of its own capped at `cap` bytes: (a reader of the
-    export's variables, the group's peak usage)."""
+    """`tfps export` (stock) in a memory cgroup of its own capped at `cap` bytes: a reader of the
+    export's variables."""
     groups = cgroups.TaskGroups.make(os.getpid(), {"export": cap})
     try:
         procs = groups.procs("export")
@@ -414,16 +414,12 @@ def _capped_export(sets, export_dir, cap):
                               + [a for s in sets for a in ("--set", s)],
                               preexec_fn=lambda: cgroups.join(procs), capture_output=True, text=True, timeout=300,
                               cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        peak_file = os.path.join(groups.path("export"), "memory.peak" if HIERARCHY.version == 2 else
-                                 "memory.max_usage_in_bytes")
-        peak = int(open(peak_file).read()) if os.path.exists(peak_file) else None
-        print(f"capped export: peak {peak} of cap {cap}")
         assert done.returncode == 0, (groups.oom_kills("export"), done.stderr[-3000:])
         assert groups.oom_kills("export") in (0, None)
     finally:
         groups.close()
     path = json.loads(done.stdout.strip().splitlines()[-1])["saved_model"]
-    return tf.train.load_checkpoint(os.path.join(path, "variables", "variables")), peak
+    return tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
 
 
 def _rows(model_dir, chain=None):

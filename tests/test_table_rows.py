@@ -137,6 +137,36 @@ def test_hand_written_cuts_of_any_part_counts_read_as_a_dict_applies_them(tmp_pa
     np.testing.assert_array_equal(got.slot_init, np.full([SLOTS], 0.1, np.float32))
 
 
+def test_a_checkpoint_saved_before_the_first_apply_takes_its_deltas_slots(tmp_path):
+    """A checkpoint of rows without optimizer slots (saved before the optimizer's first apply),
+    then a delta with rows of 2 slots: the base rows get slot_init in each slot, as a restore
+    gives them; a later delta with rows of another slot count is refused."""
+    rng = np.random.default_rng(5)
+    table = "t"
+    base = {int(k): (rng.standard_normal(DIM).astype(np.float32), np.zeros(0, np.float32), 1, 0)
+            for k in range(100)}
+    tensors = _part_tensors(table, base, 2, rng)
+    tensors[f"{table}-slot_init"] = np.zeros([0], np.float32)
+    for p in range(2):
+        tensors[f"{table}-part{p}-slots"] = np.zeros([len(tensors[f"{table}-part{p}-keys"]), 0], np.float32)
+    ckpt = str(tmp_path / "model.ckpt-0")
+    _write(ckpt, tensors)
+    changed = _random_rows(rng, range(90, 120), 3)
+    delta = str(tmp_path / "delta-3")
+    _write(delta, _part_tensors(f"{table}-delta", changed, 1, rng, delta=(set(), False)))
+    got = _by_key(_rows(ckpt, [delta], table))
+    np.testing.assert_array_equal(got["keys"], np.arange(120))
+    np.testing.assert_array_equal(got["slots"][:90], np.full([90, SLOTS * DIM], 0.1, np.float32))
+    np.testing.assert_array_equal(got["slots"][90:], np.array([changed[k][1] for k in range(90, 120)]))
+    np.testing.assert_array_equal(got["values"][:90], np.array([base[k][0] for k in range(90)]))
+    other = _part_tensors(f"{table}-delta", _random_rows(rng, range(5), 4), 1, rng, delta=(set(), False))
+    other[f"{table}-delta-slot_init"] = np.full([1], 0.1, np.float32)
+    other[f"{table}-delta-part0-slots"] = other[f"{table}-delta-part0-slots"][:, :DIM]
+    _write(str(tmp_path / "delta-4"), other)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="delta .*delta-4 has rows of 1 optimizer slots"):
+        _rows(ckpt, [delta, str(tmp_path / "delta-4")], table)
+
+
 def test_bad_cuts_are_errors_naming_what_is_wrong(tmp_path):
     rng = np.random.default_rng(1)
     ckpt = str(tmp_path / "model.ckpt-1")

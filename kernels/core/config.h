@@ -32,8 +32,8 @@ constexpr int64_t kMaxOutputFloats = int64_t{1} << 40;
 // Most partitions (shards, PS tasks) unique_partition splits ids into.
 constexpr int64_t kMaxPartitions = int64_t{1} << 16;
 // Unique, scatter-add and the tables' sort by shard split a large batch into one piece per
-// hardware thread (at least 2, at most this many; ParallelParts() in parallel.h), merged in
-// piece order.
+// thread the caller may use (its WithThreads budget: the session's threads; at most this many;
+// ParallelParts() in parallel.h), merged in piece order.
 constexpr int kMaxParallelParts = 16;
 // The tables' sort of a batch by shard is split over threads from this many keys. Below,
 // with other table ops running at once (a PS serving several workers) the split costs more

@@ -28,8 +28,18 @@ namespace {
 thread_local int thread_budget = 0;   // WithThreads' bound on this thread (0: none)
 
 int Budget() {
-  return thread_budget > 0 ? thread_budget : static_cast<int>(std::thread::hardware_concurrency());
+  return thread_budget > 0 ? thread_budget : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
+
+// Sets this thread's budget for its scope (restored on the way out, an exception's too).
+class BudgetScope {
+ public:
+  explicit BudgetScope(int threads) : saved_(thread_budget) { thread_budget = threads; }
+  ~BudgetScope() { thread_budget = saved_; }
+
+ private:
+  const int saved_;
+};
 #else
 int Budget() { return tbb::this_task_arena::max_concurrency(); }
 #endif
@@ -44,10 +54,8 @@ void WithThreads(int threads, const std::function<void()>& fn) {
     return;
   }
 #ifdef TFPS_STD_THREAD_FORK_JOIN
-  const int saved = thread_budget;
-  thread_budget = threads;
+  BudgetScope scope(threads);
   fn();
-  thread_budget = saved;
 #else
   static std::mutex mu;
   static std::map<int, std::unique_ptr<tbb::task_arena>>* arenas = new std::map<int, std::unique_ptr<tbb::task_arena>>;
@@ -88,19 +96,20 @@ void ParallelRange(int64_t n, const std::function<void(int64_t, int64_t)>& fn, i
 
 void ParallelTasks(int k, const std::function<void(int)>& fn) {
 #ifdef TFPS_STD_THREAD_FORK_JOIN
-  if (Budget() == 1) {
-    for (int t = 0; t < k; ++t) fn(t);
-    return;
-  }
+  // At most Budget() threads, the caller's included: task t runs on thread t mod that.
+  const int workers = std::min(k, Budget());
   const int budget = thread_budget;   // the spawned threads keep the caller's budget
+  auto run = [&fn, k, workers](int w) {
+    for (int t = w; t < k; t += workers) fn(t);
+  };
   std::vector<std::thread> threads;
-  for (int t = 1; t < k; ++t) {
-    threads.emplace_back([&fn, t, budget] {
-      thread_budget = budget;
-      fn(t);
+  for (int w = 1; w < workers; ++w) {
+    threads.emplace_back([&run, w, budget] {
+      BudgetScope scope(budget);
+      run(w);
     });
   }
-  if (k > 0) fn(0);
+  if (workers > 0) run(0);
   for (auto& th : threads) th.join();
 #else
   tbb::parallel_for(0, k, [&](int t) { fn(t); });

@@ -108,17 +108,19 @@ def merge(prefixes, destination):
 
 class StreamedSaver:
     """The Saver a SavedModel Builder is given: its graph's own `saver` for the SavedModel's
-    saver_def and MetaGraph, but a save that writes the dense state with `dense_saver` and merges
-    it with the tables' bundles (written before, by write_tables)."""
+    saver_def and MetaGraph, but a save that writes the dense state with `dense_saver` (None: the
+    graph has none) and merges it with the tables' bundles (written before, by write_tables)."""
 
     def __init__(self, saver, dense_saver, bundles):
         self._saver, self._dense, self._bundles = saver, dense_saver, bundles
 
     def save(self, sess, save_path, write_meta_graph=False, write_state=False, **kwargs):
         del write_meta_graph, write_state, kwargs
-        dense = os.path.join(self._bundles.directory, "dense")
-        self._dense.save(sess, dense, write_meta_graph=False, write_state=False)
-        merge(self._bundles.prefixes + [dense], save_path)
+        prefixes = list(self._bundles.prefixes)
+        if self._dense is not None:
+            prefixes.append(os.path.join(self._bundles.directory, "dense"))
+            self._dense.save(sess, prefixes[-1], write_meta_graph=False, write_state=False)
+        merge(prefixes, save_path)
         return save_path
 
     def __getattr__(self, name):

@@ -33,6 +33,7 @@ def trained_dense(model_fn, params, inputs_fn, settings, checkpoint):
     """({variable name: value}, [(step, prefix)] delta chain, [(table name, dim)]) of the model at
     `checkpoint`: its dense state only, restored and checked by the model's StateSaver (the
     tables' rows are read by tfps.runner.export_rows, never into a table here)."""
+    from tfps.state import manifest as manifests
     from tfps.state.saver import StateSaver
     with tf.Graph().as_default() as graph:
         inputs = inputs_fn()
@@ -44,13 +45,9 @@ def trained_dense(model_fn, params, inputs_fn, settings, checkpoint):
         tables = [(ev.name, ev.dim) for ev in embedding_variables(graph)]
         with tf.compat.v1.Session(config=settings.config) as session:
             _, chain = scaffold.saver.restore_dense(session, checkpoint)
-            values = session.run({v.op.name: v for v in variables if v.op.name in _restored(graph)})
+            restored = {v.op.name for v in manifests.dense_variables(graph).values()}
+            values = session.run({v.op.name: v for v in variables if v.op.name in restored})
     return values, chain, tables
-
-
-def _restored(graph):
-    from tfps.state import manifest as manifests
-    return {v.op.name for v in manifests.dense_variables(graph).values()}
 
 
 def _load_values(session, variables, values, tables):
@@ -106,9 +103,9 @@ def write_stock_saved_model(model_fn, params, inputs_fn, settings, path, checkpo
                                *[t.fill_index() for t in tables.values()], name="stock_main_op")
             saver = tf.compat.v1.train.Saver(sharded=True, save_relative_paths=True)
             held = {id(v) for t in tables.values() for v in (t.keys, t.values)}
-            dense_saver = tf.compat.v1.train.Saver(
-                var_list=[v for v in tf.compat.v1.global_variables() if id(v) not in held] or None,
-                sharded=False, save_relative_paths=True, allow_empty=True, name="tfps_export_dense")
+            dense = [v for v in tf.compat.v1.global_variables() if id(v) not in held]
+            dense_saver = tf.compat.v1.train.Saver(var_list=dense, sharded=False, save_relative_paths=True,
+                                                   name="tfps_export_dense") if dense else None
             foreign = foreign_ops(graph.as_graph_def())
             if foreign:
                 raise ValueError(f"stock export: the serving graph holds ops that stock TensorFlow lacks: {foreign}")

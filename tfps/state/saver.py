@@ -199,12 +199,11 @@ class StateSaver(Saver):
             raise ValueError("restore_dense: a StateSaver of the whole model (built without a var_list) only")
         step, chain = self.checked_cut(save_path)
         if ops["apply_dense"] is not None:
-            try:
-                sess.run(ops["apply_dense"], {ops["prefix"]: save_path})
-            except (tf.errors.DataLossError, tf.errors.OutOfRangeError) as e:
-                raise disk.unreadable(save_path, error_line(e)) from None
-            if chain:
-                sess.run(ops["apply_dense"], {ops["prefix"]: chain[-1][1]})
+            for prefix in [save_path] + [p for _, p in chain[-1:]]:
+                try:
+                    sess.run(ops["apply_dense"], {ops["prefix"]: prefix})
+                except (tf.errors.DataLossError, tf.errors.OutOfRangeError, tf.errors.NotFoundError) as e:
+                    raise disk.unreadable(prefix, error_line(e)) from None
         return step, chain
 
     def dense_saveables(self):
