@@ -224,3 +224,45 @@ def test_the_runners_export_writes_what_tfps_export_writes(tmp_path):
     assert_same_scores(own, stock, {"item": items}, tmp_path)
     with pytest.raises(ValueError, match="format"):
         export_saved_model(_item_model_fn, {}, inputs, settings, str(tmp_path / "e"), format="onnx")
+
+
+def _counted_model_fn(features, labels, mode, params):
+    """_item_model_fn, plus a checkpointed MutableHashTable of its own (a SaveableObject of the
+    model_fn's, not a variable): how often training saw each item, added to the logit."""
+    table = tf.lookup.experimental.MutableHashTable(tf.int64, tf.float32, default_value=0.0, name="seen")
+    spec = _item_model_fn(features, labels, mode, params)
+    if mode == ModeKeys.PREDICT:
+        seen = table.lookup(features["item"])
+        return ModelSpec(mode, predictions={"probabilities": spec.predictions["probabilities"] + seen})
+    items = features["item"]
+    counted = table.insert(items, table.lookup(items) + 1.0)
+    return ModelSpec(mode, loss=spec.loss, train_op=tf.group(spec.train_op, counted))
+
+
+def test_the_tfps_export_restores_the_model_fns_own_saveables(tmp_path):
+    """The export restores the dense state alone and writes the tables itself: a SaveableObject of
+    the model_fn's own (a MutableHashTable) is restored from the checkpoint too, as a restore
+    does, and the export holds what the checkpoint holds."""
+    import numpy as np
+    from tfps.runner import export_saved_model, train
+
+    def input_fn():
+        items = np.random.default_rng(1).integers(0, 50, 4096)
+        return tf.data.Dataset.from_tensor_slices(({"item": items}, (items % 2 == 0).astype(np.float32))).batch(64)
+    settings = RunSettings(str(tmp_path / "m"), save_checkpoints_steps=100)
+    train(_counted_model_fn, {}, lambda: input_fn().repeat(), settings, max_steps=20)
+
+    def inputs():
+        return {"item": tf.compat.v1.placeholder(tf.int64, [None], name="item")}
+    path = export_saved_model(_counted_model_fn, {}, inputs, settings, str(tmp_path / "e"), format="tfps")
+    saved = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path / "m")))
+    exported = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+    keys = [n for n in saved.get_variable_to_shape_map() if n.startswith("seen") and n.endswith("-keys")]
+    assert len(keys) == 1, sorted(saved.get_variable_to_shape_map())
+    values = keys[0][:-len("-keys")] + "-values"
+
+    def rows(reader):   # {item: count}
+        return dict(zip(reader.get_tensor(keys[0]).tolist(), reader.get_tensor(values).tolist()))
+    want = rows(saved)
+    assert len(want) == 50 and min(want.values()) >= 1   # every item counted (once per batch it is in)
+    assert rows(exported) == want

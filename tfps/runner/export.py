@@ -53,10 +53,15 @@ def write_saved_model(model_fn, params, inputs_fn, settings, path, checkpoint):
             dense_saver = tf.compat.v1.train.Saver(var_list=saver.dense_saveables(), sharded=False,
                                                    save_relative_paths=True, name="tfps_export_dense")
             tables = [(ev.name, ev.dim) for ev in embedding_variables(graph)]
+            others = saver.other_saveables()   # the model_fn's own: restored from the checkpoint, as a restore does
+            other_saver = tf.compat.v1.train.Saver(var_list=others, sharded=False, name="tfps_export_others") \
+                if others else None
         with tf.compat.v1.Session(config=settings.config) as session, \
                 TableBundles(os.path.dirname(os.path.abspath(path))) as bundles:
             if streamed:
                 _, chain = saver.restore_dense(session, checkpoint)
+                if other_saver is not None:
+                    other_saver.restore(session, checkpoint)
                 write_tables(bundles, checkpoint, chain, tables, stock=False, config=settings.config)
                 saver = StreamedSaver(saver, dense_saver, bundles)
             else:   # the model_fn's own Saver: the model restored whole

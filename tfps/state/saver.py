@@ -206,6 +206,12 @@ class StateSaver(Saver):
                     raise disk.unreadable(prefix, error_line(e)) from None
         return step, chain
 
+    def other_saveables(self):
+        """What this Saver saves besides the tables, the variables and the manifest (a model_fn's
+        own SaveableObjects: a checkpointed lookup table, say): restore_dense leaves them alone."""
+        keep = self.dense_saveables()
+        return [s for s in keep if not isinstance(s, (_ManifestSaveable, tf.Variable))]
+
     def dense_saveables(self):
         """What this Saver saves besides the tables (variables, the manifest): a Saver of them
         writes the same names, for an export that writes the tables' rows itself."""
