@@ -160,4 +160,34 @@ Status EntryReader::Finish() {
   return tensorflow::OkStatus();
 }
 
+Status ReadWhole(tensorflow::BundleReader& reader, const TableParts& parts, int64_t p, const std::string& column,
+                 tensorflow::DataType dtype, Tensor* out) {
+  TF_RETURN_IF_ERROR(reader.Lookup(parts.Key(p, column), out));
+  if (out->dtype() != dtype) {
+    return errors::InvalidArgument(parts.Key(p, column), " has dtype ", tensorflow::DataTypeString(out->dtype()));
+  }
+  return tensorflow::OkStatus();
+}
+
+Status MaxSketch(tensorflow::BundleReader& reader, const TableParts& parts, const std::vector<int64_t>& ps,
+                 std::vector<int32_t>* out) {
+  out->clear();
+  for (int64_t p : ps) {
+    if (!reader.Contains(parts.Key(p, "admission"))) continue;
+    Tensor t;
+    TF_RETURN_IF_ERROR(ReadWhole(reader, parts, p, "admission", tensorflow::DT_INT32, &t));
+    if (t.dims() != 1) return errors::InvalidArgument(parts.Key(p, "admission"), " is not a vector");
+    if (t.NumElements() == 0) continue;
+    const int32_t* c = t.flat<int32_t>().data();
+    if (out->empty()) {
+      out->assign(c, c + t.NumElements());
+    } else if (static_cast<int64_t>(out->size()) == t.NumElements()) {
+      for (size_t i = 0; i < out->size(); ++i) (*out)[i] = std::max((*out)[i], c[i]);
+    } else {
+      return errors::InvalidArgument("the parts' admission sketches have different sizes");
+    }
+  }
+  return tensorflow::OkStatus();
+}
+
 }  // namespace tfps

@@ -69,6 +69,22 @@ class EntryReader {
 // The number of data files of the bundle at `prefix` (its header).
 tensorflow::Status DataFileCount(tensorflow::BundleReader& reader, int* count);
 
+// floormod(key, m): the part among m parts (or the shard among m shards) that holds `key`.
+inline int64_t FloorMod(int64_t key, int64_t m) {
+  const int64_t r = key % m;
+  return r < 0 ? r + m : r;
+}
+
+// Column `column` of part p, read whole (a delta's parts, a part's small tensors), checked to be
+// of dtype `dtype`.
+tensorflow::Status ReadWhole(tensorflow::BundleReader& reader, const TableParts& parts, int64_t p,
+                             const std::string& column, tensorflow::DataType dtype, tensorflow::Tensor* out);
+
+// The element-wise max of the admission sketches of the parts `ps` (a part without one, or with
+// an empty one, adds nothing; empty when none has one): no key is under-counted.
+tensorflow::Status MaxSketch(tensorflow::BundleReader& reader, const TableParts& parts,
+                             const std::vector<int64_t>& ps, std::vector<int32_t>* out);
+
 }  // namespace tfps
 
 #endif  // TFPS_KERNELS_CHECKPOINT_PARTS_H_

@@ -82,11 +82,6 @@ class PartColumns {
   std::vector<int64_t> freq_, last_;
 };
 
-int64_t FloorMod(int64_t key, int64_t m) {
-  const int64_t r = key % m;
-  return r < 0 ? r + m : r;
-}
-
 // Builds this shard's rows from every part of the checkpoint that can hold its keys (part p of
 // P holds keys == p mod P; this shard j of M keys == j mod M: both only when p == j mod gcd),
 // reading each in slices: the shard's new contents and its keys are the only whole copies.
@@ -206,27 +201,8 @@ class TableRestoreStageOp : public TableOpKernel {
       TF_RETURN_IF_ERROR(columns->Finish());
       columns.reset();
     }
-    if (table.admission_size() > 0) {
-      // The element-wise max of the parts' sketches: no key of this shard is under-counted.
-      for (int64_t p : read) {
-        const std::string key = parts.Key(p, "admission");
-        if (!reader.Contains(key)) continue;
-        Tensor sketch;
-        TF_RETURN_IF_ERROR(reader.Lookup(key, &sketch));
-        if (sketch.dtype() != tensorflow::DT_INT32 || sketch.dims() != 1) {
-          return errors::InvalidArgument(key, " is not an int32 vector");
-        }
-        const int32_t* c = sketch.flat<int32_t>().data();
-        if (staged->admission.empty()) {
-          staged->admission.assign(c, c + sketch.NumElements());
-        } else if (static_cast<int64_t>(staged->admission.size()) == sketch.NumElements()) {
-          for (size_t k = 0; k < staged->admission.size(); ++k) {
-            staged->admission[k] = std::max(staged->admission[k], c[k]);
-          }
-        } else {
-          return errors::InvalidArgument("the parts' admission sketches have different sizes");
-        }
-      }
+    if (table.admission_size() > 0) {   // the parts' sketches' max: no key of this shard is under-counted
+      TF_RETURN_IF_ERROR(MaxSketch(reader, parts, read, &staged->admission));
     }
     std::string sketch_error;
     if (!core::EmbeddingTable::AdmissionSizeFits(static_cast<int64_t>(staged->admission.size()), &sketch_error)) {
@@ -262,17 +238,6 @@ class TableRestoreCommitOp : public TableOpKernel {
     res.set_initialized();
   }
 };
-
-// Reads column `column` of part p whole (a delta's parts are the rows updated since the last cut).
-template <typename T>
-Status ReadColumn(tensorflow::BundleReader& reader, const TableParts& parts, int64_t p, const std::string& column,
-                  Tensor* out) {
-  TF_RETURN_IF_ERROR(reader.Lookup(parts.Key(p, column), out));
-  if (out->dtype() != tensorflow::DataTypeToEnum<T>::value) {
-    return errors::InvalidArgument(parts.Key(p, column), " has dtype ", tensorflow::DataTypeString(out->dtype()));
-  }
-  return tensorflow::OkStatus();
-}
 
 // Applies shard j's share of a delta (NAME-delta-part{p}-*, any part count; checkpoint_parts.h):
 // the removed keys and rows of its own keys from the parts that can hold them, or -- when the
@@ -314,19 +279,19 @@ class TableApplyDeltaOp : public TableOpKernel {
     bool complete = false;
     for (int64_t p = 0; p < parts.parts; ++p) {
       Tensor flag;
-      TF_RETURN_IF_ERROR(ReadColumn<bool>(reader, parts, p, "complete", &flag));
+      TF_RETURN_IF_ERROR(ReadWhole(reader, parts, p, "complete", tensorflow::DT_BOOL, &flag));
       if (flag.NumElements() != 1) return errors::InvalidArgument(parts.Key(p, "complete"), " is not a scalar");
       complete |= flag.flat<bool>()(0);
     }
     for (int64_t p = 0; p < parts.parts; ++p) {
       if (FloorMod(p, g) != FloorMod(j, g)) continue;   // none of its keys or removals are this shard's
       Tensor keys, values, slots, freq, last, gone;
-      TF_RETURN_IF_ERROR(ReadColumn<int64_t>(reader, parts, p, "keys", &keys));
-      TF_RETURN_IF_ERROR(ReadColumn<float>(reader, parts, p, "values", &values));
-      TF_RETURN_IF_ERROR(ReadColumn<float>(reader, parts, p, "slots", &slots));
-      TF_RETURN_IF_ERROR(ReadColumn<int64_t>(reader, parts, p, "freq", &freq));
-      TF_RETURN_IF_ERROR(ReadColumn<int64_t>(reader, parts, p, "last_step", &last));
-      TF_RETURN_IF_ERROR(ReadColumn<int64_t>(reader, parts, p, "removed", &gone));
+      TF_RETURN_IF_ERROR(ReadWhole(reader, parts, p, "keys", tensorflow::DT_INT64, &keys));
+      TF_RETURN_IF_ERROR(ReadWhole(reader, parts, p, "values", tensorflow::DT_FLOAT, &values));
+      TF_RETURN_IF_ERROR(ReadWhole(reader, parts, p, "slots", tensorflow::DT_FLOAT, &slots));
+      TF_RETURN_IF_ERROR(ReadWhole(reader, parts, p, "freq", tensorflow::DT_INT64, &freq));
+      TF_RETURN_IF_ERROR(ReadWhole(reader, parts, p, "last_step", tensorflow::DT_INT64, &last));
+      TF_RETURN_IF_ERROR(ReadWhole(reader, parts, p, "removed", tensorflow::DT_INT64, &gone));
       const int64_t n = keys.NumElements();
       const int64_t* k = keys.flat<int64_t>().data();
       const float* v = values.flat<float>().data();
@@ -346,18 +311,13 @@ class TableApplyDeltaOp : public TableOpKernel {
       for (int64_t r = 0; r < gone.NumElements(); ++r) {
         if (FloorMod(rk[r], m) == j) removed.push_back(rk[r]);
       }
-      if (table.admission_size() > 0 && reader.Contains(parts.Key(p, "admission"))) {
-        Tensor counts;
-        TF_RETURN_IF_ERROR(ReadColumn<int32_t>(reader, parts, p, "admission", &counts));
-        const int32_t* c = counts.flat<int32_t>().data();
-        if (sketch.empty()) {
-          sketch.assign(c, c + counts.NumElements());
-        } else if (static_cast<int64_t>(sketch.size()) == counts.NumElements()) {
-          for (size_t i = 0; i < sketch.size(); ++i) sketch[i] = std::max(sketch[i], c[i]);
-        } else {
-          return errors::InvalidArgument("the parts' admission sketches have different sizes");
-        }
+    }
+    if (table.admission_size() > 0) {
+      std::vector<int64_t> mine;   // the parts that can hold this shard's keys
+      for (int64_t p = 0; p < parts.parts; ++p) {
+        if (FloorMod(p, g) == FloorMod(j, g)) mine.push_back(p);
       }
+      TF_RETURN_IF_ERROR(MaxSketch(reader, parts, mine, &sketch));
     }
     std::string error;
     if (!core::EmbeddingTable::AdmissionSizeFits(static_cast<int64_t>(sketch.size()), &error)) {

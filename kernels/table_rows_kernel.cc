@@ -27,40 +27,11 @@ using tensorflow::Tensor;
 using tensorflow::TensorShape;
 namespace errors = tensorflow::errors;
 
-int64_t FloorMod(int64_t key, int64_t m) {
-  const int64_t r = key % m;
-  return r < 0 ? r + m : r;
-}
-
-template <typename T>
-Status Whole(tensorflow::BundleReader& reader, const std::string& key, Tensor* out) {
-  TF_RETURN_IF_ERROR(reader.Lookup(key, out));
-  if (out->dtype() != tensorflow::DataTypeToEnum<T>::value) {
-    return errors::InvalidArgument(key, " has dtype ", tensorflow::DataTypeString(out->dtype()));
-  }
-  return tensorflow::OkStatus();
-}
-
-// The admission sketch of a checkpoint's or delta's parts: their element-wise max (empty when
-// none has one).
+// The admission sketch of a checkpoint's or delta's parts: their element-wise max.
 Status Sketch(tensorflow::BundleReader& reader, const TableParts& parts, std::vector<int32_t>* out) {
-  out->clear();
-  for (int64_t p = 0; p < parts.parts; ++p) {
-    const std::string key = parts.Key(p, "admission");
-    if (!reader.Contains(key)) continue;
-    Tensor t;
-    TF_RETURN_IF_ERROR(Whole<int32_t>(reader, key, &t));
-    const int32_t* c = t.flat<int32_t>().data();
-    if (t.NumElements() == 0) continue;
-    if (out->empty()) {
-      out->assign(c, c + t.NumElements());
-    } else if (static_cast<int64_t>(out->size()) == t.NumElements()) {
-      for (size_t i = 0; i < out->size(); ++i) (*out)[i] = std::max((*out)[i], c[i]);
-    } else {
-      return errors::InvalidArgument("the parts' admission sketches have different sizes");
-    }
-  }
-  return tensorflow::OkStatus();
+  std::vector<int64_t> all(parts.parts);
+  for (int64_t p = 0; p < parts.parts; ++p) all[p] = p;
+  return MaxSketch(reader, parts, all, out);
 }
 
 // The rows the deltas after the base change: a key's latest row, or its removal.
@@ -160,7 +131,7 @@ class TableRowsOp : public OpKernel {
       }
       for (int64_t p = 0; p < delta_parts[d].parts; ++p) {
         Tensor flag;
-        TF_RETURN_IF_ERROR(Whole<bool>(*readers[d], delta_parts[d].Key(p, "complete"), &flag));
+        TF_RETURN_IF_ERROR(ReadWhole(*readers[d], delta_parts[d], p, "complete", tensorflow::DT_BOOL, &flag));
         if (flag.NumElements() != 1) return errors::InvalidArgument(delta_parts[d].Key(p, "complete"), " is not a scalar");
         if (flag.flat<bool>()(0)) base = static_cast<int64_t>(d);
       }
@@ -212,16 +183,16 @@ class TableRowsOp : public OpKernel {
       const TableParts& dp = delta_parts[d];
       for (int64_t p = 0; p < dp.parts; ++p) {
         Tensor gone;
-        TF_RETURN_IF_ERROR(Whole<int64_t>(*readers[d], dp.Key(p, "removed"), &gone));
+        TF_RETURN_IF_ERROR(ReadWhole(*readers[d], dp, p, "removed", tensorflow::DT_INT64, &gone));
         for (int64_t r = 0; r < gone.NumElements(); ++r) overlay.Remove(gone.flat<int64_t>()(r));
       }
       for (int64_t p = 0; p < dp.parts; ++p) {
         Tensor keys, values, slots, freq, last;
-        TF_RETURN_IF_ERROR(Whole<int64_t>(*readers[d], dp.Key(p, "keys"), &keys));
-        TF_RETURN_IF_ERROR(Whole<float>(*readers[d], dp.Key(p, "values"), &values));
-        TF_RETURN_IF_ERROR(Whole<float>(*readers[d], dp.Key(p, "slots"), &slots));
-        TF_RETURN_IF_ERROR(Whole<int64_t>(*readers[d], dp.Key(p, "freq"), &freq));
-        TF_RETURN_IF_ERROR(Whole<int64_t>(*readers[d], dp.Key(p, "last_step"), &last));
+        TF_RETURN_IF_ERROR(ReadWhole(*readers[d], dp, p, "keys", tensorflow::DT_INT64, &keys));
+        TF_RETURN_IF_ERROR(ReadWhole(*readers[d], dp, p, "values", tensorflow::DT_FLOAT, &values));
+        TF_RETURN_IF_ERROR(ReadWhole(*readers[d], dp, p, "slots", tensorflow::DT_FLOAT, &slots));
+        TF_RETURN_IF_ERROR(ReadWhole(*readers[d], dp, p, "freq", tensorflow::DT_INT64, &freq));
+        TF_RETURN_IF_ERROR(ReadWhole(*readers[d], dp, p, "last_step", tensorflow::DT_INT64, &last));
         const int64_t n = keys.NumElements();
         if (values.NumElements() != n * dim_ || freq.NumElements() != n || last.NumElements() != n ||
             (slot_floats > 0 && slots.NumElements() != n * slot_floats)) {
