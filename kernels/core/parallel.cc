@@ -66,12 +66,16 @@ void WithThreads(int threads, const std::function<void()>& fn) {
     if (a == nullptr) a = std::make_unique<tbb::task_arena>(threads);
     arena = a.get();
   }
+  // Isolated: a thread waiting inside fn (for its parallel loop) runs only fn's own tasks, never
+  // another caller's work queued on the arena (a call that found every slot taken), which may
+  // wait for a lock this thread holds.
+  auto isolated = [&fn] { tbb::this_task_arena::isolate(fn); };
   if (tbb::this_task_arena::current_thread_index() != tbb::task_arena::not_initialized &&
       Budget() <= threads) {
-    fn();   // already within a budget at most this one
+    isolated();   // already within a budget at most this one
     return;
   }
-  arena->execute(fn);
+  arena->execute(isolated);
 #endif
 }
 
