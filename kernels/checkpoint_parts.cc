@@ -160,6 +160,14 @@ Status EntryReader::Finish() {
   return tensorflow::OkStatus();
 }
 
+Status EntryReader::OpenKey(tensorflow::Env* env, const std::string& prefix, int num_data_files,
+                            tensorflow::BundleReader& reader, const std::string& key,
+                            std::unique_ptr<EntryReader>* out) {
+  BundleEntryProto e;
+  if (!FindEntry(reader, key, &e)) return errors::InvalidArgument("checkpoint tensor ", key, " is gone");
+  return Open(env, prefix, num_data_files, e, key, out);
+}
+
 Status ReadWhole(tensorflow::BundleReader& reader, const TableParts& parts, int64_t p, const std::string& column,
                  tensorflow::DataType dtype, Tensor* out) {
   TF_RETURN_IF_ERROR(reader.Lookup(parts.Key(p, column), out));

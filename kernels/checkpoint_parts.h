@@ -54,6 +54,10 @@ class EntryReader {
   static tensorflow::Status Open(tensorflow::Env* env, const std::string& prefix, int num_data_files,
                                  const tensorflow::BundleEntryProto& entry, const std::string& key,
                                  std::unique_ptr<EntryReader>* out);
+  // Open of the entry named `key` in the bundle `reader` reads (InvalidArgument when it has none).
+  static tensorflow::Status OpenKey(tensorflow::Env* env, const std::string& prefix, int num_data_files,
+                                    tensorflow::BundleReader& reader, const std::string& key,
+                                    std::unique_ptr<EntryReader>* out);
   // The next `bytes` bytes into dst (InvalidArgument past the entry's end, DataLoss on a short file).
   tensorflow::Status Read(char* dst, int64_t bytes);
   // Reads what is left (to check it) and compares the CRC: DataLoss naming the tensor otherwise.

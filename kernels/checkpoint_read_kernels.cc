@@ -38,10 +38,7 @@ class PartColumns {
               const TableParts& parts, int64_t p) {
     const char* columns[4] = {"values", "slots", "freq", "last_step"};
     for (int c = 0; c < 4; ++c) {
-      tensorflow::BundleEntryProto e;
-      const std::string key = parts.Key(p, columns[c]);
-      if (!FindEntry(reader, key, &e)) return errors::InvalidArgument("checkpoint tensor ", key, " is gone");
-      TF_RETURN_IF_ERROR(EntryReader::Open(env, prefix, files, e, key, &col_[c]));
+      TF_RETURN_IF_ERROR(EntryReader::OpenKey(env, prefix, files, reader, parts.Key(p, columns[c]), &col_[c]));
     }
     return tensorflow::OkStatus();
   }
@@ -129,10 +126,8 @@ class TableRestoreStageOp : public TableOpKernel {
                                     1, *std::max_element(parts.rows.begin(), parts.rows.end()))));
     for (size_t i = 0; i < read.size(); ++i) {
       const int64_t p = read[i], n = parts.rows[p];
-      tensorflow::BundleEntryProto e;
-      FindEntry(reader, parts.Key(p, "keys"), &e);
       std::unique_ptr<EntryReader> column;
-      TF_RETURN_IF_ERROR(EntryReader::Open(env, prefix, files, e, parts.Key(p, "keys"), &column));
+      TF_RETURN_IF_ERROR(EntryReader::OpenKey(env, prefix, files, reader, parts.Key(p, "keys"), &column));
       mine[i].resize(n);
       for (int64_t at = 0; at < n;) {
         const int64_t c = std::min<int64_t>(n - at, static_cast<int64_t>(buffer.size()));

@@ -127,12 +127,15 @@ class TableRowsOp : public OpKernel {
       TF_RETURN_IF_ERROR(readers[d]->status());
       Status found = ReadTableParts(*readers[d], name_ + "-delta", dim_, &delta_parts[d]);
       if (!found.ok()) {
-        return Status(found.code(), "delta " + chain[d] + ": table '" + name_ + "-delta' " + std::string(found.message()));
+        return Status(found.code(),
+                      "delta " + chain[d] + ": table '" + name_ + "-delta' " + std::string(found.message()));
       }
       for (int64_t p = 0; p < delta_parts[d].parts; ++p) {
         Tensor flag;
         TF_RETURN_IF_ERROR(ReadWhole(*readers[d], delta_parts[d], p, "complete", tensorflow::DT_BOOL, &flag));
-        if (flag.NumElements() != 1) return errors::InvalidArgument(delta_parts[d].Key(p, "complete"), " is not a scalar");
+        if (flag.NumElements() != 1) {
+          return errors::InvalidArgument(delta_parts[d].Key(p, "complete"), " is not a scalar");
+        }
         if (flag.flat<bool>()(0)) base = static_cast<int64_t>(d);
       }
     }
@@ -225,7 +228,7 @@ class TableRowsOp : public OpKernel {
       std::vector<int64_t> buffer(std::max<int64_t>(1, slice_bytes_ / 8));
       for (int64_t p = 0; p < parts.parts; ++p) {
         std::unique_ptr<EntryReader> column;
-        TF_RETURN_IF_ERROR(Open(env, base_prefix, files, *reader, parts.Key(p, "keys"), &column));
+        TF_RETURN_IF_ERROR(EntryReader::OpenKey(env, base_prefix, files, *reader, parts.Key(p, "keys"), &column));
         for (int64_t at = 0; at < parts.rows[p];) {
           const int64_t c = std::min<int64_t>(parts.rows[p] - at, static_cast<int64_t>(buffer.size()));
           TF_RETURN_IF_ERROR(column->Read(reinterpret_cast<char*>(buffer.data()), c * 8));
@@ -267,12 +270,12 @@ class TableRowsOp : public OpKernel {
     for (int64_t p = 0; p < parts.parts; ++p) {
       const int64_t rows = parts.rows[p];
       std::unique_ptr<EntryReader> kc, vc, sc, fc, lc;
-      TF_RETURN_IF_ERROR(Open(env, base_prefix, files, *reader, parts.Key(p, "keys"), &kc));
-      TF_RETURN_IF_ERROR(Open(env, base_prefix, files, *reader, parts.Key(p, "values"), &vc));
+      TF_RETURN_IF_ERROR(EntryReader::OpenKey(env, base_prefix, files, *reader, parts.Key(p, "keys"), &kc));
+      TF_RETURN_IF_ERROR(EntryReader::OpenKey(env, base_prefix, files, *reader, parts.Key(p, "values"), &vc));
       if (with_state_) {
-        TF_RETURN_IF_ERROR(Open(env, base_prefix, files, *reader, parts.Key(p, "slots"), &sc));
-        TF_RETURN_IF_ERROR(Open(env, base_prefix, files, *reader, parts.Key(p, "freq"), &fc));
-        TF_RETURN_IF_ERROR(Open(env, base_prefix, files, *reader, parts.Key(p, "last_step"), &lc));
+        TF_RETURN_IF_ERROR(EntryReader::OpenKey(env, base_prefix, files, *reader, parts.Key(p, "slots"), &sc));
+        TF_RETURN_IF_ERROR(EntryReader::OpenKey(env, base_prefix, files, *reader, parts.Key(p, "freq"), &fc));
+        TF_RETURN_IF_ERROR(EntryReader::OpenKey(env, base_prefix, files, *reader, parts.Key(p, "last_step"), &lc));
       }
       for (int64_t at = 0; at < rows;) {
         const int64_t c = std::min(rows - at, chunk);
@@ -327,13 +330,6 @@ class TableRowsOp : public OpKernel {
     }
     if (o != n) return errors::DataLoss("the rows changed between the two passes (", o, " of ", n, ")");
     return tensorflow::OkStatus();
-  }
-
-  static Status Open(tensorflow::Env* env, const std::string& prefix, int files, tensorflow::BundleReader& reader,
-                     const std::string& key, std::unique_ptr<EntryReader>* out) {
-    tensorflow::BundleEntryProto e;
-    if (!FindEntry(reader, key, &e)) return errors::InvalidArgument("checkpoint tensor ", key, " is gone");
-    return EntryReader::Open(env, prefix, files, e, key, out);
   }
 
   std::string name_;
