@@ -53,6 +53,17 @@ def part_name(table, part, column):
     return f"{table}-part{part}-{column}"
 
 
+def standins(part, parts):
+    """The parts whose empty stand-ins part `part` of `parts` saves: p > part with p == part mod
+    parts, up to MAX_PARTS (so the parts of every graph of up to MAX_PARTS shards are named)."""
+    return range(part + parts, MAX_PARTS, parts)
+
+
+def empty_shape(column, dim):
+    """The shape of column `column`'s empty stand-in, for values of width `dim`."""
+    return [0, dim] if column in ("values", "slots") else [0]
+
+
 def saveables(ev):
     """The SaveableObjects of table `ev`: one per shard, on the shard's device (a sharded Saver
     saves each device's on that device), the first also holding the part count and slot_init."""
@@ -75,7 +86,7 @@ class PartSaveable(saveable_object.SaveableObject):
         device = _own_group(h.device)
         specs = [saveable_object.SaveSpec(self._column(c), "", part_name(ev.name, i, c), dtype=DTYPES[c],
                                           device=device) for c in COLUMNS]
-        for p in range(i + ev.num_shards, MAX_PARTS, ev.num_shards):
+        for p in standins(i, ev.num_shards):
             specs += [saveable_object.SaveSpec(self._empty(c), "", part_name(ev.name, p, c), dtype=DTYPES[c],
                                                device=device) for c in COLUMNS]
         if i == 0:
@@ -102,7 +113,7 @@ class PartSaveable(saveable_object.SaveableObject):
 
     def _empty(self, column):
         def tensor():
-            shape = [0, self._ev.dim] if column in ("values", "slots") else [0]
+            shape = empty_shape(column, self._ev.dim)
             with tf.compat.v1.get_default_graph().colocate_with(self._ev.handles[self._i].op):
                 return tf.zeros(shape, DTYPES[column], name=f"{self._ev.name}/empty_{column}")
         return tensor

@@ -19,7 +19,7 @@ import time
 import tensorflow as tf
 
 from tfps.embedding.stock import DELETED_KEY as RESERVED_KEY   # and every key below it
-from tfps.embedding.saveable import COLUMNS, DTYPES, MAX_PARTS, part_name
+from tfps.embedding.saveable import COLUMNS, DTYPES, empty_shape, part_name, standins
 from tfps.ops.checkpoint import check_tables, table_rows
 
 
@@ -50,10 +50,10 @@ def _names(table, dim, stock):
         names = [part_name(table, 0, c) for c in COLUMNS] + [f"{table}-parts", f"{table}-slot_init"]
         tensors = [r.keys, r.values, r.slots, r.freq, r.last_step, r.admission, tf.constant(1, tf.int64),
                    r.slot_init]
-        for p in range(1, MAX_PARTS):
+        for p in standins(0, 1):
             for c in COLUMNS:
                 names.append(part_name(table, p, c))
-                tensors.append(tf.zeros([0, dim] if c in ("values", "slots") else [0], DTYPES[c]))
+                tensors.append(tf.zeros(empty_shape(c, dim), DTYPES[c]))
         return names, tensors
     return tfps_layout
 
