@@ -9,22 +9,29 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 import tfps.embedding.checkpoint_tools
 from tfps.cluster import cgroups
 from tfps.cluster import launch as launch_lib
 from tfps.config import ConfigError, load_config
+from tfps.data import SyntheticCriteo
+from tfps.data.sources import eval_set
 from tfps.embedding import layout
+from serve_client import _request, _rest
 from test_launch import SMALL, _wait_for
+from test_serving import score_saved_model
 
 
 def _hierarchy():
@@ -341,7 +348,12 @@ def test_a_model_whose_checkpoint_through_one_ps_overflows_its_cap_trains_on_4_c
     -9, resumes on 3 capped PS tasks (each restoring only the rows of its keys) writing deltas,
     and ends: no task was killed by its cap, and every row's key, update count and value equal
     those of one uncapped process that trained the same steps (one trainer: the same batches in
-    the same order)."""
+    the same order). A stock export of the 4-PS checkpoint, made by a capped export process, is
+    served by `tfps serve --follow` in a memory group of its own while the 3 PS train: it applies
+    their deltas and final checkpoint, and at step 20 scores as the (capped) export of step 20
+    does. Its cap, 896 MiB, is the server's fixed cost (about 480 MiB: TensorFlow, gRPC, the
+    graph), the served table (about 140 MiB with its index) and one new copy of it; the follower
+    that read a checkpoint's whole columns and copied them again peaked at 923 MiB."""
     sets = [s for s in GROWING if not s.startswith("train.steps=")] + [
         "train.save_checkpoints_steps=10", "train.log_every_steps=4"]
     oracle = forker.run(["train", "--config", "configs/demo.yaml", *[a for s in sets + ["train.steps=20"] + [
@@ -365,11 +377,36 @@ def test_a_model_whose_checkpoint_through_one_ps_overflows_its_cap_trains_on_4_c
     reader = tf.train.load_checkpoint(str(model_dir / "model.ckpt-10"))
     (table,) = layout.table_names(reader.get_variable_to_shape_map())
     assert int(reader.get_tensor(f"{table}-parts")) == 4
-    second = launch(3, ["train.delta_every_secs=0.3"], tmp_path / "second")
+    # A stock export of the 4-PS checkpoint, from a capped export process, served by `tfps serve
+    # --follow` in a memory cgroup of its own while the 3 PS train on and write deltas.
+    cap = 768 << 20
+    first_export, _ = _capped_export(sets + [f"model_dir={model_dir}"], tmp_path / "served", cap)
+    cfg = load_config("configs/demo.yaml", sets + [f"model_dir={model_dir}"])
+    features, _, _ = eval_set(SyntheticCriteo(cfg.data), 64, 64)
+    inputs = {"dense": features["dense"], "ids": features["ids"]}
+    at_checkpoint = score_saved_model(first_export, inputs)
+    serve_groups = cgroups.TaskGroups.make(os.getpid(), {"serve": 896 << 20})
+    server = _capped_serve(serve_groups, os.path.dirname(first_export), model_dir, tmp_path)
     try:
-        assert second.wait(300) == 0, second.output()[-3000:] + second.errors()[-3000:]
+        ready = json.loads(server.stdout.readline())
+        second = launch(3, ["train.delta_every_secs=0.3"], tmp_path / "second")
+        try:
+            assert second.wait(300) == 0, second.output()[-3000:] + second.errors()[-3000:]
+        finally:
+            second.kill()
+        def at_step_20():
+            assert server.poll() is None, (f"tfps serve exited {server.returncode}, OOM kills "
+                                           f"{serve_groups.oom_kills('serve')}: {_read_file(tmp_path, 'serve.err')[-3000:]}")
+            return _served_step(ready["rest_api_port"]) == 20
+        _wait_for(at_step_20, "the served tables at step 20", timeout=120)
+        with grpc.insecure_channel(f"127.0.0.1:{ready['grpc_port']}") as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            served = tf.make_ndarray(stub.Predict(_request(inputs), timeout=60).outputs["probabilities"])
+        assert server.poll() is None and serve_groups.oom_kills("serve") in (0, None)
     finally:
-        second.kill()
+        server.kill()
+        server.wait(60)
+        serve_groups.close()
     final = json.loads(second.output().strip().splitlines()[-1])
     assert final["oom_kills"] == {} and final["restarts"] == {}, final
     want = _rows(str(tmp_path / "one"))
@@ -393,19 +430,44 @@ def test_a_model_whose_checkpoint_through_one_ps_overflows_its_cap_trains_on_4_c
     # The stock export of the newest cut, from a process capped below what an export that held
     # the model whole needed (8.7 times the bytes it writes, before it streamed), holds exactly
     # those rows.
-    cap = 768 << 20
-    exported = _capped_export(sets + [f"model_dir={model_dir}"], tmp_path / "exports", cap)
+    path, exported = _capped_export(sets + [f"model_dir={model_dir}"], tmp_path / "exports", cap)
     keys, values = exported.get_tensor(f"{table}/stock_keys"), exported.get_tensor(f"{table}/stock_values")
     assert 8.7 * (keys.nbytes + values.nbytes) > cap
     order = np.argsort(keys)
     np.testing.assert_array_equal(keys[order], got["keys"])
     np.testing.assert_array_equal(values[1:][order], got["values"])
     np.testing.assert_array_equal(values[0], np.zeros_like(values[0]))
+    # What the follower served at step 20 is what the export of step 20 scores, and the deltas and
+    # checkpoint it applied changed the scores of the 4-PS checkpoint.
+    want = score_saved_model(path, inputs)
+    assert np.abs(want - at_checkpoint).max() > 1e-3
+    np.testing.assert_allclose(served, want, rtol=1e-5, atol=1e-6)
+
+
+def _capped_serve(groups, base_path, model_dir, tmp_path):
+    """`tfps serve --follow model_dir` of the export under base_path in the memory group "serve",
+    on port 0 and a free REST port: the Popen, whose first line on stdout is the ready line."""
+    procs = groups.procs("serve")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        rest = s.getsockname()[1]
+    return subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "tfps"), "serve", "--port", "0",
+                             "--rest_api_port", str(rest), "--model_base_path", str(base_path), "--model_name", "demo",
+                             "--follow", str(model_dir), "--file_system_poll_wait_seconds", "0.2"],
+                            preexec_fn=lambda: cgroups.join(procs), stdout=subprocess.PIPE,
+                            stderr=open(tmp_path / "serve.err", "w"), text=True)
+
+
+def _served_step(port):
+    """The step of the tables `tfps serve` on REST `port` serves (its metadata's tfps_state)."""
+    status, body = _rest(port, "/v1/models/demo/metadata")
+    assert status == 200, body
+    return body["metadata"]["tfps_state"]["step"]
 
 
 def _capped_export(sets, export_dir, cap):
-    """`tfps export` (stock) in a memory cgroup of its own capped at `cap` bytes: a reader of the
-    export's variables."""
+    """`tfps export` (stock) in a memory cgroup of its own capped at `cap` bytes: the SavedModel's
+    path and a reader of its variables."""
     groups = cgroups.TaskGroups.make(os.getpid(), {"export": cap})
     try:
         procs = groups.procs("export")
@@ -419,7 +481,7 @@ def _capped_export(sets, export_dir, cap):
     finally:
         groups.close()
     path = json.loads(done.stdout.strip().splitlines()[-1])["saved_model"]
-    return tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+    return path, tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
 
 
 def _rows(model_dir, chain=None):

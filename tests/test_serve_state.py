@@ -12,12 +12,13 @@ import tensorflow as tf
 from tensorflow_serving.apis import get_model_metadata_pb2
 
 from tfps.config import load_config
+from tfps.embedding import layout
 from tfps.runner.incremental import IncrementalCheckpoints
 from tfps.runner.job import export
 from tfps.serving.servable import read_export_manifest
 from tfps.state.manifest import StateMismatch
 from serve_client import _request, _rest, _stub
-from test_serve import SETS, _cfg, _polls, _predict_export, _server, _train
+from test_serve import SETS, _cfg, _polls, _predict_export, _rows, _server, _train
 
 pytestmark = pytest.mark.slow
 POLL_SECS = 0.2   # how often the server polls model_dir
@@ -218,5 +219,59 @@ def test_inspect_shows_the_newest_cut_and_every_reader_refuses_a_partial_copy(tr
         while [s for _, kind, s in server.store.follower.applied if kind == "delta"] != [50, 60, 70]:
             assert time.monotonic() < deadline, server.store.follower.applied
             time.sleep(0.05)
+    finally:
+        server.stop()
+
+
+
+@pytest.fixture(scope="module")
+def two_checkpoints(tmp_path_factory):
+    """A model of 26 tables (merge_tables off) checkpointed at steps 10 and 20: exports of step 10
+    in both formats, and the scores of an export of step 20 on the rows."""
+    root = tmp_path_factory.mktemp("two_checkpoints")
+    cfg = _cfg(root / "model", "model.merge_tables=false")
+    _train(cfg, 10)
+    rows = {k: v[:32] for k, v in _rows(cfg).items()}
+    exports = {f: export(cfg, str(root / f), f) for f in ("tfps", "stock")}
+    _train(cfg, 20)
+    return dict(cfg=cfg, rows=rows, exports=exports, at_20=_predict_export(export(cfg, str(root / "20")), rows))
+
+
+@pytest.mark.xdist_group("two_checkpoints")
+@pytest.mark.parametrize("export_format", ["tfps", "stock"])
+def test_a_full_checkpoint_with_one_damaged_table_changes_no_table(two_checkpoints, tmp_path, export_format):
+    """A newer full checkpoint of the 26 tables whose last table's values have a byte flipped is
+    refused whole by --follow: every table is read and checked before any is put in, so none
+    changes and the scores stay the exported ones, bit for bit. Once the byte is back, the next
+    poll applies it and the scores are those of an export of step 20."""
+    rows, served_export = two_checkpoints["rows"], two_checkpoints["exports"][export_format]
+    model_dir = str(tmp_path / "model")
+    shutil.copytree(two_checkpoints["cfg"].model_dir, model_dir)
+    newer = tf.train.latest_checkpoint(model_dir)
+    reader = tf.train.load_checkpoint(newer)
+    last = layout.table_names(reader.get_variable_to_shape_map())[-1]
+    head = reader.get_tensor(f"{last}-part0-values").tobytes()[:64]
+    (data,) = [p for p in tf.io.gfile.glob(newer + ".data-*") if head in open(p, "rb").read()]
+    blob = bytearray(open(data, "rb").read())
+    assert blob.count(head) == 1
+    at = blob.find(head) + 8
+    blob[at] ^= 0xFF
+    open(data, "wb").write(bytes(blob))
+    want = _predict_export(served_export, rows)
+    assert np.abs(two_checkpoints["at_20"] - want).max() > 1e-4   # the newer checkpoint scores otherwise
+    server = _server(os.path.dirname(served_export), poll_secs=POLL_SECS, follow=model_dir)
+    stub = _stub(server.port)
+
+    def served():
+        return tf.make_ndarray(stub.Predict(_request(rows), timeout=30).outputs["probabilities"])
+    try:
+        _polls(server, 3)
+        assert server.store.follower.applied == []
+        np.testing.assert_array_equal(served(), want)
+        blob[at] ^= 0xFF
+        open(data, "wb").write(bytes(blob))
+        _polls(server, 2)
+        assert [(kind, step) for _, kind, step in server.store.follower.applied] == [("full", 20)]
+        np.testing.assert_allclose(served(), two_checkpoints["at_20"], rtol=1e-5, atol=1e-6)
     finally:
         server.stop()

@@ -23,6 +23,18 @@ def table_names(shapes):
     return sorted(names)
 
 
+_COLUMN = re.compile(r"^-(?:part\d+-)?(?:keys|values|slots|freq|last_step|admission)$|^-(?:parts|slot_init)$")
+
+
+def table_of(tensor, names):
+    """The name of the table among `names` that bundle tensor `tensor` belongs to (one of its
+    columns, in either layout, its part count or slot_init), or None."""
+    for name in names:
+        if tensor.startswith(name + "-") and _COLUMN.match(tensor[len(name):]):
+            return name
+    return None
+
+
 def part_count(reader, name):
     """(number of parts, legacy) of table `name` in the bundle of `reader` (a
     tf.train.load_checkpoint reader): its NAME-parts (the parts past it, up to MAX_PARTS, are

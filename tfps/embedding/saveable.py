@@ -154,14 +154,29 @@ def restore_shards(ev, prefix, table_name=None, after=(), slice_bytes=8 << 20):
     or path), from its table `table_name` (default ev.name): every shard's stage (after the ops
     `after`), then every shard's commit, each waiting for every stage, so no shard changes before
     every shard has read its rows (TfpsTableRestoreStage, TfpsTableRestoreCommit)."""
+    stages = stage_shards(ev, prefix, table_name, after, slice_bytes)
+    return commit_shards(ev, stages, after=stages)
+
+
+def stage_shards(ev, prefix, table_name=None, after=(), slice_bytes=8 << 20):
+    """[staged rows per shard] of table `ev` from table `table_name` (default ev.name) of the
+    checkpoint at `prefix`, each read on its shard's device after the ops `after`; nothing changes
+    until commit_shards puts them in."""
     graph = tf.compat.v1.get_default_graph()
     stages = []
     for j, h in enumerate(ev.handles):
         with graph.colocate_with(h.op), tf.control_dependencies(list(after)):
             stages.append(table_ops.table_restore_stage(h, prefix, table_name=table_name or ev.name,
                                                         slice_bytes=slice_bytes, name=f"restore_stage_{j}"))
+    return stages
+
+
+def commit_shards(ev, stages, after):
+    """[op per shard]: each shard of `ev` replaced by its staged rows (stage_shards), after the ops
+    or tensors `after` (every stage of the restore, so no shard changes before all have read)."""
+    graph = tf.compat.v1.get_default_graph()
     commits = []
-    with tf.control_dependencies(stages):   # every shard staged before any changes
+    with tf.control_dependencies(list(after)):
         for j, (h, staged) in enumerate(zip(ev.handles, stages)):
             with graph.colocate_with(h.op):
                 commits.append(table_ops.table_restore_commit(h, staged, name=f"restore_commit_{j}"))

@@ -197,16 +197,18 @@ class AttachedStockTable:
         return tf.debugging.Assert(tf.equal(bad, 0), [f"table {self.name!r}: a stock table cannot hold keys "
                                                       f"{EMPTY_KEY} and {DELETED_KEY}"])
 
-    def load(self, exported):
-        """Replaces the contents with an export() dict's keys and values (other parts ignored)."""
+    def load(self, exported, padded=False, after=()):
+        """Replaces the contents with an export() dict's keys and values (other parts ignored),
+        after the ops `after`. padded: values already begin with the pad row (as TfpsTableRows
+        with pad_rows=1 gives them), so they are assigned without another copy."""
         keys = tf.reshape(tf.convert_to_tensor(exported["keys"], tf.int64), [-1])
         values = tf.reshape(tf.convert_to_tensor(exported["values"], tf.float32), [-1, self.dim])
-        with tf.control_dependencies([self._checked(keys)]):
+        with tf.control_dependencies([self._checked(keys), *after]):
             old = tf.identity(self._read(self.keys))
             removed = tf.raw_ops.LookupTableRemoveV2(table_handle=self.index, keys=old)
         with tf.control_dependencies([removed]):
             assigned = [tf.raw_ops.AssignVariableOp(resource=self.keys, value=keys),
-                        tf.raw_ops.AssignVariableOp(resource=self.values, value=tf.concat(
+                        tf.raw_ops.AssignVariableOp(resource=self.values, value=values if padded else tf.concat(
                             [tf.zeros([1, self.dim]), values], 0))]
         with tf.control_dependencies(assigned):
             return tf.raw_ops.LookupTableInsertV2(table_handle=self.index, keys=keys, values=tf.range(

@@ -7,7 +7,8 @@ import time
 import tensorflow as tf
 
 from tfps.embedding.checkpoint_tools import check_tables
-from tfps.embedding.saveable import restore_shards
+from tfps.embedding import layout
+from tfps.embedding.saveable import commit_shards, stage_shards
 from tfps.embedding.stock import AttachedStockTable, attached_stock_tables
 from tfps.embedding.variable import attached_tables
 from tfps.serving.errors import error_line
@@ -15,17 +16,25 @@ from tfps.state import disk, manifest as manifests
 from tfps.state.deltas import apply_dense_op, apply_tables_op, checkpoint_step, delta_chain, delta_files
 
 
-def _full_restore(graph, ev, prefix):
-    """The op that replaces table `ev`'s rows with those of the checkpoint at `prefix`: a tfps
-    table's shards each from the checkpoint's parts (staged, then put in), a stock table from the
-    whole table."""
-    from tfps.ops import embedding_table as table_ops
-    if isinstance(ev, AttachedStockTable):
-        return ev.load({"keys": table_ops.read_column(prefix, ev.name, "keys", tf.int64),
-                        "values": table_ops.read_column(prefix, ev.name, "values", tf.float32)})
+def _full_restore(graph, tables, prefix):
+    """The op that replaces the rows of every table of `tables` with those of the checkpoint at
+    `prefix`, each read in slices first -- a tfps table's shards each from the parts that can hold
+    its keys (staged), a stock table's rows with their pad row (TfpsTableRows) -- and put in only
+    once every table has read its rows, so a damaged part changes no table."""
+    from tfps.ops.checkpoint import table_rows
+    reads, puts = [], []
     with graph.as_default():
-        return tf.group(*restore_shards(ev, prefix))
-
+        for ev in tables:
+            if isinstance(ev, AttachedStockTable):
+                rows = table_rows(prefix, tf.constant([], tf.string), ev.name, ev.dim, pad_rows=1, with_state=False)
+                reads += [rows.keys, rows.values]
+                puts.append(lambda after, ev=ev, rows=rows: [ev.load(
+                    {"keys": rows.keys, "values": rows.values}, padded=True, after=after)])
+            else:
+                stages = stage_shards(ev, prefix)
+                reads += stages
+                puts.append(lambda after, ev=ev, stages=stages: commit_shards(ev, stages, after))
+        return tf.group(*[op for put in puts for op in put(reads)])
 
 class TableFollower:
     """Applies a trainer's model_dir to loaded versions, in place: a newer full checkpoint (tables
@@ -57,7 +66,7 @@ class TableFollower:
             stock_variables = {name for t in stock_tables for name in t.variables()}
             prefix = tf.compat.v1.placeholder(tf.string, [], name="tfps_follow_prefix")
             delta = apply_tables_op(tables, prefix)
-            full = [_full_restore(servable.graph, ev, prefix) for ev in tables]
+            full = _full_restore(servable.graph, tables, prefix) if tables else None
             dense = {k: v for k, v in manifests.dense_variables(servable.graph).items()
                      if v.op.name not in stock_variables}
             dense_delta = apply_dense_op(dense, prefix)
@@ -65,7 +74,7 @@ class TableFollower:
         # The step the version was exported at; None: unknown, the first full checkpoint of
         # model_dir is applied before any delta.
         start = servable.state_step
-        state = dict(tables=tables, prefix=prefix, delta=delta, dense=dense_delta, full=tf.group(*full) if full else None,
+        state = dict(tables=tables, prefix=prefix, delta=delta, dense=dense_delta, full=full,
                      saver=saver, base=start, applied=start, chain=[])
         self._state[servable] = state
         self._check_model_dir(servable)
@@ -206,13 +215,16 @@ class TableFollower:
         return True
 
     def _apply_full(self, servable, state, prefix):
-        """Restores a full checkpoint into the servable: every tensor of it is read first, so a
-        damaged one is refused before anything changes."""
+        """Restores a full checkpoint into the servable. Every tensor of it but the served tables'
+        is read here first, and the tables' ops read (and check) every table's rows before any
+        table changes, so a damaged one is refused before anything changes."""
         check_tables(prefix, state["tables"], before_parts=True)   # its restore ops read that layout too
         try:
             reader = tf.train.load_checkpoint(prefix)
+            tables = [ev.name for ev in state["tables"]]
             for name in reader.get_variable_to_shape_map():
-                reader.get_tensor(name)
+                if layout.table_of(name, tables) is None:
+                    reader.get_tensor(name)
         except (RuntimeError, ValueError, IndexError, tf.errors.OpError) as e:
             raise ValueError(f"{prefix} cannot be read ({error_line(e)}); nothing of it applied") from None
         with servable.writing():   # the tables (the checked part) first, then the dense variables
