@@ -39,7 +39,8 @@ def _cfg(model_dir, *more):
 def _rows(cfg, n=96):
     features, _, _ = eval_set(SyntheticCriteo(cfg.data), n, n)
     features = {k: v.copy() for k, v in features.items()}
-    features["ids"][:16] = np.arange(16 * 26).reshape(16, 26) + 2**45   # ids never seen
+    fields = features["ids"].shape[1]
+    features["ids"][:16] = np.arange(16 * fields).reshape(16, fields) + 2**45   # ids never seen
     return features
 
 

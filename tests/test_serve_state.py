@@ -226,10 +226,11 @@ def test_inspect_shows_the_newest_cut_and_every_reader_refuses_a_partial_copy(tr
 
 @pytest.fixture(scope="module")
 def two_checkpoints(tmp_path_factory):
-    """A model of 26 tables (merge_tables off) checkpointed at steps 10 and 20: exports of step 10
-    in both formats, and the scores of an export of step 20 on the rows."""
+    """A model of 3 tables (3 id features, merge_tables off) checkpointed at steps 10 and 20:
+    exports of step 10 in both formats, and the scores of an export of step 20 on the rows."""
     root = tmp_path_factory.mktemp("two_checkpoints")
-    cfg = _cfg(root / "model", "model.merge_tables=false")
+    cfg = _cfg(root / "model", "model.merge_tables=false", "data.num_categorical=3",
+               "data.num_interacting=3")
     _train(cfg, 10)
     rows = {k: v[:32] for k, v in _rows(cfg).items()}
     exports = {f: export(cfg, str(root / f), f) for f in ("tfps", "stock")}
@@ -240,7 +241,7 @@ def two_checkpoints(tmp_path_factory):
 @pytest.mark.xdist_group("two_checkpoints")
 @pytest.mark.parametrize("export_format", ["tfps", "stock"])
 def test_a_full_checkpoint_with_one_damaged_table_changes_no_table(two_checkpoints, tmp_path, export_format):
-    """A newer full checkpoint of the 26 tables whose last table's values have a byte flipped is
+    """A newer full checkpoint of the 3 tables whose last table's values have a byte flipped is
     refused whole by --follow: every table is read and checked before any is put in, so none
     changes and the scores stay the exported ones, bit for bit. Once the byte is back, the next
     poll applies it and the scores are those of an export of step 20."""
