@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from serve_client import _request, _stub
+from tfps.serving.config import ServeConfig
 from tfps.serving.server import ModelServer, settle_memory
 
 
@@ -30,9 +31,9 @@ def main(export, rows_path, want_path, base, swaps, follow=None, batching=False)
     first = int(os.path.basename(export))
     shutil.copytree(export, os.path.join(base, str(first)))
     settle_memory()   # as `tfps serve` does
-    server = ModelServer(base, "demo", port=0, rest_api_port=None, host="127.0.0.1", poll_secs=0.05,
-                         follow=follow, enable_batching=batching, max_batch_size=8, batch_timeout_micros=1000,
-                         printer=lambda *a, **k: None).start()
+    server = ModelServer(ServeConfig(base, "demo", port=0, rest_api_port=None, host="127.0.0.1", poll_secs=0.05,
+                                     follow=follow, enable_batching=batching, max_batch_size=8,
+                                     batch_timeout_micros=1000), printer=lambda *a, **k: None).start()
     stop, lock = threading.Event(), threading.Lock()
     seen = {"requests": 0, "failures": [], "wrong": 0, "versions": set()}
 

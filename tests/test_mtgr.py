@@ -161,6 +161,7 @@ def test_mtgr_learns_on_the_local_cluster_from_tfrecords_then_serves(data, tmp_p
     from serve_client import _request, _rest, _stub
     from tfps.config import load_config
     from tfps.runner.job import predict
+    from tfps.serving.config import ServeConfig
     from tfps.serving.server import ModelServer
     sets = [a for a in args[args.index("--config") + 2:] if a != "--set"]
     sets = [s for s in sets if s not in ("--ps", "--workers", "2")]
@@ -177,7 +178,7 @@ def test_mtgr_learns_on_the_local_cluster_from_tfrecords_then_serves(data, tmp_p
     with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
         rows = sess.run(tf.compat.v1.data.make_one_shot_iterator(sample_dataset(chosen[:12]).padded_batch(12)).get_next())
     rows = {k: v for k, v in rows.items() if k not in ("label", "user")}
-    server = ModelServer(str(tmp_path / "export"), "mtgr", port=0, rest_api_port=0, host="127.0.0.1",
+    server = ModelServer(ServeConfig(str(tmp_path / "export"), "mtgr", port=0, rest_api_port=0, host="127.0.0.1"),
                          printer=lambda *a, **k: None).start()
     try:
         stub = _stub(server.port)

@@ -25,8 +25,9 @@ from tfps.data.sources import eval_set, train_input_fn
 from tfps.models.zoo import model_fn
 from tfps.runner import train
 from tfps.runner.job import export, params_of, predict, settings_of
-from tfps.serving.server import ModelServer
+from tfps.serving.config import ServeConfig
 from tfps.serving.servable import Servable
+from tfps.serving.server import ModelServer
 from serve_client import _request, _rest, _stub
 from serve_models import SETS
 
@@ -81,7 +82,7 @@ def _server(base, **kw):
     kw.setdefault("port", 0)
     kw.setdefault("rest_api_port", 0)
     kw.setdefault("host", "127.0.0.1")
-    return ModelServer(str(base), "demo", printer=lambda *a, **k: None, **kw).start()
+    return ModelServer(ServeConfig(str(base), "demo", **kw), printer=lambda *a, **k: None).start()
 
 
 def _polls(server, n):
@@ -410,4 +411,4 @@ def test_tfps_serve_refuses_a_base_path_that_is_not_there(tmp_path, cli):
 def test_thread_counts_out_of_range_are_refused_by_flag(tmp_path, flag, kwargs):
     from tfps.serving.server import ModelServer
     with pytest.raises(ValueError, match=flag):
-        ModelServer(str(tmp_path), "demo", port=0, rest_api_port=None, **kwargs)
+        ModelServer(ServeConfig(str(tmp_path), "demo", port=0, rest_api_port=None, **kwargs))

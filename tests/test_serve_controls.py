@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfps.serving.config import ServeConfig
+
 from serve_client import _request, _stub
 from test_serve_models import _check_two_models, _config
 from test_serving import score_saved_model
@@ -315,7 +317,7 @@ def test_a_stop_that_never_ends_dumps_every_thread_and_exits_1(runner, tmp_path)
     """If the drain itself hangs, the server does not: STOP_MARGIN_SECS past --grace_secs it
     writes its threads' stacks to stderr and exits 1 (a new interpreter whose ModelServer.stop
     never returns). Oracle: the exit code and the time it took against the stop's bound."""
-    from tfps.cli import STOP_MARGIN_SECS
+    from tfps.serving.run import STOP_MARGIN_SECS
     with open(tmp_path / "err", "w") as err:
         proc = subprocess.Popen([sys.executable, "-c", _HANGING_STOP, "serve", "--port", "0", "--rest_api_port", "0",
                                  "--model_base_path", os.path.dirname(runner["exports"][20]), "--model_name", "demo",
@@ -444,8 +446,8 @@ def test_a_stop_under_load_answers_unavailable_never_cancelled(runner):
     want = score_saved_model(runner["exports"][20], rows)
     outcomes = []
     for _ in range(20):
-        server = ModelServer(os.path.dirname(runner["exports"][20]), "demo", port=0, rest_api_port=None,
-                             host="127.0.0.1", printer=lambda *a, **k: None).start()
+        server = ModelServer(ServeConfig(os.path.dirname(runner["exports"][20]), "demo", port=0, rest_api_port=None,
+                                         host="127.0.0.1"), printer=lambda *a, **k: None).start()
         answered = threading.Semaphore(0)
 
         def client(codes):
@@ -483,7 +485,7 @@ def test_host_takes_ipv6_bracketed_or_not_and_names(runner, host):
     from tfps.serving.server import ModelServer
     rows = {k: v[:1] for k, v in runner["rows"].items()}
     want = score_saved_model(runner["exports"][20], rows)
-    server = ModelServer(os.path.dirname(runner["exports"][20]), "demo", port=0, rest_api_port=0, host=host,
+    server = ModelServer(ServeConfig(os.path.dirname(runner["exports"][20]), "demo", port=0, rest_api_port=0, host=host),
                          printer=lambda *a, **k: None).start()
     try:
         target = "[::1]" if "::1" in host else host
@@ -526,17 +528,18 @@ def test_a_host_that_cannot_be_listened_on_says_why(runner, host, error):
     from tfps.serving.server import ModelServer
     base = os.path.dirname(runner["exports"][20])
     with pytest.raises(OSError) as e:
-        ModelServer(base, "demo", port=0, rest_api_port=0, host=host, printer=lambda *a, **k: None)
+        ModelServer(ServeConfig(base, "demo", port=0, rest_api_port=0, host=host), printer=lambda *a, **k: None)
     assert e.value.errno == (errno.EADDRNOTAVAIL if error == 99 else socket.EAI_NONAME)
     port = _free_port()
     with pytest.raises(ValueError):   # one port for both APIs: refused before either binds
-        ModelServer(base, "demo", port=port, rest_api_port=port, host="127.0.0.1", printer=lambda *a, **k: None)
+        ModelServer(ServeConfig(base, "demo", port=port, rest_api_port=port, host="127.0.0.1"),
+                    printer=lambda *a, **k: None)
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     try:
         with pytest.raises(OSError) as e:
-            ModelServer(base, "demo", port=taken.getsockname()[1], rest_api_port=0, host="127.0.0.1",
+            ModelServer(ServeConfig(base, "demo", port=taken.getsockname()[1], rest_api_port=0, host="127.0.0.1"),
                         printer=lambda *a, **k: None)
         assert e.value.errno == errno.EADDRINUSE
     finally:

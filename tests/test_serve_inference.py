@@ -12,6 +12,7 @@ import tensorflow as tf
 from tensorflow_serving.apis import classification_pb2, inference_pb2, input_pb2, regression_pb2
 
 from tfps.data.sources import example_specs
+from tfps.serving.config import ServeConfig
 from tfps.serving.server import ModelServer
 from serve_client import _request, _rest, _stub
 from test_serving import score_saved_model
@@ -20,8 +21,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("serve_runner")]
 
 
 def _server(path, **kw):
-    return ModelServer(os.path.dirname(path), "demo", port=0, rest_api_port=0, host="127.0.0.1",
-                       printer=lambda *a, **k: None, **kw).start()
+    return ModelServer(ServeConfig(os.path.dirname(path), "demo", port=0, rest_api_port=0, host="127.0.0.1", **kw),
+                       printer=lambda *a, **k: None).start()
 
 
 def _example(dense=None, ids=None):

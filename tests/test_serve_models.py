@@ -12,6 +12,7 @@ from google.protobuf import struct_pb2
 from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2, get_model_status_pb2,
                                      model_service_pb2_grpc)
 
+from tfps.serving.config import ServeConfig
 from tfps.serving.models import read_model_config
 from tfps.serving.servable import read_export_manifest
 from tfps.serving.server import ModelServer
@@ -83,7 +84,8 @@ def _check_two_models(port, rest_port, runner):
 def test_model_config_file_serves_two_models_each_by_its_name(runner, tmp_path):
     models = read_model_config(_config(tmp_path, runner["exports"]))
     assert [m.name for m in models] == ["early", "late"]
-    server = ModelServer(models=models, port=0, rest_api_port=0, host="127.0.0.1", printer=lambda *a, **k: None)
+    server = ModelServer(ServeConfig(models=tuple(models), port=0, rest_api_port=0, host="127.0.0.1"),
+                         printer=lambda *a, **k: None)
     server.start()
     try:
         _check_two_models(server.port, server.rest_api_port, runner)

@@ -7,7 +7,6 @@
 The last line `tfps train` prints is one JSON object with the final metrics.
 """
 import argparse
-import faulthandler
 import json
 import os
 import re
@@ -15,12 +14,7 @@ import sys
 
 from tfps.process import (cpu_allocator_in_use, import_tensorflow, quiet_native_logs, quiet_python_logs,
                           single_threaded_blas, use_cpu_allocator)
-
-STOP_MARGIN_SECS = 5.0   # tfps serve: how long past --grace_secs a stop may take before it is ended
-# tfps serve's main thread waits for SIGTERM/SIGINT in steps of this: the kernel may hand the signal
-# to any thread (a gRPC or TensorFlow one), and Python runs its handler only when the main thread
-# runs again, which an untimed wait never did (a server that ignored SIGTERM; tested with tgkill).
-SIGNAL_POLL_SECS = 0.2
+from tfps.serving.run import STOP_MARGIN_SECS   # (run.py imports only the standard library at its top)
 
 
 def _train(args):
@@ -182,75 +176,11 @@ def _preload_task():
 
 
 def _serve(args):
-    import signal
-    import threading
-    tf = import_tensorflow()
+    import_tensorflow().compat.v1.disable_eager_execution()
     quiet_python_logs()
-    tf.compat.v1.disable_eager_execution()
-    from tfps.serving.models import read_model_config
-    from tfps.serving.server import ModelServer, settle_memory
-    if (args.model_config_file is None) == (args.model_base_path is None):
-        raise ValueError("tfps serve: give --model_base_path (with --model_name) or --model_config_file, one of them")
-    if args.model_config_file is not None:
-        if args.model_name is not None:
-            raise ValueError("tfps serve: --model_name goes with --model_base_path; --model_config_file names its "
-                             "models")
-        models = read_model_config(args.model_config_file)
-    else:
-        if args.model_name is None:
-            raise ValueError("tfps serve: --model_base_path needs --model_name (the name clients ask for)")
-        if not os.path.isdir(args.model_base_path):
-            raise OSError(f"--model_base_path {args.model_base_path!r} is not a directory")
-        models = None
-    if args.follow is not None and not os.path.isdir(args.follow):
-        raise OSError(f"--follow {args.follow!r} is not a directory (the trainer's model_dir)")
-    if not args.grace_secs >= 0:
-        raise ValueError(f"tfps serve: --grace_secs must be >= 0, got {args.grace_secs}")
-    batching = args.enable_batching or args.max_batch_size is not None or args.batch_timeout_micros is not None
-    server = ModelServer(args.model_base_path, args.model_name, port=args.port,
-                         rest_api_port=args.rest_api_port or None, enable_batching=batching,
-                         max_batch_size=32 if args.max_batch_size is None else args.max_batch_size,
-                         batch_timeout_micros=(
-                             1000 if args.batch_timeout_micros is None else args.batch_timeout_micros),
-                         num_batch_threads=args.num_batch_threads, poll_secs=args.file_system_poll_wait_seconds,
-                         follow=args.follow, num_versions=args.num_versions, host=args.host, models=models,
-                         max_request_bytes=args.max_request_bytes, session_threads=args.tensorflow_session_parallelism,
-                         grpc_threads=args.grpc_threads, printer=lambda *a, **k: print(*a, file=sys.stderr,
-                                                                                                  **k))
-    done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
-    settle_memory()
-    server.start()
-    if done.is_set():   # stopped while the first versions loaded: never announce a ready server
-        _watch_the_stop(args.grace_secs)
-        server.stop(args.grace_secs)
-        return 0
-    loaded = {name: sorted(store.loaded()) for name, store in server.models.stores.items()}
-    print(json.dumps({"model_name": server.store.name, "grpc_port": server.port,
-                      "rest_api_port": server.rest_api_port, "versions": loaded[server.store.name],
-                      "models": loaded}), flush=True)
-    while not done.wait(SIGNAL_POLL_SECS):
-        pass
-    _watch_the_stop(args.grace_secs)
-    drained = server.stop(args.grace_secs)
-    if server.batcher is not None and server.batcher.runs:
-        print(f"tfps serve: batching ran {server.batcher.requests} requests in {server.batcher.runs} session runs "
-              f"({server.batcher.requests / server.batcher.runs:.1f} a run)", file=sys.stderr, flush=True)
-    if not drained:
-        print(f"tfps serve: requests still running after --grace_secs {args.grace_secs} were cut", file=sys.stderr,
-              flush=True)
-        sys.stdout.flush()
-        os._exit(1)   # now: an interpreter exit would wait for the threads still running them
-    return 0
-
-
-def _watch_the_stop(grace_secs):
-    """A stop that never ends (a thread or a library that does not return, the interpreter's exit
-    waiting on a thread) must not leave a server that neither answers nor exits: STOP_MARGIN_SECS
-    past the grace, every thread's stack goes to stderr and the process exits 1 (faulthandler's
-    watchdog, a thread of its own that needs no interpreter lock)."""
-    faulthandler.dump_traceback_later(grace_secs + STOP_MARGIN_SECS, exit=True)
+    from tfps.serving.config import ServeConfig
+    from tfps.serving.run import serve
+    return serve(ServeConfig.from_args(args))
 
 
 def _op_error_line(message):

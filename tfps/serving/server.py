@@ -18,7 +18,7 @@ from werkzeug.serving import WSGIRequestHandler, make_server
 from tfps.serving.batching import Batcher
 from tfps.serving.errors import ServingError
 from tfps.serving.grpc_api import add_services
-from tfps.serving.models import ModelEntry, Models, check_name
+from tfps.serving.models import Models
 from tfps.serving.rest import RestApp
 from tfps.serving.store import ModelStore
 
@@ -110,69 +110,30 @@ class InFlight:
 
 
 class ModelServer:
-    """Serves the SavedModel versions under model_base_path as model_name (or several models:
-    `models`, a list of tfps.serving.models.ModelEntry, e.g. from read_model_config).
+    """Serves the models of a ServeConfig (tfps.serving.config): their SavedModel versions over TF
+    Serving's gRPC API and its REST API, on config.host."""
 
-    Args (the CLI's flags): port / rest_api_port (0: any free port; rest_api_port None: no REST),
-    host: the address both listen on ("0.0.0.0": every interface, TF Serving's default -- grpcio
-    takes it as the IPv4 and IPv6 wildcard;
-    "127.0.0.1": this machine only),
-    enable_batching with max_batch_size, batch_timeout_micros and num_batch_threads,
-    poll_secs (file_system_poll_wait_seconds): how often versions and the followed model_dir are
-    looked at, follow: a trainer's model_dir whose checkpoints and deltas the tables follow,
-    num_versions: the newest versions kept loaded, max_request_bytes: the largest request body,
-    grpc_threads: the gRPC handler threads (None: 16, or with batching max_batch_size + 8 within [16, 256]).
-    `follow` needs one model."""
-
-    def __init__(self, model_base_path=None, model_name=None, port=8500, rest_api_port=8501, enable_batching=False,
-                 max_batch_size=32, batch_timeout_micros=1000, num_batch_threads=2, poll_secs=1.0, follow=None,
-                 num_versions=1, max_request_bytes=64 << 20, grpc_threads=None, session_threads=0, host="0.0.0.0",
-                 printer=print, models=None):
-        problems = [f"{flag} must be in [0, 65535], got {v}" for flag, v in (("--port", port),
-                    ("--rest_api_port", rest_api_port)) if v is not None and not 0 <= v <= 65535]
-        problems += [f"--port and --rest_api_port must differ (both {port}): gRPC and REST each listen on their own"] \
-            if port and port == rest_api_port else []
-        problems += [f"{flag} must be > 0, got {v}" for flag, v in (
-            ("--max_batch_size", max_batch_size), ("--max_request_bytes", max_request_bytes),
-            ("--num_batch_threads", num_batch_threads)) if v < 1]
-        problems += [f"{flag} must be >= 0, got {v}" for flag, v in (
-            ("--tensorflow_session_parallelism", session_threads),) if v < 0]
-        problems += [f"--grpc_threads must be >= 1, got {grpc_threads}"] if grpc_threads is not None and \
-            grpc_threads < 1 else []
-        problems += [f"--file_system_poll_wait_seconds must be >= 0 (0: load once), got {poll_secs}"] \
-            if poll_secs < 0 else []
-        if (models is None) == (model_base_path is None and model_name is None):
-            problems += ["give --model_name and --model_base_path, or --model_config_file (models), not both"]
-        if models is None:
-            problems += [f"--model_name must be a non-empty name without '/' or ':', got {model_name!r}"] \
-                if not model_name or "/" in model_name or ":" in model_name else []
-            models = [ModelEntry(model_name, model_base_path)]
-        elif follow is not None and len(models) != 1:
-            problems += ["--follow applies one trainer's model_dir to one model; the config file names "
-                         f"{len(models)}"]
-        if problems:
-            raise ValueError("tfps serve: " + "; ".join(problems))
-        for m in models:
-            check_name(m.name, "a model name")
-        self.models = Models({m.name: ModelStore(m.name, m.base_path, keep=m.num_versions or num_versions,
-                                                 follow=follow, threads=session_threads, printer=printer)
-                              for m in models})
+    def __init__(self, config, printer=print):
+        config.checked()
+        self.config = config
+        self.models = Models({m.name: ModelStore(m.name, m.base_path, keep=m.num_versions or config.num_versions,
+                                                 follow=config.follow, threads=config.session_threads,
+                                                 printer=printer)
+                              for m in config.entries()})
         self.store = next(iter(self.models.stores.values()))   # the first (with --model_name, the only) model's
         self.in_flight = InFlight()
-        self.max_request_bytes = max_request_bytes
-        self._poll_secs, self._stop, self._started = poll_secs, threading.Event(), False
-        # A request waiting for its batch holds a handler thread: with batching, enough threads for
-        # a batch to fill and the next to start gathering; not many more, each thread is another
-        # for Python's interpreter lock (132 threads: 1.5x the CPU per request of 40, measured).
-        if grpc_threads is None:
-            grpc_threads = max(16, min(max_batch_size + 8, 256)) if enable_batching else 16
+        self.max_request_bytes = max_request_bytes = config.max_request_bytes
+        self._poll_secs, self._stop, self._started = config.poll_secs, threading.Event(), False
         # so_reuseport off: a second server on the same port fails instead of sharing its traffic
-        self._grpc = grpc.server(concurrent.futures.ThreadPoolExecutor(grpc_threads, thread_name_prefix="tfps-grpc"),
+        self._grpc = grpc.server(concurrent.futures.ThreadPoolExecutor(config.grpc_handler_threads(),
+                                                                       thread_name_prefix="tfps-grpc"),
                                  options=[("grpc.max_receive_message_length", max_request_bytes),
                                           ("grpc.max_send_message_length", max_request_bytes),
                                           ("grpc.so_reuseport", 0)])
         add_services(self._grpc, self)
-        host = check_bind(host, [("gRPC", port)] + ([("REST", rest_api_port)] if rest_api_port is not None else []))
+        port, rest_api_port = config.port, config.rest_api_port
+        host = check_bind(config.host, [("gRPC", port)] + ([("REST", rest_api_port)] if rest_api_port is not None
+                                                            else []))
         try:
             self.port = self._grpc.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
         except RuntimeError:
@@ -188,7 +149,8 @@ class ModelServer:
             self._grpc.stop(None)
             raise OSError(e.errno, f"tfps serve: cannot listen on REST port {rest_api_port} of {host}: "
                                    f"{e.strerror or e}") from None
-        self.batcher = Batcher(max_batch_size, batch_timeout_micros, num_batch_threads) if enable_batching else None
+        self.batcher = Batcher(config.max_batch_size, config.batch_timeout_micros, config.num_batch_threads) \
+            if config.enable_batching else None
         if self._rest:
             # stop() waits for the requests in flight (in_flight), not for idle keep-alive connections
             self._rest.daemon_threads = True
