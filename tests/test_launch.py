@@ -448,6 +448,7 @@ def test_a_fork_that_fails_stops_the_tasks_already_started(tmp_path, monkeypatch
     """The third fork of a launch fails (EAGAIN, as when the machine is out of processes): the
     launcher stops the two tasks it started and returns 1, with no exception."""
     from tfps.cluster import launch as launch_lib
+    from tfps.cluster.launch_config import LaunchConfig
     started = []
     real = launch_lib.fork_task
 
@@ -459,8 +460,8 @@ def test_a_fork_that_fails_stops_the_tasks_already_started(tmp_path, monkeypatch
         return child
     monkeypatch.setattr(launch_lib, "fork_task", third_fails)
     lines = []
-    code = launch_lib.launch(None, [], 2, 2, model_dir=str(tmp_path / "m"), task_main=lambda argv: time.sleep(120),
-                             printer=lambda *a, **k: lines.append(a[0]))
+    code = launch_lib.launch(LaunchConfig(num_ps=2, num_workers=2, model_dir=str(tmp_path / "m")),
+                             task_main=lambda argv: time.sleep(120), printer=lambda *a, **k: lines.append(a[0]))
     assert code == 1 and len(started) == 2
     for pid in started:
         with pytest.raises(ProcessLookupError):   # stopped and reaped

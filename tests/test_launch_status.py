@@ -1,8 +1,8 @@
-"""tfps.cluster.launch's status while a job runs: a task's state, and where a running one is (a
+"""tfps launch's status (tfps.cluster.launch_report) while a job runs: a task's state, and where a running one is (a
 trainer's progress, the evaluator's last evaluation), printed when it changes."""
 import json
 
-from tfps.cluster import launch
+from tfps.cluster import launch_report
 
 
 class _FakeTask:
@@ -18,7 +18,7 @@ def _statuses(task, writes):
         with open(task.log_path, "a") as f:
             f.write(text)
         task.state = state
-        launch._print_status([task], shown, lambda line, flush=False: printed.append(line))
+        launch_report.print_status([task], shown, lambda line, flush=False: printed.append(line))
     return printed
 
 

@@ -25,6 +25,7 @@ from tensorflow_serving.apis import prediction_service_pb2_grpc
 import tfps.embedding.checkpoint_tools
 from tfps.cluster import cgroups
 from tfps.cluster import launch as launch_lib
+from tfps.cluster.launch_config import LaunchConfig
 from tfps.config import ConfigError, load_config
 from tfps.data import SyntheticCriteo
 from tfps.data.sources import eval_set
@@ -265,9 +266,10 @@ def test_each_capped_task_runs_in_a_cgroup_of_its_own_under_its_cap_and_the_grou
     checker.start()
     model_dir = tmp_path / "m"
     try:
-        code = launch_lib.launch(None, ["cluster.memory_cap_mib={ps: 100, chief: 300}", f"model_dir={model_dir}"],
-                                 2, 2, model_dir=str(model_dir), task_main=task, netns=netns,
-                                 printer=lambda *a, **k: None)
+        code = launch_lib.launch(LaunchConfig(overrides=("cluster.memory_cap_mib={ps: 100, chief: 300}",
+                                                         f"model_dir={model_dir}"), num_ps=2, num_workers=2,
+                                              model_dir=str(model_dir), netns=netns),
+                                 task_main=task, printer=lambda *a, **k: None)
         checker.join()
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -143,10 +143,9 @@ def _convert(args):
 
 def _launch(args):
     from tfps.cluster.launch import launch
+    from tfps.cluster.launch_config import LaunchConfig
     from tfps.config import check_model_dir, load_config
-    overrides = (list(args.set) + ([f"cluster.protocol={args.protocol}"] if args.protocol else [])
-                 + (["cluster.netns=true"] if args.netns else []))
-    cfg = load_config(args.config, overrides)   # fail here, before starting any process
+    cfg = load_config(args.config, LaunchConfig.overrides_of(args))   # fail here, before starting any process
     use_cpu_allocator(cfg)   # (each task reads the config again and sets it too)
     check_model_dir(cfg.model_dir)
     from tfps.cluster.tf_config import check_protocol
@@ -161,9 +160,7 @@ def _launch(args):
         note = disk.unfinished_note(cfg.model_dir)
         if note:
             print(note, flush=True)
-    return launch(args.config, overrides, args.ps, args.workers, model_dir=cfg.model_dir, evaluator=args.evaluator,
-                  max_restarts=args.max_restarts, host=cfg.cluster.host, latency_ms=cfg.cluster.emulated_latency_ms,
-                  netns=cfg.cluster.netns, bandwidth_gbit=cfg.cluster.emulated_bandwidth_gbit,
+    return launch(LaunchConfig.from_args(args, cfg),
                   **(dict(task_main=main, preload=_preload_task) if cfg.cluster.fork_tasks else {}))
 
 

@@ -41,7 +41,6 @@ window (sampled from /proc every SAMPLE_SECS, each run's rusage when it is reape
 packets per step from its link (emulated hosts only) and messages per step (tfps.cluster.cost).
 """
 import json
-import re
 import os
 import signal
 import subprocess
@@ -49,34 +48,17 @@ import tempfile
 import time
 
 from tfps.cluster import cgroups
+from tfps.cluster import launch_report as report
 from tfps.cluster import netns as netns_lib
+from tfps.cluster.capacity import check_capacity
 from tfps.cluster.cost import Meter, cost
 from tfps.cluster.ports import cluster_spec, free_ports  # noqa: F401 -- tfps.cluster.launch's names too
-from tfps.cluster.process import Child, exec_argv, fork_task, untimestamped
+from tfps.cluster.process import Child, exec_argv, fork_task
 from tfps.config import load_config
 from tfps.state.lease import check_free
 
 GRACE_SECS = 120.0   # after the chief exits, how long the other workers and the evaluator may run on
 CONFIG_ERROR_EXIT = 2   # `tfps train`'s exit code for a bad config or a checkpoint that does not fit
-
-
-def _lines(path):
-    """The last lines of a log (its last 16 KiB), without their time stamps."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 16384))
-            return [untimestamped(line) for line in f.read().decode(errors="replace").strip().splitlines()]
-    except OSError:
-        return []
-
-
-def _last_line(path, json_only=False):
-    """The last line of a log (the last JSON object line with json_only), or ''."""
-    lines = _lines(path)
-    if json_only:
-        lines = [line for line in lines if line.startswith("{") and line.endswith("}")]
-    return lines[-1] if lines else ""
 
 
 class _Task:
@@ -199,50 +181,41 @@ def _emulated_hosts(names, latency_ms, bandwidth_gbit, log_dir, printer):
     return network, spec
 
 
-def launch(config, overrides, num_ps, num_workers, model_dir=None, evaluator=False, max_restarts=3,
-           host="127.0.0.1", status_every=5.0, printer=print, latency_ms=0.0, task_main=None, preload=None,
-           netns=False, bandwidth_gbit=None):
-    """Runs the job; returns the chief's exit code (1 when restarts ran out). latency_ms > 0 puts a
-    relay delaying each direction by that much between the trainers and every PS. With task_main
-    (argv -> exit code, `tfps` without its first word), every task is a fork of this process
-    running it, after preload() (imports only) has run here once. netns: every task is an
-    emulated host (tfps.cluster.netns), its link shaped to bandwidth_gbit each way when given.
-    The config's cluster.memory_cap_mib puts each capped task in a memory cgroup of its own
-    (tfps.cluster.cgroups): read here from config and overrides, as each task reads them."""
-    if num_ps < 1:
-        raise ValueError(f"launch: --ps must be >= 1 (embedding tables live on PS tasks), got {num_ps}")
-    if num_workers < 1:
-        raise ValueError(f"launch: --workers must be >= 1, got {num_workers}")
-    if max_restarts < 0:
-        raise ValueError(f"launch: --max-restarts must be >= 0, got {max_restarts}")
-    if bandwidth_gbit is not None and not netns:
-        raise ValueError("launch: cluster.emulated_bandwidth_gbit needs cluster.netns (tbf shapes each task's "
-                         "own link, which only emulated hosts have)")
-    if netns:
-        netns_lib.check_available(shaping=bandwidth_gbit is not None)
-    caps_mib = load_config(config, overrides).cluster.memory_cap_mib.by_job()   # {job: MiB}
+def launch(settings, printer=print, task_main=None, preload=None):
+    """Runs the job of `settings` (a LaunchConfig, tfps.cluster.launch_config); returns the chief's
+    exit code (1 when restarts ran out). latency_ms > 0 puts a relay delaying each direction by
+    that much between the trainers and every PS. With task_main (argv -> exit code, `tfps` without
+    its first word), every task is a fork of this process running it, after preload() (imports
+    only) has run here once. netns: every task is an emulated host (tfps.cluster.netns), its link
+    shaped to bandwidth_gbit each way when given. The config's cluster.memory_cap_mib puts each
+    capped task in a memory cgroup of its own (tfps.cluster.cgroups): read here from config and
+    overrides, as each task reads them."""
+    settings.checked()
+    if settings.netns:
+        netns_lib.check_available(shaping=settings.bandwidth_gbit is not None)
+    caps_mib = load_config(settings.config, list(settings.overrides)).cluster.memory_cap_mib.by_job()   # {job: MiB}
     hierarchy = cgroups.check_available() if caps_mib else None
-    if model_dir:   # a job already writing it: refused before any log, pid file or directory is opened
-        check_free(model_dir)
+    if settings.model_dir:   # a job already writing it: refused before any log, pid file or directory is opened
+        check_free(settings.model_dir)
     if task_main is not None and preload is not None:
         preload()   # before the bound: a task starts as a copy of this process
-    check_capacity(num_ps + num_workers + (1 if evaluator else 0) + (1 if latency_ms else 0))
-    names = _task_names(num_ps, num_workers, evaluator)
+    check_capacity(settings.num_tasks())
+    names = _task_names(settings.num_ps, settings.num_workers, settings.evaluator)
     _sweep_cgroups(hierarchy, printer)
     network = groups = None
     if caps_mib:   # before any directory: a refused cgroup leaves no model_dir/logs (or temporary dir)
         groups = cgroups.TaskGroups.make(os.getpid(), {f"{t}{i}": caps_mib[t] << 20 for t, i in names
                                                        if t in caps_mib}, hierarchy)
+    log_dir = None
     try:
-        model_dir = model_dir or tempfile.mkdtemp(prefix="tfps_cluster_")
+        model_dir = settings.model_dir or tempfile.mkdtemp(prefix="tfps_cluster_")
         log_dir = os.path.join(model_dir, "logs")
         os.makedirs(log_dir, exist_ok=True)
-        if netns:
-            network, spec = _emulated_hosts(names, latency_ms, bandwidth_gbit, log_dir, printer)
+        if settings.netns:
+            network, spec = _emulated_hosts(names, settings.latency_ms, settings.bandwidth_gbit, log_dir, printer)
         else:
-            spec = cluster_spec(num_ps, num_workers, host)
-        return _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host, status_every, printer,
-                    latency_ms, task_main, preload, network, groups)
+            spec = cluster_spec(settings.num_ps, settings.num_workers, settings.host)
+        return _run(settings, spec, names, model_dir, log_dir, printer, task_main, network, groups)
     finally:
         if groups is not None:
             left = groups.close()
@@ -270,70 +243,10 @@ def _sweep_cgroups(hierarchy, printer):
         printer(f"removed memory cgroup {os.path.join(hierarchy.mount, name)}: its launcher is gone", flush=True)
 
 
-TASK_THREADS = 64   # threads a running task may start (TF's pools, gRPC): the process bound counts them
-
-
-def check_capacity(num_tasks):
-    """ValueError (one line) when this machine cannot start num_tasks tasks: memory, taking each
-    task as large as this process's own memory now (a task starts as a copy of the launcher with
-    TensorFlow imported, and grows from there), or the kernel's thread limit (TASK_THREADS each)."""
-    per_task = _rss_bytes()
-    available = _meminfo("MemAvailable")
-    if per_task and available and num_tasks * per_task > available:
-        raise ValueError(f"launch: {num_tasks} tasks need about {num_tasks * per_task / 2**30:.1f} GiB "
-                         f"({per_task / 2**20:.0f} MiB each, what a task starts with), and this machine has "
-                         f"{available / 2**30:.1f} GiB available: at most {max(available // per_task, 1)} tasks "
-                         f"(--ps + --workers + evaluator) fit")
-    threads_max = _read_int("/proc/sys/kernel/threads-max")
-    running = _threads_running()
-    if threads_max and running is not None and running + num_tasks * TASK_THREADS > threads_max:
-        raise ValueError(f"launch: {num_tasks} tasks may start about {num_tasks * TASK_THREADS} threads, and this "
-                         f"machine allows {threads_max - running} more (kernel.threads-max {threads_max}): at most "
-                         f"{max((threads_max - running) // TASK_THREADS, 1)} tasks fit")
-
-
-def _rss_bytes():
-    """This process's anonymous resident memory (what a fork of it comes to own as it writes; the
-    libraries' pages stay shared)."""
-    return _proc_kib("/proc/self/status", "RssAnon")
-
-
-def _meminfo(key):
-    return _proc_kib("/proc/meminfo", key)
-
-
-def _proc_kib(path, key):
-    """The bytes of a `KEY: N kB` line of a /proc file, or None."""
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _read_int(path):
-    try:
-        with open(path) as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _threads_running():
-    try:
-        with open("/proc/loadavg") as f:   # "0.1 0.2 0.3 running/total last_pid"
-            return int(f.read().split()[3].split("/")[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host, status_every, printer, latency_ms,
-         task_main, preload, network, groups=None):
-    argv = ["train"] + (["--config", config] if config else [])
-    for item in list(overrides) + [f"model_dir={model_dir}"]:
+def _run(settings, spec, names, model_dir, log_dir, printer, task_main, network, groups=None):
+    max_restarts, host, latency_ms = settings.max_restarts, settings.host, settings.latency_ms
+    argv = ["train"] + (["--config", settings.config] if settings.config else [])
+    for item in list(settings.overrides) + [f"model_dir={model_dir}"]:
         argv += ["--set", item]
     meter = Meter()
     trainer_spec, relay = _latency_relays(spec, latency_ms, host, log_dir, network)
@@ -353,7 +266,7 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
             f"{' + an evaluator' if any(t == 'evaluator' for t, _ in names) else ''} {where}; model_dir {model_dir}; "
             f"logs in {log_dir}; at most {max_restarts} restart(s)"
             f"{f'; trainers reach the PS through relays adding {latency_ms:g} ms each way' if relay else ''}"
-            f"{_caps_words(tasks, groups)}. "
+            f"{report.caps_words(tasks, groups)}. "
             f"TF's gRPC servers listen on all interfaces (TF offers no "
             f"bind address) and have no authentication: keep these ports behind a firewall", flush=True)
     restarts, failure, code = 0, None, 1   # code: the chief's, or 1 when the job fails
@@ -381,7 +294,7 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
                     why = ("a configuration error, which a restart cannot mend" if rc == CONFIG_ERROR_EXIT else
                            f"the job has used its {max_restarts} restart(s) (--max-restarts)")
                     failure = (f"tfps launch: {t.name} {t.how_it_ended()} ({why}); stopping the job. Its last line: "
-                               f"{_last_line(t.log_path)[:300]!r}. See {t.log_path}")
+                               f"{report.last_line(t.log_path)[:300]!r}. See {t.log_path}")
                     code = CONFIG_ERROR_EXIT if rc == CONFIG_ERROR_EXIT else rc if t is chief and rc > 0 else 1
                     break
                 restarts += 1
@@ -395,9 +308,9 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
                     break
             if failure:
                 break
-            if time.time() - last_status >= status_every:
+            if time.time() - last_status >= settings.status_every:
                 last_status = time.time()
-                _print_status(tasks, shown, printer)
+                report.print_status(tasks, shown, printer)
         if failure is None:
             code = 0
             _wait_for_others(tasks, printer, lambda: _sample(meter, tasks, relay, network))
@@ -423,13 +336,13 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
                                                                                 if t.restarts},
                             "oom_kills": oom_kills}), flush=True)
         return code
-    final = _last_line(chief.log_path, json_only=True)
+    final = report.last_line(chief.log_path, json_only=True)
     if code == 0 and final:
         metrics = json.loads(final)
-        metrics["tasks"] = {t.name: _summary(t) for t in tasks if t.type != "ps"}
+        metrics["tasks"] = {t.name: report.summary(t) for t in tasks if t.type != "ps"}
         metrics["restarts"] = {t.name: t.restarts for t in tasks if t.restarts}
         metrics["oom_kills"] = oom_kills
-        trainers = {t.name: _json_line(t) for t in tasks if t.type in ("chief", "worker")}
+        trainers = {t.name: report.json_line(t) for t in tasks if t.type in ("chief", "worker")}
         # The evaluator's CPU goes to evaluations, not to training examples: its own line says how much.
         metrics["cost"] = cost(meter, metrics.get("steady_window") or {},
                                [t.name for t in tasks if t.type != "evaluator"], trainers,
@@ -439,8 +352,8 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
                 metrics["cost"].setdefault("evaluation", {})[t.name] = {
                     "cpu_seconds": round(meter.cpu_seconds(t.name) or 0.0, 3)}
         for name, s in metrics["tasks"].items():
-            printer(f"[{name}] " + ", ".join(_task_words(k, v) for k, v in s.items() if k != "task"), flush=True)
-        _print_cost(metrics["cost"], printer)
+            printer(f"[{name}] " + ", ".join(report.task_words(k, v) for k, v in s.items() if k != "task"), flush=True)
+        report.print_cost(metrics["cost"], printer)
         quality = ", ".join(f"{k} {metrics[k]}" for k in ("auc", "gauc", "logloss", "oracle_auc", "bad_rows")
                             if metrics.get(k) is not None)
         printer(f"the job: {metrics.get('examples_per_sec') or 0:.0f} examples/s over all trainers in the chief's "
@@ -449,19 +362,11 @@ def _run(config, overrides, spec, names, model_dir, log_dir, max_restarts, host,
         final = json.dumps(metrics)
     printer(f"model_dir {model_dir}: the checkpoints (tfps export, tfps inspect), each task's log in logs/; "
             f"TensorBoard: tensorboard --logdir {model_dir}", flush=True)
-    printer(final or _last_line(chief.log_path), flush=True)
+    printer(final or report.last_line(chief.log_path), flush=True)
     return code
 
 
 SAMPLE_SECS = 0.25   # the launcher's loop: restarts, and the tasks' CPU and links sampled for the cost
-
-
-def _caps_words(tasks, groups):
-    """The launch line's words on the memory caps ('' without)."""
-    if groups is None:
-        return ""
-    caps = ", ".join(f"{t.name} {t.cap_mib} MiB" for t in tasks if t.cap_mib)
-    return f"; memory caps {caps} (a cgroup per task in {groups.parent}, cgroup v{groups.hierarchy.version})"
 
 
 def _sample(meter, tasks, relay, network):
@@ -472,67 +377,6 @@ def _sample(meter, tasks, relay, network):
         meter.sample("latency_relay", relay.pid)
     if network is not None:
         meter.sample_links(network.counters())
-
-
-def _print_status(tasks, shown, printer):
-    """Each task's status (_status) when it changed since shown {task name: what was printed}."""
-    for t in tasks:
-        status = _status(t)
-        if shown.get(t.name) != status:
-            shown[t.name] = status
-            printer(f"[{t.name}] {status}", flush=True)
-
-
-_PROGRESS = re.compile(r"step \d+(/\d+ \(\d+%\))?")   # the head of a trainer's progress line (ProgressHook)
-
-
-def _status(t):
-    """A task's state, and where a running task is: a trainer's last progress (`step N/M (P%)`), the
-    evaluator's last evaluation (`evaluated global step N`; it goes on to the next checkpoint).
-    A task that exited 0 has `finished`. Nothing else of the log (placement tables, TF's lines)."""
-    state = t.state
-    if state == "exited 0":
-        return "finished"
-    if state != "running":
-        return state
-    if t.type in ("chief", "master", "worker"):
-        progress = [m.group(0) for m in map(_PROGRESS.match, _lines(t.log_path)) if m]
-        return f"running: {progress[-1]}" if progress else "running"
-    if t.type == "evaluator":
-        last = _last_line(t.log_path, json_only=True)
-        try:
-            step = json.loads(last).get("global_step") if last else None
-        except ValueError:
-            step = None
-        return f"running: evaluated global step {step}" if step is not None else "running"
-    return state
-
-
-_TASK_WORDS = {"local_steps": "steps run by this task", "task_examples_per_sec": "examples/s of its own",
-               "global_step": "global step", "cpu_allocator": "CPU allocator"}
-
-
-def _task_words(key, value):
-    return f"{value} {_TASK_WORDS[key]}" if key in ("local_steps", "task_examples_per_sec") else \
-        f"{_TASK_WORDS.get(key, key)} {value}"
-
-
-def _print_cost(c, printer):
-    if c["total"]["cpu_s_per_1k_examples"] is None:
-        return
-    for name, row in c["tasks"].items():
-        parts = [f"{row['cpu_s_per_1k_examples']} CPU-s per 1k examples"]
-        if row.get("bytes_sent_per_step") is not None:
-            parts.append(f"{row['bytes_sent_per_step'] / 1024:.1f} KiB sent and "
-                         f"{row['bytes_received_per_step'] / 1024:.1f} KiB received per step")
-        if row.get("messages_per_step") is not None:
-            parts.append(f"{row['messages_per_step']:g} messages per step")
-        printer(f"[{name}] cost: {', '.join(parts)}", flush=True)
-    printer(f"cluster: {c['total']['cpu_s_per_1k_examples']} CPU-s per 1k examples over {c['window']['examples']} "
-            f"examples of the steady window", flush=True)
-    for name, row in c.get("evaluation", {}).items():
-        printer(f"[{name}] cost: {row['cpu_seconds']} CPU-s in all, evaluating checkpoints (not counted per training "
-                f"example)", flush=True)
 
 
 def _interrupt(signum, frame):
@@ -551,18 +395,3 @@ def _wait_for_others(tasks, printer, sample):
             printer(f"[{t.name}] still running {GRACE_SECS:.0f} s after the chief finished: stopping it", flush=True)
         elif t.proc.returncode != 0:
             printer(f"[{t.name}] exited {t.proc.returncode}; see {t.log_path}", flush=True)
-
-
-def _json_line(task):
-    """The task's last JSON line (its final metrics), or {}."""
-    line = _last_line(task.log_path, json_only=True)
-    try:
-        return json.loads(line) if line else {}
-    except json.JSONDecodeError:
-        return {}
-
-
-def _summary(task):
-    metrics = _json_line(task)
-    keep = ("local_steps", "task_examples_per_sec", "global_step", "auc", "loss", "cpu_allocator")
-    return {k: metrics[k] for k in keep if k in metrics} or {"state": task.state}
