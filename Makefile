@@ -31,7 +31,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 # environment says not to: every process of the suite imports them (0.2 s of CPU each, uncached).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: demo test test-compat build setup deps cc-build cc-test py-test bench bench-clean-tree bench-smoke bench-lines bench-line clean
+.PHONY: demo test test-compat build setup deps cc-build cc-test py-test bench bench-clean-tree bench-smoke bench-lines bench-line bench-torchrec clean
 
 # The demo model on a local cluster: 2 PS, a chief and a worker, one process each (gRPC on loopback).
 demo: build
@@ -162,6 +162,23 @@ bench: bench-clean-tree build $(CC_BIN)/bench_index $(CC_BIN)/bench_unique_paths
 	$(REC) bench_quality -- $(PY) benchmarks/bench_quality.py --repeats 5
 	$(REC) scaling_model -- $(PY) benchmarks/scaling_model.py
 	$(PY) benchmarks/report.py
+
+# The peer benchmark against TorchRec on CPU, recorded like the others (benchmarks/results/bench_torchrec.json)
+# but in neither `make bench` nor `make test`: the TorchRec side runs in a venv of its own, .venv-torchrec
+# (Python 3.11; torch is the CUDA wheel, about 5.5 GB with its nvidia dependencies, since `import torch`
+# needs libcudnn). torchrec goes in --no-deps: it names the CUDA fbgemm-gpu, fbgemm-gpu-cpu stands in.
+TORCHREC_PYTHON ?= python3.11
+TORCHREC_VENV := .venv-torchrec
+TORCHREC := torchrec==1.9.2
+$(TORCHREC_VENV)/.installed: benchmarks/requirements-torchrec.txt
+	$(TORCHREC_PYTHON) -m venv $(TORCHREC_VENV)
+	$(TORCHREC_VENV)/bin/python -m pip install -q --upgrade pip
+	$(TORCHREC_VENV)/bin/python -m pip install -q --no-compile -r benchmarks/requirements-torchrec.txt
+	$(TORCHREC_VENV)/bin/python -m pip install -q --no-compile --no-deps $(TORCHREC)
+	touch $@
+
+bench-torchrec: bench-clean-tree build $(TORCHREC_VENV)/.installed
+	$(REC) bench_torchrec -- $(PY) benchmarks/bench_torchrec.py --torchrec-python $(TORCHREC_VENV)/bin/python
 
 # The figures of issue 25 on both TensorFlow lines, one after the other on the same machine:
 # bench_table, bench_step, bench_cluster and the demo (`make demo`'s job) under each line's venv,

@@ -47,10 +47,14 @@ ABOUT = {
     "bench_export": "the stock-ops export against the tfps export at 10^3..10^7 rows: size, export and load memory, req/s",
     "bench_mtgr": "MTGR against DeepFM and DCN-v2 on MovieLens (each tuned, 5 seeds), its ablations; token-budget "
                   "against fixed-count batches",
+    "bench_torchrec": "the demo's DeepFM on tfps (1 process; 2 PS + 1 worker) against TorchRec on CPU (fixed-size "
+                      "fused-Adagrad tables; MCH dynamic tables): examples/s, CPU per example, AUC (`make bench-torchrec`)",
     "scaling_model": "a cost model fit on small clusters (benchmarks/results/scaling/runs.json), checked on held-out runs; "
                      "predictions to 100 workers, tfps against stock TensorFlow",
 }
 
+# the make target of a benchmark that `make bench` does not run
+RUN_BY = {"bench_torchrec": "make bench-torchrec"}
 
 # The figures set side by side for the two TensorFlow lines (`make bench-lines`, results in
 # benchmarks/results/tf-<line>/): (benchmark, what it is, label, how to read it from the run,
@@ -142,8 +146,8 @@ def main():
                    f"{r['cores']} cores, {r['seconds']} s\n\n```text\n")
         out.append("\n".join(r["lines"]) + "\n```\n")
     for name in missing:
-        out.append(f"\n## {name}\n\nNot recorded: `make bench` runs it (benchmarks/{name}.py says what it measures "
-                   f"and how long it takes), and this page then shows its figures.\n")
+        out.append(f"\n## {name}\n\nNot recorded: `{RUN_BY.get(name, 'make bench')}` runs it (benchmarks/{name}.py says "
+                   f"what it measures and how long it takes), and this page then shows its figures.\n")
     with open(OUT, "w") as f:
         f.write("".join(out))
     print(f"wrote {os.path.relpath(OUT)} from {len(results)} results")
