@@ -3,7 +3,7 @@ same model (issue 26, item 4; docs/scaling.md).
 
 Both systems train the demo's DeepFM (26 features, dim 8, MLP 256-128-64, batch 1024) with Adam:
   tfps:  tfps hash tables, merged, sharded over the PS tasks; tfps's Adam; no pipeline;
-  stock: model.stock_tf -- a tf.Variable per feature (stock_buckets rows, in P partitions placed
+  stock: model.hashing_trick -- a tf.Variable per feature (hashing_buckets rows, in P partitions placed
          on the PS tasks), tf.nn.embedding_lookup of id mod buckets, tf.compat.v1.train's Adam
          (whose sparse update decays every row's moments each step).
 Every run is `tfps launch` (or `tfps train` for one process), measured the same way: the
@@ -49,8 +49,8 @@ PLOT = os.path.join(ROOT, "docs", "scaling_model.png")
 BUCKETS = 2 ** 14          # stock: rows per feature (26 x 16,384 = 426k rows, about the rows tfps makes)
 SYSTEMS = {
     "tfps": ["train.optimizer=adam", "train.learning_rate=0.001"],
-    "stock": ["train.optimizer=adam", "train.learning_rate=0.001", "model.stock_tf=true",
-              f"model.stock_buckets={BUCKETS}"],
+    "stock": ["train.optimizer=adam", "train.learning_rate=0.001", "model.hashing_trick=true",
+              f"model.hashing_buckets={BUCKETS}"],
 }
 COMMON = ["eval.examples=4096", "train.save_checkpoints_steps=1000000", "train.log_every_steps=200"]
 CORES = 2                  # cores per host in the predictions (this machine's)
@@ -63,7 +63,7 @@ def calibration_runs():
     runs = [(s, 0, 0, False, None, []) for s in SYSTEMS]                      # one process
     runs += [(s, w, p, False, None, []) for s in SYSTEMS for p in (1, 2) for w in (1, 2, 3)]
     runs += [(s, 2, 2, True, g, []) for s in SYSTEMS for g in (None, 10.0, 1.0, 0.1)]
-    runs += [("stock", 1, 1, False, None, [f"model.stock_buckets={BUCKETS * 4}"])]
+    runs += [("stock", 1, 1, False, None, [f"model.hashing_buckets={BUCKETS * 4}"])]
     return runs
 
 
@@ -187,7 +187,7 @@ def fit(runs, system):
     m["ps_msgs"] = (msgs[1], msgs[2] - msgs[1])      # messages the PS tasks handle per step: a + b * (P - 1)
     # PS CPU per message: what a PS more adds per step over the messages it adds (gRPC, rendezvous)
     m["cpu_per_msg"] = m["cp"][1] / m["ps_msgs"][1] if m["ps_msgs"][1] > 0 else 0.0
-    big = _find(runs, system, 1, 1, extra=(f"model.stock_buckets={BUCKETS * 4}",))
+    big = _find(runs, system, 1, 1, extra=(f"model.hashing_buckets={BUCKETS * 4}",))
     if big is not None:
         m["per_row"] = (observed(big)["cpu_p"] - one["cpu_p"]) / (26 * BUCKETS * 3)
     return m

@@ -122,7 +122,7 @@ FUZZ = {"0": 0, "-1": -1, str(2**31): 2**31, str(2**63): 2**63, ".nan": float("n
 # what a field needs beside it for an in-range value to be a valid config
 CONTEXT = {"train.evict_every_steps": ["model.eviction.after_steps=10"],
            "eval.examples": ["data.format=criteo", "data.path=x", "data.eval_path=y"],
-           "model.stock_buckets": ["model.stock_tf=true", "model.embedding_dim=1"]}
+           "model.hashing_buckets": ["model.hashing_trick=true", "model.embedding_dim=1"]}
 
 
 def _override(field, text):

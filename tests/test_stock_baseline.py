@@ -1,6 +1,6 @@
-"""model.stock_tf, the stock TensorFlow baseline benchmarks/scaling_model.py measures tfps against:
+"""model.hashing_trick, the hashing-trick baseline benchmarks/scaling_model.py measures tfps against:
 each feature a tf.Variable in model.num_shards partitions, tf.nn.embedding_lookup of id mod
-model.stock_buckets, TensorFlow's own optimizer. Oracles: the checkpoint's variables (the shapes
+model.hashing_buckets, TensorFlow's own optimizer. Oracles: the checkpoint's variables (the shapes
 the config names, TensorFlow's Adam slots, no tfps table); the export, served by tfps serve's
 Servable, against tfps.runner.predict on the same rows; the refusals name the key."""
 import json
@@ -17,7 +17,7 @@ from tfps.runner.job import export, predict
 # 8 categorical features, not the demo's 26: each is a partitioned variable with 2 Adam slots, and
 # 26 cost a step ~90 ms and most of the test's CPU. (The runs are seeded: AUC 0.588 after 30 steps
 # with 8, 0.671 with 26.)
-SETS = ["model.stock_tf=true", "model.stock_buckets=512", "model.num_shards=3", "train.optimizer=adam",
+SETS = ["model.hashing_trick=true", "model.hashing_buckets=512", "model.num_shards=3", "train.optimizer=adam",
         "train.learning_rate=0.01", "train.steps=30", "train.batch_size=64", "model.hidden_units=[8]",
         "eval.examples=512", "data.vocab_max=3000", "data.num_categorical=8"]
 
@@ -54,24 +54,38 @@ def test_the_stock_baseline_trains_partitioned_variables_and_its_export_serves(t
 
 
 @pytest.mark.parametrize("change, match", [
-    (["pipeline.enabled=true"], "model.stock_tf has no tfps table"),
-    (["train.delta_every_secs=1"], "model.stock_tf has no tfps table"),
-    (["model.admit_min_count=2"], "model.stock_tf has no tfps table"),
-    (["model.stock_buckets=0"], r"model.stock_buckets must be in \[1, 536870912\]"),
-    (["model.stock_buckets=536870912"], r"model.stock_buckets \(536870912\) x \(model.embedding_dim \+ 1\)"),
+    (["pipeline.enabled=true"], "model.hashing_trick has no tfps table"),
+    (["train.delta_every_secs=1"], "model.hashing_trick has no tfps table"),
+    (["model.admit_min_count=2"], "model.hashing_trick has no tfps table"),
+    (["model.hashing_buckets=0"], r"model.hashing_buckets must be in \[1, 536870912\]"),
+    (["model.hashing_buckets=536870912"], r"model.hashing_buckets \(536870912\) x \(model.embedding_dim \+ 1\)"),
 ])
 def test_what_the_stock_baseline_cannot_do_is_refused_naming_the_key(change, match):
     with pytest.raises(ConfigError, match=match):
-        load_config("configs/demo.yaml", ["model.stock_tf=true"] + change)
-    if "stock_buckets" not in change[0]:   # (stock_buckets alone is refused: the next test)
-        load_config("configs/demo.yaml", change)   # the same setting without stock_tf is fine
+        load_config("configs/demo.yaml", ["model.hashing_trick=true"] + change)
+    if "hashing_buckets" not in change[0]:   # (hashing_buckets alone is refused: the next test)
+        load_config("configs/demo.yaml", change)   # the same setting without hashing_trick is fine
 
 
-def test_stock_buckets_without_the_stock_baseline_is_refused():
-    with pytest.raises(ConfigError, match="model.stock_buckets applies with model.stock_tf: true"):
-        load_config("configs/demo.yaml", ["model.stock_buckets=1024"])
+def test_hashing_buckets_without_the_stock_baseline_is_refused():
+    with pytest.raises(ConfigError, match="model.hashing_buckets applies with model.hashing_trick: true"):
+        load_config("configs/demo.yaml", ["model.hashing_buckets=1024"])
 
 
 def test_the_stock_baseline_of_mtgr_is_refused():
-    with pytest.raises(ConfigError, match="model.stock_tf is a baseline of deepfm, wdl and dcn_v2, not mtgr"):
-        load_config("configs/movielens_mtgr.yaml", ["model.stock_tf=true", "data.path=/nonexistent"])
+    with pytest.raises(ConfigError, match="model.hashing_trick is a baseline of deepfm, wdl and dcn_v2, not mtgr"):
+        load_config("configs/movielens_mtgr.yaml", ["model.hashing_trick=true", "data.path=/nonexistent"])
+
+
+def test_the_old_names_of_the_baseline_are_read_as_the_new_with_a_warning():
+    """model.stock_tf and model.stock_buckets (the names before hashing_trick and hashing_buckets)
+    give the same config, each with a FutureWarning naming the new key; both names at once are
+    refused."""
+    with pytest.warns(FutureWarning) as caught:
+        old = load_config("configs/demo.yaml", ["model.stock_tf=true", "model.stock_buckets=512"])
+    assert sorted(str(w.message) for w in caught) == [
+        "config: model.stock_buckets is now model.hashing_buckets (read as such)",
+        "config: model.stock_tf is now model.hashing_trick (read as such)"]
+    assert old == load_config("configs/demo.yaml", ["model.hashing_trick=true", "model.hashing_buckets=512"])
+    with pytest.raises(ConfigError, match="model.stock_tf is the old name of model.hashing_trick"):
+        load_config("configs/demo.yaml", ["model.stock_tf=true", "model.hashing_trick=true"])

@@ -8,6 +8,7 @@ infinities included) is a ConfigError naming the field and the range.
 import dataclasses
 import os
 import tempfile
+import warnings
 from typing import List, Optional
 
 import yaml
@@ -101,10 +102,11 @@ class ModelConfig:
     gln: bool = True                     # mtgr: Group-Layer Norm (false: one LayerNorm for every token group)
     dynamic_mask: bool = True            # mtgr: candidates see real-time tokens up to their own request time
     cross_features: bool = True          # mtgr: candidate tokens carry the DLRM cross features
-    stock_tf: bool = False               # the stock TensorFlow baseline (benchmarks): each feature a tf.Variable of
-                                         # stock_buckets rows in num_shards partitions, tf.nn.embedding_lookup of
-                                         # id mod stock_buckets, train.optimizer from tf.compat.v1.train; no table
-    stock_buckets: int = 2**18           # stock_tf: rows per feature (the hashing trick)
+    hashing_trick: bool = False          # the hashing-trick baseline, stock TensorFlow's way (benchmarks): each
+                                         # feature a tf.Variable of hashing_buckets rows in num_shards partitions,
+                                         # tf.nn.embedding_lookup of id mod hashing_buckets, train.optimizer from
+                                         # tf.compat.v1.train; no table (was model.stock_tf, still read)
+    hashing_buckets: int = 2**18         # hashing_trick: rows per feature (was model.stock_buckets, still read)
 
 
 @dataclasses.dataclass
@@ -260,9 +262,30 @@ def load_config(path=None, overrides=()):
             raise ConfigError(f"--set {key.strip()}: {text!r} is not a YAML value "
                               f"({str(e).splitlines()[0]})") from None
         set_dotted(raw, key.strip(), value)
+    _rename_old_keys(raw)
     cfg = build(JobConfig, raw)
     validate(cfg)
     return cfg
+
+
+# Keys renamed, still read: {old dotted key: new}. model.stock_tf named the hashing-trick baseline
+# like the stock-ops export (--format stock), which it is not.
+RENAMED = {"model.stock_tf": "model.hashing_trick", "model.stock_buckets": "model.hashing_buckets"}
+
+
+def _rename_old_keys(raw):
+    """Moves each old key of RENAMED in `raw` (a config mapping) to its new name, with a
+    FutureWarning naming both; a config giving both is a ConfigError."""
+    for old, new in RENAMED.items():
+        section, old_leaf = old.split(".")
+        new_leaf = new.split(".")[1]
+        part = raw.get(section)
+        if not isinstance(part, dict) or old_leaf not in part:
+            continue
+        if new_leaf in part:
+            raise ConfigError(f"{old} is the old name of {new}: give {new} only")
+        part[new_leaf] = part.pop(old_leaf)
+        warnings.warn(f"config: {old} is now {new} (read as such)", FutureWarning, stacklevel=3)
 
 
 def _resolve_data_paths(raw, directory):
@@ -332,16 +355,16 @@ def validate(cfg):
          "pipeline.defer_push needs pipeline.fuse_dense: true (the deferred push is part of the fused one)"),
         (cfg.cluster.protocol in ("grpc", "grpc+verbs", "grpc+mpi", "grpc+gdr"),
          f"cluster.protocol must be grpc, grpc+verbs, grpc+mpi or grpc+gdr, got {cfg.cluster.protocol!r}"),
-        (cfg.model.stock_tf or cfg.model.stock_buckets == ModelConfig.stock_buckets,
-         "model.stock_buckets applies with model.stock_tf: true (the stock TensorFlow baseline) only"),
-        (not cfg.model.stock_tf or cfg.model.stock_buckets * (cfg.model.embedding_dim + 1) <= MAX_STOCK_VALUES,
-         f"model.stock_buckets ({cfg.model.stock_buckets}) x (model.embedding_dim + 1) must be at most "
-         f"{MAX_STOCK_VALUES} values per feature's variable: lower model.stock_buckets"),
-        (not cfg.model.stock_tf or cfg.model.name in ("deepfm", "wdl", "dcn_v2"),
-         f"model.stock_tf is a baseline of deepfm, wdl and dcn_v2, not {cfg.model.name}"),
-        (not cfg.model.stock_tf or not (cfg.pipeline.enabled or cfg.model.eviction.any or cfg.train.delta_every_secs
-                                       or cfg.model.admit_min_count > 1),
-         "model.stock_tf has no tfps table: pipeline.enabled, model.eviction, train.delta_every_secs and "
+        (cfg.model.hashing_trick or cfg.model.hashing_buckets == ModelConfig.hashing_buckets,
+         "model.hashing_buckets applies with model.hashing_trick: true (the hashing-trick baseline) only"),
+        (not cfg.model.hashing_trick or cfg.model.hashing_buckets * (cfg.model.embedding_dim + 1) <= MAX_STOCK_VALUES,
+         f"model.hashing_buckets ({cfg.model.hashing_buckets}) x (model.embedding_dim + 1) must be at most "
+         f"{MAX_STOCK_VALUES} values per feature's variable: lower model.hashing_buckets"),
+        (not cfg.model.hashing_trick or cfg.model.name in ("deepfm", "wdl", "dcn_v2"),
+         f"model.hashing_trick is a baseline of deepfm, wdl and dcn_v2, not {cfg.model.name}"),
+        (not cfg.model.hashing_trick or not (cfg.pipeline.enabled or cfg.model.eviction.any
+                                             or cfg.train.delta_every_secs or cfg.model.admit_min_count > 1),
+         "model.hashing_trick has no tfps table: pipeline.enabled, model.eviction, train.delta_every_secs and "
          "model.admit_min_count do not apply to it"),
         (cfg.cluster.emulated_bandwidth_gbit is None or cfg.cluster.netns,
          "cluster.emulated_bandwidth_gbit needs cluster.netns: true (tbf shapes each task's own link, which only "

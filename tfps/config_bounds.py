@@ -23,7 +23,7 @@ class Range:
 
 MAX_DIM = 1 << 24          # kernels/core/config.h kMaxDim: a table's widest row (deepfm and wdl add one column)
 MIN_SKETCH_WIDTH, MAX_SKETCH_WIDTH = 1 << 12, 1 << 26   # kMinSketchWidth, kMaxSketchWidth there
-MAX_STOCK_VALUES = 1 << 30  # model.stock_tf: floats in one feature's variable (as a dense kernel's cap: 4 GiB)
+MAX_STOCK_VALUES = 1 << 30  # model.hashing_trick: floats in one feature's variable (as a dense kernel's cap: 4 GiB)
 MAX_SHARDS = 1024          # tables per feature: each shard adds ops (512 build in 15 s, 70000 in many minutes;
                            # the partition op's own limit is 65536), and no placement needs more
 MAX_STEPS = 2**32 - 1      # a row records its last step and update count as uint32
@@ -60,7 +60,7 @@ BOUNDS = {
     "model.embedding_dim": Range(1, MAX_DIM - 1),
     "model.hidden_units": Range(1, 1 << 16),
     "model.num_shards": Range(1, MAX_SHARDS),
-    "model.stock_buckets": Range(1, 1 << 29),
+    "model.hashing_buckets": Range(1, 1 << 29),
     "model.initializer_stddev": Range(0, 100),
     "model.admit_min_count": Range(1, 65535),          # the admission sketch counts in 16 bits
     "model.admit_sketch_width": Range(MIN_SKETCH_WIDTH, MAX_SKETCH_WIDTH),

@@ -78,7 +78,7 @@ def hidden(x, hidden_units, prefix="mlp"):
 def make_optimizer(train, library=train_lib):
     """The optimizer of a JobConfig's `train` section (as a dict): sgd, adagrad, adam or ftrl with
     their hyper-parameters, from `library`: tfps.train, or tf.compat.v1.train for the stock
-    baseline model.stock_tf (whose Adam decays every row's moments each step). The two have the
+    baseline model.hashing_trick (whose Adam decays every row's moments each step). The two have the
     same class names and arguments."""
     name, lr = train["optimizer"], train["learning_rate"]
     if name == "sgd":
@@ -92,13 +92,13 @@ def make_optimizer(train, library=train_lib):
     raise ValueError(f"unknown optimizer {name!r} (sgd, adagrad, adam or ftrl)")
 
 
-def stock_embed_inputs(features, schema, width, buckets, partitions, initializer_stddev=0.02):
-    """embed_inputs of the stock TensorFlow baseline (model.stock_tf): rows float32 [B, F, width],
+def hashing_embed_inputs(features, schema, width, buckets, partitions, initializer_stddev=0.02):
+    """embed_inputs of the hashing-trick baseline (model.hashing_trick): rows float32 [B, F, width],
     each single-valued feature a tf.Variable [buckets, width] in `partitions` parts
     (fixed_size_partitioner; a replica_device_setter spreads them over the PS tasks) looked up with
     tf.nn.embedding_lookup of id mod buckets (the hashing trick)."""
     if schema.list_features:
-        raise ConfigError(f"model.stock_tf takes single-valued features only; the data has list features "
+        raise ConfigError(f"model.hashing_trick takes single-valued features only; the data has list features "
                           f"{', '.join(schema.list_features)}")
     check_dense_shape([buckets, width], "stock_embedding/<feature>")
     init = tf.compat.v1.truncated_normal_initializer(stddev=initializer_stddev)
@@ -162,11 +162,11 @@ def _count_bad_rows(features):
     return counter.assign_add(tf.cast(features["bad_rows"], tf.int64))
 
 
-def model_spec(mode, logits, labels, features, schema, train, stock_tf=False, model_graph=None):
+def model_spec(mode, logits, labels, features, schema, train, hashing_trick=False, model_graph=None):
     """The ModelSpec (tfps.models.spec) of a binary classifier with logits [B]:
     PREDICT: probabilities and logits (the serving signature);
     EVAL: loss and exact streaming auc, logloss, gauc (when the schema has users) and bad_rows;
-    TRAIN: the config's tfps optimizer (stock_tf: TensorFlow's own) on model_graph's step (None:
+    TRAIN: the config's tfps optimizer (hashing_trick: TensorFlow's own) on model_graph's step (None:
     the default graph's ModelGraph); skipped rows are added to BAD_ROWS_VARIABLE.
     EVAL and TRAIN specs carry the batch's example count (the labels')."""
     model_graph = model_graph or ModelGraph.of()
@@ -185,7 +185,7 @@ def model_spec(mode, logits, labels, features, schema, train, stock_tf=False, mo
             metrics["bad_rows"] = streaming_sum(features["bad_rows"])
         return ModelSpec(mode, loss=loss, eval_metric_ops=metrics, examples=examples)
     gs = tf.compat.v1.train.get_or_create_global_step()
-    if stock_tf:
+    if hashing_trick:
         optimizer = make_optimizer(train, tf.compat.v1.train)
         # part of the fingerprint, as tfps's optimizers record theirs
         manifests.record_optimizer(optimizer, model_graph)

@@ -5,7 +5,7 @@ deepfm and wdl keep each feature's first-order weight in its row (width dim + 1)
 """
 from tfps.data.schema import Schema
 from tfps.embedding.model_graph import ModelGraph
-from tfps.models.common import dense_input, embed_inputs, embedding_options, model_spec, stock_embed_inputs
+from tfps.models.common import dense_input, embed_inputs, embedding_options, model_spec, hashing_embed_inputs
 from tfps.models.dcn import dcn_v2
 from tfps.models.deepfm import deepfm
 from tfps.models.mtgr import mtgr_model_fn
@@ -26,12 +26,12 @@ def model_fn(features, labels, mode, params, model_graph=None):
         return mtgr_model_fn(features, labels, mode, params, model_graph=model_graph)
     logits_of, extra = MODELS[m["name"]]
     training = mode == ModeKeys.TRAIN
-    if m["stock_tf"]:
-        rows = stock_embed_inputs(features, schema, m["embedding_dim"] + extra, m["stock_buckets"], m["num_shards"],
+    if m["hashing_trick"]:
+        rows = hashing_embed_inputs(features, schema, m["embedding_dim"] + extra, m["hashing_buckets"], m["num_shards"],
                                   m["initializer_stddev"])
     else:
         rows = embed_inputs(features, schema, m["embedding_dim"] + extra, embedding_options(m),
                             m["initializer_stddev"], insert=training, model_graph=model_graph)
     logits = logits_of(rows, dense_input(features, schema), m)
-    return model_spec(mode, logits, labels, features, schema, params["train"], stock_tf=m["stock_tf"],
+    return model_spec(mode, logits, labels, features, schema, params["train"], hashing_trick=m["hashing_trick"],
                       model_graph=model_graph)

@@ -21,8 +21,8 @@ def run(cfg, printer=print):
 
 
 def _embedding_words(cfg):
-    if cfg.model.stock_tf:
-        return f"stock TensorFlow variables of {cfg.model.stock_buckets} rows"
+    if cfg.model.hashing_trick:
+        return f"stock TensorFlow variables of {cfg.model.hashing_buckets} rows"
     return "one merged table" if cfg.model.merge_tables else "a table each"
 
 

@@ -123,7 +123,7 @@ class TableFollower:
         applied."""
         state = self._ops(servable)
         if not state["tables"]:
-            self._report(f"version {servable.version} has no tfps table (a model.stock_tf export, say): --follow "
+            self._report(f"version {servable.version} has no tfps table (a model.hashing_trick export, say): --follow "
                          f"applies tables' checkpoints and deltas, so nothing of {self.model_dir} is applied to it")
             return []
         done = []
