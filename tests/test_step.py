@@ -58,7 +58,7 @@ def test_a_pipelined_graph_refuses_a_step_of_its_own(graph):
     w = tf.compat.v1.get_variable("w", [4, 1])
     loss = tf.reduce_sum(tf.matmul(tfps.embedding_lookup(ev, features["ids"]), w))
     with pytest.raises(ValueError, match="defer_push=None is decided when the optimizer routes"):
-        pipeline.defer_push   # AutoPush: not decided before the variables exist
+        pipeline.defer_push   # DeferIfRemote: not decided before the variables exist
     with pytest.raises(ValueError, match="reads a tfps PipelineDataset"):
         tfps.train.AdagradOptimizer(0.1).minimize(loss, step=TrainingStep())
     tfps.train.AdagradOptimizer(0.1).minimize(loss)   # the graph's own: fine

@@ -46,7 +46,7 @@ def single_threaded_blas():
     return threadpool_limits(limits=1, user_api="blas")   # restore_original_limits() undoes it
 
 
-def prompt_close(dataset):
+def without_autotune(dataset):
     """`dataset` with tf.data's autotuning model off. Its optimizer thread sleeps for a period
     that doubles up to seconds, and a session's close waited that sleep out for each iterator:
     every train and eval ended up to 2.5 s late (0.5-2.5 s, measured after 200 steps). A map's

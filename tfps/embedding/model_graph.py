@@ -38,7 +38,7 @@ class TableLookup:
 class Stager(typing.Protocol):
     """What runs a step's lookups ahead of the step (tfps.pipeline.Pipeline is the one tfps has).
 
-    A training lookup asks stage(); a tfps optimizer's train op runs carrier(); a push policy that
+    A training lookup asks stage(); a tfps optimizer's train op runs lookahead_op(); a push policy that
     defers the push (tfps.train.push.DeferredPush) orders its queue after staged_batch() and hands
     the op computing a step's gradients to first_step()."""
 
@@ -47,7 +47,7 @@ class Stager(typing.Protocol):
         int32 [N], offsets int64 [num_shards + 1] or None, rows float32 [U, dim]), or None to probe
         in place. `probe(ev, keys, insert, after=None)` is the probe to run ahead."""
 
-    def carrier(self, after=None):
+    def lookahead_op(self, after=None):
         """The op a train op also runs each step to keep the stages fed; after: None, or
         [(table handle, update op)] the probes ahead of a table shard run after."""
 

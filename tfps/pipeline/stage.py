@@ -15,10 +15,10 @@ The Pipeline is a tfps.embedding.Stager; it comes with the push policy (tfps.tra
 dataset's settings choose. Whoever builds the graph (tfps.runner) puts both into the model
 graph's TrainingStep (step.use(pipeline, pipeline.push)) and builds the model inside
 pipeline.push.dense_scope(). The embedding graph of a step is built when the
-optimizer asks for it (carrier()), after the step's pushes exist, so a probe that must read
+optimizer asks for it (lookahead_op()), after the step's pushes exist, so a probe that must read
 after a push is built to (control dependencies), not edited afterwards.
 
-A tfps optimizer's train op also runs the embedding graph (carrier()), so one session.run
+A tfps optimizer's train op also runs the embedding graph (lookahead_op()), so one session.run
 trains batch t and probes batch t + depth, concurrently. When a session starts (and again
 whenever it is re-created) the iterator's initializer fills the queues with batches 0 ..
 depth - 1, one after the other.
@@ -30,7 +30,7 @@ gradient is applied once, to the rows of the batch it was computed on.
 
 With defer_push (and fused dense traffic, tfps.train.fused) a step's gradients are pushed
 during the next step, so no step waits on the PS; the step's probes run after its push
-(carrier(after=...)), so rows hold exactly the updates of the batches before t - depth; dense values
+(lookahead_op(after=...)), so rows hold exactly the updates of the batches before t - depth; dense values
 are 1 step old. The initializer also computes batch 0's gradients, and the global step counts
 pushed gradients, so a checkpoint at step s holds batches 0 .. s - 1 exactly.
 
@@ -45,7 +45,7 @@ thread (a tf.compat.v1.train.QueueRunner) instead.
 import tensorflow as tf
 
 from tfps.pipeline.replay import replay, depends_on
-from tfps.process import prompt_close
+from tfps.process import without_autotune
 from tfps.train.push import push_policy
 
 MAX_DEPTH = 8
@@ -59,7 +59,7 @@ class _Stage:
     def __init__(self, name, build, depth, dtypes, shapes):
         self.name, self.build = name, build
         self.dtypes, self.shapes = list(dtypes), [tf.TensorShape(s) for s in shapes]
-        # depth + 1: the carrier's enqueue never waits for the same step's dequeue.
+        # depth + 1: the lookahead enqueue never waits for the same step's dequeue.
         self.queue = tf.queue.FIFOQueue(depth + 1, self.dtypes, name=f"tfps_pipeline_{name}")
         self.dequeued = self.queue.dequeue(name=f"tfps_pipeline_{name}_staged")
         if not isinstance(self.dequeued, (list, tuple)):
@@ -78,7 +78,7 @@ class Pipeline:
       depth: how many batches the lookups run ahead (1 .. MAX_DEPTH).
       fuse_dense: read and push the dense variables of each PS as one tensor (tfps.train.fused).
       defer_push: (with fuse_dense) push a step's gradients during the next step; None: decided
-        by tfps.train.push.AutoPush when the optimizer routes the gradients.
+        by tfps.train.push.DeferIfRemote when the optimizer routes the gradients.
     """
 
     @staticmethod
@@ -92,10 +92,10 @@ class Pipeline:
         self.depth = depth
         self._spec = dataset.element_spec
         self._specs = tf.nest.flatten(self._spec, expand_composites=True)
-        self._iterator = tf.compat.v1.data.make_initializable_iterator(prompt_close(dataset))
+        self._iterator = tf.compat.v1.data.make_initializable_iterator(without_autotune(dataset))
         self._stages = []
-        self._carrier = None
-        self._carrier_after = None
+        self._lookahead = None
+        self._lookahead_after = None
         self._initializer = None
         self._fresh = self._next_batch()
         self._batch = self._add_stage("batch", lambda fresh, has_value, after=None: list(fresh),
@@ -106,7 +106,7 @@ class Pipeline:
     @property
     def defer_push(self):
         """Whether a step's gradients are pushed during the next step (the push policy's choice;
-        for defer_push=None, made when the optimizer asks: tfps.train.push.AutoPush)."""
+        for defer_push=None, made when the optimizer asks: tfps.train.push.DeferIfRemote)."""
         return self.push.defers
 
     # -- the iterator protocol tf.estimator uses --------------------------------------------
@@ -123,7 +123,7 @@ class Pipeline:
     def initializer(self):
         """Initializes the dataset's iterator, then stages batches 0 .. depth - 1 (runs of the
         embedding graph, one after the other); with a deferred push, batches 0 .. depth, and
-        computes batch 0's gradients. Without a carrier (no tfps train op) or in an evaluation,
+        computes batch 0's gradients. Without a lookahead op (no tfps train op) or in an evaluation,
         a QueueRunner feeds the queues instead."""
         if self._initializer is None:
             self._initializer = self._build_initializer()
@@ -163,7 +163,7 @@ class Pipeline:
         next step to push; the initializer runs it once on batch 0."""
         self._first_step = op
 
-    def carrier(self, after=None):
+    def lookahead_op(self, after=None):
         """The embedding graph of this step's fresh batch: enqueues each stage's item (nothing
         past the end of the data, where it closes the queues instead). A train op runs it.
 
@@ -172,12 +172,12 @@ class Pipeline:
         step's gradients) waits on nothing the step computes, so the probe of the batch `depth`
         ahead then reads every update before it, on the shard's own device (no message)."""
         ids = [(id(h), id(op)) for h, op in after or ()]
-        if self._carrier is not None:
-            if ids and ids != self._carrier_after:
+        if self._lookahead is not None:
+            if ids and ids != self._lookahead_after:
                 raise ValueError("tfps pipeline: a second optimizer's pushes cannot be ordered before the probes "
                                  "ahead (a deferred push): train the tables and dense variables with one optimizer")
-            return self._carrier
-        self._carrier_after = ids
+            return self._lookahead
+        self._lookahead_after = ids
         order = {}
         for handle, op in after or ():
             order.setdefault(handle.name, []).append(op.op if isinstance(op, tf.Tensor) else op)
@@ -186,18 +186,18 @@ class Pipeline:
         # nothing of the step but the pushes it is ordered after
         with tf.control_dependencies(None):
             items = [s.build(fresh, has_value, order) for s in self._stages]
-        enqueue = self._enqueue(items, has_value, "tfps_pipeline_carrier",
+        enqueue = self._enqueue(items, has_value, "tfps_pipeline_lookahead",
                                 fallback=[s.dequeued for s in self._stages])
         # Each step takes one item from every queue, used or not, so the queues stay aligned.
-        self._carrier = tf.group(enqueue, *self._dequeues(), name="tfps_pipeline_step")
-        return self._carrier
+        self._lookahead = tf.group(enqueue, *self._dequeues(), name="tfps_pipeline_step")
+        return self._lookahead
 
     # -- building ----------------------------------------------------------------------------
     def _dequeues(self):
         return [s.dequeued[0].op for s in self._stages]
 
     def _add_stage(self, name, build, dtypes, shapes):
-        if self._carrier is not None:
+        if self._lookahead is not None:
             raise ValueError("tfps pipeline: a training lookup was built after the optimizer's train op; with a "
                              "PipelineDataset, build every tfps.embedding_lookup before minimize()/apply_gradients()")
         stage = _Stage(name, build, self.depth, dtypes, shapes)
@@ -247,7 +247,7 @@ class Pipeline:
     def _build_initializer(self):
         init = self._iterator.initializer
         evaluating = bool(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.EVAL_STEP))
-        if self._carrier is None or evaluating:
+        if self._lookahead is None or evaluating:
             # No train op runs the embedding graph (none was built, or this is an evaluation,
             # which never runs it): a background thread does. Its threads start
             # before the iterator is initialized, so each of its runs first takes a token that

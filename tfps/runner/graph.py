@@ -14,7 +14,7 @@ from tensorflow.core.protobuf import rewriter_config_pb2
 from tfps.embedding.model_graph import ModelGraph
 from tfps.models.spec import ModeKeys, ModelSpec
 from tfps.pipeline.dataset import PipelineDataset
-from tfps.process import prompt_close
+from tfps.process import without_autotune
 from tfps.state import disk
 from tfps.state.saver import StateSaver
 
@@ -95,7 +95,7 @@ def input_tensors(input_fn, model_graph=None):
             (model_graph or ModelGraph.of()).step.use(iterator, iterator.push)
             scope = iterator.push.dense_scope()
         else:
-            iterator = tf.compat.v1.data.make_initializable_iterator(prompt_close(result))
+            iterator = tf.compat.v1.data.make_initializable_iterator(without_autotune(result))
         hooks.append(IteratorInitializer(iterator))
         result = iterator.get_next()
     if isinstance(result, (tuple, list)):

@@ -171,7 +171,7 @@ class TableOptimizerMixin:
         # batch `depth` steps ahead, concurrently with this one's; with a deferred push the push
         # carries the previous step's gradients, and the probes ahead read after it.
         if stager is not None:
-            after.append(stager.carrier(after=pushed if push.defers else None))
+            after.append(stager.lookahead_op(after=pushed if push.defers else None))
         if global_step is not None:   # the read the hooks fetch (and the step stamp) comes first
             updates = updates + [graph.as_graph_element(global_step).op]
         with tf.control_dependencies(updates):

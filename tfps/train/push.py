@@ -9,7 +9,7 @@ its dense_scope(); a tfps optimizer routes its gradients through it.
                 stamped with a step the worker keeps, so the keys wait on no PS.
   DeferredPush  FusedPush whose gradients are pushed during the next step: the step never
                 waits on the PS (dense values one step old).
-  AutoPush      DeferredPush at pipeline depth 1 when some dense variable lives on a PS,
+  DeferIfRemote      DeferredPush at pipeline depth 1 when some dense variable lives on a PS,
                 FusedPush otherwise; decided when the optimizer asks (the variables exist then).
 
 A policy's route() gets the step's gradients and gives back what to apply, with the stamp of
@@ -131,7 +131,7 @@ class DeferredPush(FusedPush):
         return Routed(dense, tables, stamps, computed=computed)
 
 
-class AutoPush(FusedPush):
+class DeferIfRemote(FusedPush):
     """DeferredPush at depth 1 when some dense variable has a worker copy (lives on a PS),
     FusedPush otherwise: in one process no push waits on a network, and deferring only costs a
     step of staleness. Decided once, when the optimizer first routes (the variables exist)."""
@@ -160,7 +160,7 @@ class AutoPush(FusedPush):
 
 def push_policy(fuse_dense, defer_push, depth, anchor):
     """The policy of a PipelineDataset's settings: PlainPush without fuse_dense; with it, a
-    DeferredPush (defer_push True), FusedPush (False) or AutoPush (None) over the worker-local
+    DeferredPush (defer_push True), FusedPush (False) or DeferIfRemote (None) over the worker-local
     copies of the dense variables, colocated with `anchor` (an op on the worker)."""
     if defer_push and not fuse_dense:
         raise ValueError("defer_push=True needs fuse_dense=True (the deferred push is part of the fused one)")
@@ -168,7 +168,7 @@ def push_policy(fuse_dense, defer_push, depth, anchor):
         return PlainPush()
     fused = FusedDense(anchor)
     if defer_push is None:
-        return AutoPush(fused, depth)
+        return DeferIfRemote(fused, depth)
     return (DeferredPush if defer_push else FusedPush)(fused)
 
 
@@ -196,4 +196,4 @@ def _by_device(ops):
     return out
 
 
-__all__ = ["AutoPush", "DeferredPush", "FusedPush", "PlainPush", "Routed", "push_policy"]
+__all__ = ["DeferIfRemote", "DeferredPush", "FusedPush", "PlainPush", "Routed", "push_policy"]
