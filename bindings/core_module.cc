@@ -15,17 +15,14 @@
 #include "kernels/core/cdf_sampler.h"
 #include "kernels/core/config.h"
 #include "kernels/core/embedding_table.h"
+#include "kernels/core/eviction.h"
 #include "kernels/core/table_snapshots.h"
 #include "kernels/core/unique.h"
 
 namespace py = pybind11;
 using tfps::core::EmbeddingTable;
-using tfps::core::EvictionPolicy;
-using tfps::core::IdleRows;
-using tfps::core::LfuCap;
-using tfps::core::LruCap;
-using tfps::core::RareRows;
-using tfps::core::SmallRows;
+using tfps::core::EvictionPolicies;
+using tfps::core::EvictionRules;
 using tfps::core::InitSpec;
 using tfps::core::TableSnapshot;
 using tfps::core::TableSnapshots;
@@ -169,16 +166,9 @@ int64 key -> float32 row [dim] (+ optimizer slots), as the TfpsTable ops hold it
           [](EmbeddingTable& t, int64_t step, int64_t after_steps, int64_t min_freq, float l2_below, int64_t max_rows,
              bool lru) {
             // < 0: the rule is off.
-            std::vector<std::unique_ptr<EvictionPolicy>> owned;
-            if (after_steps >= 0) owned.push_back(std::make_unique<IdleRows>(after_steps));
-            if (min_freq >= 0) owned.push_back(std::make_unique<RareRows>(min_freq));
-            if (l2_below >= 0.f) owned.push_back(std::make_unique<SmallRows>(l2_below));
-            if (max_rows >= 0 && lru) owned.push_back(std::make_unique<LruCap>(max_rows));
-            if (max_rows >= 0 && !lru) owned.push_back(std::make_unique<LfuCap>(max_rows));
-            std::vector<EvictionPolicy*> policies;
-            for (const auto& p : owned) policies.push_back(p.get());
+            const EvictionPolicies policies(EvictionRules{after_steps, min_freq, max_rows, l2_below, lru});
             py::gil_scoped_release release;
-            return t.Evict(policies, step);
+            return t.Evict(policies.get(), step);
           },
           py::arg("step"), py::arg("after_steps") = -1, py::arg("min_freq") = -1, py::arg("l2_below") = -1.f,
           py::arg("max_rows") = -1, py::arg("lru") = false)

@@ -149,35 +149,26 @@ class TableSizeOp : public TableOpKernel {
 class TableEvictOp : public TableOpKernel {
  public:
   explicit TableEvictOp(OpKernelConstruction* ctx) : TableOpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_after_steps", &after_steps_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_min_freq", &min_freq_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_l2_below", &l2_below_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("max_rows", &max_rows_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_after_steps", &rules_.after_steps));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_min_freq", &rules_.min_freq));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_l2_below", &rules_.l2_below));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("max_rows", &rules_.max_rows));
     std::string cap;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("cap_policy", &cap));
-    lru_ = cap == "lru";
+    rules_.lru = cap == "lru";
   }
   void ComputeOnTable(OpKernelContext* ctx, core::EmbeddingTable& table) override {
     const Tensor& step = ctx->input(1);
     OP_REQUIRES(ctx, tensorflow::TensorShapeUtils::IsScalar(step.shape()),
                 errors::InvalidArgument("TfpsTableEvict: step must be a scalar, got ", step.shape().DebugString()));
-    std::vector<std::unique_ptr<core::EvictionPolicy>> owned;
-    if (after_steps_ >= 0) owned.push_back(std::make_unique<core::IdleRows>(after_steps_));
-    if (min_freq_ >= 0) owned.push_back(std::make_unique<core::RareRows>(min_freq_));
-    if (l2_below_ >= 0.f) owned.push_back(std::make_unique<core::SmallRows>(l2_below_));
-    if (max_rows_ >= 0 && lru_) owned.push_back(std::make_unique<core::LruCap>(max_rows_));
-    if (max_rows_ >= 0 && !lru_) owned.push_back(std::make_unique<core::LfuCap>(max_rows_));
-    std::vector<core::EvictionPolicy*> policies;
-    for (const auto& p : owned) policies.push_back(p.get());
+    const core::EvictionPolicies policies(rules_);
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    out->scalar<int64_t>()() = table.Evict(policies, step.scalar<int64_t>()());
+    out->scalar<int64_t>()() = table.Evict(policies.get(), step.scalar<int64_t>()());
   }
 
  private:
-  int64_t after_steps_ = -1, min_freq_ = -1, max_rows_ = -1;
-  float l2_below_ = -1.f;
-  bool lru_ = false;
+  core::EvictionRules rules_;
 };
 
 // Writes `values` as the op's output 0, an int64 vector.

@@ -1,6 +1,7 @@
 #include "kernels/core/eviction.h"
 
 #include <algorithm>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -41,6 +42,15 @@ void RowCap::Ranked() {
     first_kept_ = ranks_[excess];
   }
   std::vector<std::pair<uint32_t, int64_t>>().swap(ranks_);
+}
+
+EvictionPolicies::EvictionPolicies(const EvictionRules& rules) {
+  if (rules.after_steps >= 0) owned_.push_back(std::make_unique<IdleRows>(rules.after_steps));
+  if (rules.min_freq >= 0) owned_.push_back(std::make_unique<RareRows>(rules.min_freq));
+  if (rules.l2_below >= 0.f) owned_.push_back(std::make_unique<SmallRows>(rules.l2_below));
+  if (rules.max_rows >= 0 && rules.lru) owned_.push_back(std::make_unique<LruCap>(rules.max_rows));
+  if (rules.max_rows >= 0 && !rules.lru) owned_.push_back(std::make_unique<LfuCap>(rules.max_rows));
+  for (const auto& p : owned_) view_.push_back(p.get());
 }
 
 }  // namespace core

@@ -14,6 +14,7 @@
 #define TFPS_KERNELS_CORE_EVICTION_H_
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -112,6 +113,26 @@ class LruCap final : public RowCap {
 
  protected:
   uint32_t Score(const RowView& row) const override { return row.last_step; }
+};
+
+// A table's eviction rules as its options give them (EmbeddingOptions: evict_after_steps,
+// evict_min_freq, evict_l2_below, max_rows, cap_policy), each < 0 off.
+struct EvictionRules {
+  int64_t after_steps = -1, min_freq = -1, max_rows = -1;
+  float l2_below = -1.f;
+  bool lru = false;  // the cap drops the least recently updated rows (else the least frequently)
+};
+
+// The policies of a table's rules, made once here for every caller (the evict op, the Python
+// binding): IdleRows, RareRows, SmallRows, then the cap (LruCap or LfuCap), those that are on.
+class EvictionPolicies {
+ public:
+  explicit EvictionPolicies(const EvictionRules& rules);
+  const std::vector<EvictionPolicy*>& get() const { return view_; }
+
+ private:
+  std::vector<std::unique_ptr<EvictionPolicy>> owned_;
+  std::vector<EvictionPolicy*> view_;
 };
 
 }  // namespace core

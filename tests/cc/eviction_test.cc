@@ -21,22 +21,8 @@ using namespace tfps::core;
 
 namespace {
 
-// What a test asks for, as the op's attributes say it (< 0: off), and the policies it makes.
-struct Rules {
-  int64_t after_steps = -1, min_freq = -1, max_rows = -1;
-  float l2_below = -1.f;
-  bool lru = false;
-
-  std::vector<std::unique_ptr<EvictionPolicy>> Make() const {
-    std::vector<std::unique_ptr<EvictionPolicy>> p;
-    if (after_steps >= 0) p.push_back(std::make_unique<IdleRows>(after_steps));
-    if (min_freq >= 0) p.push_back(std::make_unique<RareRows>(min_freq));
-    if (l2_below >= 0.f) p.push_back(std::make_unique<SmallRows>(l2_below));
-    if (max_rows >= 0 && lru) p.push_back(std::make_unique<LruCap>(max_rows));
-    if (max_rows >= 0 && !lru) p.push_back(std::make_unique<LfuCap>(max_rows));
-    return p;
-  }
-};
+// What a test asks for, as the op's attributes say it (< 0: off); EvictionPolicies makes its policies.
+using Rules = EvictionRules;
 
 Rules RandomRules(std::mt19937_64& rng) {
   Rules p;
@@ -191,10 +177,8 @@ TEST(TableEvictionMatchesTheRulesThenTheCap) {
     const size_t drop = p.max_rows >= 0 && static_cast<int64_t>(left.size()) > p.max_rows ? left.size() - p.max_rows : 0;
     std::set<int64_t> want;
     for (size_t i = drop; i < left.size(); ++i) want.insert(std::get<1>(left[i]));
-    const auto owned = p.Make();
-    std::vector<EvictionPolicy*> policies;
-    for (const auto& q : owned) policies.push_back(q.get());
-    CHECK_EQ(t.Evict(policies, 90), n - static_cast<int64_t>(want.size()));
+    const EvictionPolicies policies(p);
+    CHECK_EQ(t.Evict(policies.get(), 90), n - static_cast<int64_t>(want.size()));
     TableSnapshot after;
     TableSnapshots(t).Export(&after);
     CHECK(std::set<int64_t>(after.keys.begin(), after.keys.end()) == want);
