@@ -3,8 +3,9 @@
 #include <new>
 #include <vector>
 
-#include "kernels/core/hash.h"
 #include "kernels/core/config.h"
+#include "kernels/core/feature_tag.h"
+#include "kernels/core/hash.h"
 #include "kernels/core/unique.h"
 #include "kernels/session_threads.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -83,20 +84,12 @@ class FeatureTagOp : public OpKernel {
                                         ids.shape().DebugString(), ", got ", tags.shape().DebugString()));
     const int64_t* tag = tags.flat<int64_t>().data();
     for (int64_t f = 0; f < width; ++f) {
-      OP_REQUIRES(ctx, tag[f] >= 1 && tag[f] < (1 << 15),
-                  errors::InvalidArgument("TfpsFeatureTag: tag must be in [1, 32767], got ", tag[f]));
+      OP_REQUIRES(ctx, core::ValidTag(tag[f]),
+                  errors::InvalidArgument("TfpsFeatureTag: tag must be in [1, ", core::kMaxTag, "], got ", tag[f]));
     }
     Tensor* keys = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ids.shape(), &keys));
-    const int64_t* in = ids.flat<int64_t>().data();
-    int64_t* out = keys->flat<int64_t>().data();
-    constexpr int64_t kMask = (int64_t{1} << 48) - 1;
-    for (int64_t i = 0; i < ids.NumElements(); ++i) {
-      const int64_t id = in[i];
-      const int64_t low =
-          (id >= 0 && id <= kMask) ? id : static_cast<int64_t>(core::Mix64(static_cast<uint64_t>(id)) & kMask);
-      out[i] = (tag[i % width] << 48) | low;
-    }
+    core::TagKeys(ids.flat<int64_t>().data(), ids.NumElements(), tag, width, keys->flat<int64_t>().data());
   }
 };
 
