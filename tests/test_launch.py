@@ -14,7 +14,7 @@ import tensorflow as tf
 from tfps.cluster.launch import cluster_spec
 from tfps.embedding import layout
 from tfps.embedding.checkpoint_tools import checkpoint_tables
-from test_state import _tree
+from test_resume import _tree
 
 pytestmark = pytest.mark.slow
 
