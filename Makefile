@@ -44,11 +44,14 @@ test: deps
 	$(MAKE) -j2 build cc-test
 	$(MAKE) py-test
 
-# System packages: oneTBB headers and library.
+# System packages: oneTBB (headers and library) and GoogleTest (the C++ tests' framework).
 deps:
-	@if [ ! -f /usr/include/oneapi/tbb.h ]; then \
-	  echo "installing libtbb-dev"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libtbb-dev; \
+	@missing=""; \
+	[ -f /usr/include/oneapi/tbb.h ] || missing="$$missing libtbb-dev"; \
+	[ -f /usr/include/gtest/gtest.h ] || missing="$$missing libgtest-dev"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
 # --no-compile: pip byte-compiles every module of every package it installs (three quarters of the
@@ -91,7 +94,8 @@ $(CC_BIN)/%/system.h: $(CC_ALL) | deps
 $(CC_BIN)/%/system.h.gch: $(CC_BIN)/%/system.h
 	$(CXX) $(CC_FLAGS) $(SAN_$*) -x c++-header $< -o $@
 $(CC_BIN)/core_%: $(CC_BIN)/%/system.h.gch $(CC_ALL) | deps
-	$(CXX) $(CC_FLAGS) $(SAN_$*) -include $(CC_BIN)/$*/system.h -Winvalid-pch $(CC_SRCS) $(CC_TESTS) -o $@ -ltbb
+	$(CXX) $(CC_FLAGS) $(SAN_$*) -include $(CC_BIN)/$*/system.h -Winvalid-pch $(CC_SRCS) $(CC_TESTS) -o $@ \
+	  -lgtest_main -lgtest -ltbb
 $(CC_BIN)/bench_%: $(CC_SRCS) $(wildcard kernels/core/*.h) benchmarks/bench_%.cc | deps
 	@mkdir -p $(CC_BIN)
 	$(CXX) -std=c++17 -I. -O3 -DNDEBUG -march=x86-64-v2 -fno-math-errno -fno-semantic-interposition -pthread $(CC_SRCS) benchmarks/bench_$*.cc -o $@ -ltbb
@@ -100,14 +104,16 @@ $(CC_BIN)/bench_%: $(CC_SRCS) $(wildcard kernels/core/*.h) benchmarks/bench_%.cc
 cc-build: | deps
 	$(MAKE) -j$$(nproc) $(CC_BIN)/core_asan $(CC_BIN)/core_tsan
 
-# Each run's log (every test and its time) is in build/cc/; its summary line is printed, the
-# whole log when it fails.
+# Each run's log (GoogleTest's: every test and its time) is in build/cc/; its summary lines are
+# printed, the whole log when it fails.
+GTEST_SUMMARY = grep -E '^\[ +(PASSED|SKIPPED|FAILED) +\] [0-9]+ test' $(1) | sed 's/, listed below://; s/  */ /g' \
+  | paste -sd' ' -
 cc-test: cc-build
 	@ASAN_OPTIONS=detect_leaks=1 $(CC_BIN)/core_asan > $(CC_BIN)/asan.log 2>&1 \
-	  && echo "C++ core under ASan+UBSan: $$(tail -1 $(CC_BIN)/asan.log) (build/cc/asan.log)" \
+	  && echo "C++ core under ASan+UBSan: $$($(call GTEST_SUMMARY,$(CC_BIN)/asan.log)) (build/cc/asan.log)" \
 	  || { cat $(CC_BIN)/asan.log; exit 1; }
 	@TSAN_OPTIONS=halt_on_error=1 $(CC_BIN)/core_tsan > $(CC_BIN)/tsan.log 2>&1 \
-	  && echo "C++ core under TSan: $$(tail -1 $(CC_BIN)/tsan.log) (build/cc/tsan.log)" \
+	  && echo "C++ core under TSan: $$($(call GTEST_SUMMARY,$(CC_BIN)/tsan.log)) (build/cc/tsan.log)" \
 	  || { cat $(CC_BIN)/tsan.log; exit 1; }
 
 # One pytest worker more than cores: the cluster tests wait on peers and restarts, and a third

@@ -26,13 +26,14 @@ def test_build_is_what_setup_py_renders():
 
 def test_the_makefile_builds_every_cc_test_source():
     """What make would run for the two sanitizer binaries (`make -n -B`): each one g++ of every
-    kernels/core and tests/cc source, linked with oneTBB into its binary."""
+    kernels/core and tests/cc source, linked with GoogleTest's main and oneTBB into its binary."""
     plan = subprocess.run(["make", "-n", "-B", "build/cc/core_asan", "build/cc/core_tsan"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert plan.returncode == 0, plan.stderr[-2000:]
     sources = {os.path.relpath(p, ROOT) for d in ("kernels/core", "tests/cc")
                for p in glob.glob(os.path.join(ROOT, d, "*.cc"))}
     for binary, flag in (("core_asan", "-fsanitize=address,undefined"), ("core_tsan", "-fsanitize=thread")):
-        (line,) = [cmd for cmd in plan.stdout.splitlines() if cmd.rstrip().endswith(f"-o build/cc/{binary} -ltbb")]
+        (line,) = [cmd for cmd in plan.stdout.replace("\\\n", " ").splitlines() if f"-o build/cc/{binary} " in cmd]
         words = line.split()
         assert words[0] == "g++" and flag in words and sources <= set(words), sorted(sources - set(words))
+        assert words[-3:] == ["-lgtest_main", "-lgtest", "-ltbb"], words[-3:]   # GoogleTest's main, and oneTBB

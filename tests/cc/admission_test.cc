@@ -9,11 +9,11 @@
 #include "kernels/core/admission_sketch.h"
 #include "kernels/core/embedding_table.h"
 #include "kernels/core/hash.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
-TEST(SketchNeverCountsBelowTheTruth) {
+TEST(Admission, SketchNeverCountsBelowTheTruth) {
   // Half as many keys as counters a row: collisions are common, and with them estimates above
   // the truth; never below it (no aging: the sightings stay under kSketchAgeFactor * width).
   // Sparse keys: every estimate is exact.
@@ -44,7 +44,7 @@ TEST(SketchNeverCountsBelowTheTruth) {
   }
 }
 
-TEST(SketchSaturatesAndAges) {
+TEST(Admission, SketchSaturatesAndAges) {
   AdmissionSketch sketch(1 << 14, 10);  // ages every 2^17 sightings
   const uint64_t a = HashKey(1), b = HashKey(2);
   const auto [before, after] = sketch.Count(a, 70000);
@@ -60,7 +60,7 @@ TEST(SketchSaturatesAndAges) {
   CHECK_EQ(sketch.pending(), 1);  // b's first-row counter is in (0, 10)
 }
 
-TEST(SketchAdmitsAtTheThresholdAndCountsPending) {
+TEST(Admission, SketchAdmitsAtTheThresholdAndCountsPending) {
   AdmissionSketch sketch(4096, 3);
   CHECK_EQ(sketch.min_count(), 3u);
   CHECK_EQ(sketch.width(), 4096);
@@ -83,7 +83,7 @@ TEST(SketchAdmitsAtTheThresholdAndCountsPending) {
   CHECK_EQ(off.bytes_reserved(), 0);
 }
 
-TEST(SketchLoadsAnyPowerOfTwoWidthWithoutLoweringAnEstimate) {
+TEST(Admission, SketchLoadsAnyPowerOfTwoWidthWithoutLoweringAnEstimate) {
   AdmissionSketch saved(256, 50);
   std::mt19937_64 rng(4);
   std::vector<int64_t> keys;
@@ -111,7 +111,7 @@ TEST(SketchLoadsAnyPowerOfTwoWidthWithoutLoweringAnEstimate) {
   CHECK_EQ(clipped.cells()[1], 65535);
 }
 
-TEST(TableAdmissionCountsSightingsBeforeARow) {
+TEST(Admission, TableAdmissionCountsSightingsBeforeARow) {
   InitSpec spec;
   spec.kind = InitSpec::kConstant;
   spec.a = 0.25f;

@@ -15,7 +15,7 @@
 #include "kernels/core/embedding_table.h"
 #include "kernels/core/table_snapshots.h"
 #include "kernels/core/eviction.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
@@ -49,7 +49,7 @@ RowView View(int64_t key, const std::vector<float>& value, uint32_t freq, uint32
 
 }  // namespace
 
-TEST(EachRowRuleSelectsWhatItStates) {
+TEST(Eviction, EachRowRuleSelectsWhatItStates) {
   std::mt19937_64 rng(8);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (int trial = 0; trial < 200; ++trial) {
@@ -78,7 +78,7 @@ TEST(EachRowRuleSelectsWhatItStates) {
   }
 }
 
-TEST(RowRulesAtTheirBoundaries) {
+TEST(Eviction, RowRulesAtTheirBoundaries) {
   const std::vector<float> v34 = {3.f, 4.f};  // norm 5
   // Idle for exactly after_steps steps stays; one more goes.
   CHECK(!IdleRows(10).Selects(View(1, v34, 0, 90), 100));
@@ -94,7 +94,7 @@ TEST(RowRulesAtTheirBoundaries) {
   CHECK(!SmallRows(0.f).Selects(View(1, std::vector<float>{0.f, 0.f}, 0, 0), 0));
 }
 
-TEST(PoliciesRefuseNegativeSettings) {
+TEST(Eviction, PoliciesRefuseNegativeSettings) {
   auto refused = [](auto make) {
     try {
       make();
@@ -112,7 +112,7 @@ TEST(PoliciesRefuseNegativeSettings) {
   CHECK(!refused([] { LruCap p(0); }));
 }
 
-TEST(CapsDropTheLowestRanked) {
+TEST(Eviction, CapsDropTheLowestRanked) {
   // Oracle: every (score, key) sorted; the first size - max_rows go. Scores repeat, so ties
   // are broken by key. LfuCap ranks by freq, LruCap by last_step.
   std::mt19937_64 rng(9);
@@ -147,7 +147,7 @@ TEST(CapsDropTheLowestRanked) {
   }
 }
 
-TEST(TableEvictionMatchesTheRulesThenTheCap) {
+TEST(Eviction, TableEvictionMatchesTheRulesThenTheCap) {
   // A table with random values, update counts and steps; Evict against the rules and the cap
   // applied by hand to its export.
   std::mt19937_64 rng(10);
@@ -185,7 +185,7 @@ TEST(TableEvictionMatchesTheRulesThenTheCap) {
   }
 }
 
-TEST(EvictByRulesAndCapReturnsRowsToThePool) {
+TEST(Eviction, EvictByRulesAndCapReturnsRowsToThePool) {
   EmbeddingTable t(2, InitSpec());
   std::vector<int64_t> keys;
   for (int64_t k = 0; k < 1000; ++k) keys.push_back(k * 31 - 500);

@@ -8,16 +8,16 @@
 
 #include "kernels/core/feature_tag.h"
 #include "kernels/core/hash.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
-TEST(TagsAreOneTo32767) {
+TEST(FeatureTag, TagsAreOneTo32767) {
   CHECK(!ValidTag(0) && !ValidTag(-1) && !ValidTag(32768) && !ValidTag(std::numeric_limits<int64_t>::min()));
   CHECK(ValidTag(1) && ValidTag(32767) && kMaxTag == 32767);
 }
 
-TEST(AnIdBelow2To48KeepsItsValueAndTheTagItsBits) {
+TEST(FeatureTag, AnIdBelow2To48KeepsItsValueAndTheTagItsBits) {
   std::mt19937_64 rng(48);
   for (int trial = 0; trial < 10000; ++trial) {
     const int64_t tag = 1 + static_cast<int64_t>(rng() % kMaxTag);
@@ -31,7 +31,7 @@ TEST(AnIdBelow2To48KeepsItsValueAndTheTagItsBits) {
   CHECK_EQ(TaggedKey(1, 0), int64_t{1} << 48);
 }
 
-TEST(AnyOtherIdIsMixedIntoTheLow48Bits) {
+TEST(FeatureTag, AnyOtherIdIsMixedIntoTheLow48Bits) {
   std::mt19937_64 rng(7);
   std::vector<int64_t> ids = {-1, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
                               int64_t{1} << 48};
@@ -47,7 +47,7 @@ TEST(AnyOtherIdIsMixedIntoTheLow48Bits) {
   CHECK_EQ(keys.size(), ids.size());   // these ids happen to mix to distinct keys
 }
 
-TEST(TagKeysTakesATagPerFeatureAlongTheLastDim) {
+TEST(FeatureTag, TagKeysTakesATagPerFeatureAlongTheLastDim) {
   const std::vector<int64_t> ids = {3, 4, 5, 6, 7, 8};   // 2 rows of 3 features
   const std::vector<int64_t> tags = {10, 20, 30};
   std::vector<int64_t> out(ids.size());

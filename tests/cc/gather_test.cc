@@ -5,11 +5,11 @@
 
 #include "kernels/core/gather.h"
 #include "kernels/core/scatter_lines.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
-TEST(ScatterLinesMatchesAPlainScatterForEveryRunShape) {
+TEST(Gather, ScatterLinesMatchesAPlainScatterForEveryRunShape) {
   // Runs of every start offset within a line and every length 0..17 (shorter than a line, one
   // line, spanning several; a line shared by up to all three runs and by two scatterers, as the
   // pieces of a batch are): the arrays equal a plain scatter's, and nothing outside the runs is
@@ -51,7 +51,7 @@ TEST(ScatterLinesMatchesAPlainScatterForEveryRunShape) {
   }
 }
 
-TEST(GatherRowsMatchesLoop) {
+TEST(Gather, GatherRowsMatchesLoop) {
   for (int64_t dim : {16, 3}) {
     std::vector<float> params(100 * dim);
     for (size_t i = 0; i < params.size(); ++i) params[i] = static_cast<float>(i);
@@ -69,7 +69,7 @@ TEST(GatherRowsMatchesLoop) {
   }
 }
 
-TEST(ScatterAddRowsIsTheAdjointOfGather) {
+TEST(Gather, ScatterAddRowsIsTheAdjointOfGather) {
   for (int64_t n : {10, 100000}) {
     const int64_t dim = 5, rows = 37;
     std::vector<float> data(n * dim);

@@ -8,7 +8,7 @@
 
 #include "kernels/core/hash.h"
 #include "kernels/core/tagged_index.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
@@ -105,11 +105,11 @@ void RandomOps(uint64_t seed, int64_t universe, int ops, const Hash& hash) {
 
 }  // namespace
 
-TEST(TaggedIndexMatchesAMapWithRealHashes) {
+TEST(Index, TaggedIndexMatchesAMapWithRealHashes) {
   RandomOps(1, 4000, 30000, [](int64_t key) { return HashKey(key); });
 }
 
-TEST(TaggedIndexMatchesAMapWhenTagsCollide) {
+TEST(Index, TaggedIndexMatchesAMapWhenTagsCollide) {
   // Two tags for all keys: almost every probe meets a tag match that is another key.
   RandomOps(2, 600, 8000, [](int64_t key) {
     const uint64_t h = HashKey(key);
@@ -117,7 +117,7 @@ TEST(TaggedIndexMatchesAMapWhenTagsCollide) {
   });
 }
 
-TEST(TaggedIndexWrapsProbeChainsAroundTheEnd) {
+TEST(Index, TaggedIndexWrapsProbeChainsAroundTheEnd) {
   // Every home is the last slot (the low 32 bits near 2^32): chains wrap to slot 0 and on, and
   // an erase shifts entries back across the end.
   RandomOps(3, 200, 6000, [](int64_t key) {
@@ -126,7 +126,7 @@ TEST(TaggedIndexWrapsProbeChainsAroundTheEnd) {
   });
 }
 
-TEST(TaggedIndexSlotFieldsAndGrowth) {
+TEST(Index, TaggedIndexSlotFieldsAndGrowth) {
   const uint64_t h = (uint64_t{0x55} << 32) | 0x80000000ULL;
   const TaggedIndex::Slot e = TaggedIndex::MakeSlot(h, 12345);
   CHECK(e != 0);

@@ -3,11 +3,11 @@
 #include <cstring>
 
 #include "kernels/core/initializer.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
-TEST(InitializerIsDeterministicAndShaped) {
+TEST(Initializer, InitializerIsDeterministicAndShaped) {
   InitSpec spec;
   spec.kind = InitSpec::kTruncatedNormal;
   spec.a = 0.5f;
@@ -43,7 +43,7 @@ TEST(InitializerIsDeterministicAndShaped) {
   CHECK(!ParseInitKind("glorot", &kind.kind));
 }
 
-TEST(NormalQuantileInvertsTheCdf) {
+TEST(Initializer, NormalQuantileInvertsTheCdf) {
   for (double p : {1e-300, 1e-12, 1e-4, 0.0227, 0.3, 0.5, 0.6, 0.975, 1 - 1e-9}) {
     const double z = NormalQuantile(p);
     const double back = 0.5 * std::erfc(-z / std::sqrt(2.0));

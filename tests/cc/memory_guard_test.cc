@@ -6,7 +6,7 @@
 
 #include "kernels/core/memory_guard.h"
 #include "kernels/core/row_arena.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
@@ -22,7 +22,7 @@ int64_t MemTotalBytes() {
 }
 }  // namespace
 
-TEST(MemoryBeyondTheMachineIsRefusedAndSmallGrantsPass) {
+TEST(MemoryGuard, MemoryBeyondTheMachineIsRefusedAndSmallGrantsPass) {
   const int64_t total = MemTotalBytes();
   CHECK(total > 0);
   CHECK(!MemoryAvailableFor(total));       // all of it: never (the reserve stays free)
@@ -30,7 +30,7 @@ TEST(MemoryBeyondTheMachineIsRefusedAndSmallGrantsPass) {
   CHECK(MemoryAvailableFor(0));
 }
 
-TEST(AnArenaRefusesRowsTheMachineHasNotGotAndStaysAsItWas) {
+TEST(MemoryGuard, AnArenaRefusesRowsTheMachineHasNotGotAndStaysAsItWas) {
   // Rows of 2^22 floats (16 MiB each): as many as the machine's whole memory would hold.
   const int64_t stride = int64_t{1} << 22;
   const int64_t rows = MemTotalBytes() / (stride * 4) + 1;

@@ -7,7 +7,7 @@
 
 #include "kernels/core/config.h"
 #include "kernels/core/parallel.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
@@ -33,7 +33,7 @@ std::set<std::thread::id> ThreadsOfABatch() {
 
 }  // namespace
 
-TEST(WithOneThreadABatchRunsOnTheCallingThreadInOnePiece) {
+TEST(Parallel, WithOneThreadABatchRunsOnTheCallingThreadInOnePiece) {
   WithThreads(1, [] {
     CHECK_EQ(ParallelParts(), 1);
     const std::set<std::thread::id> threads = ThreadsOfABatch();
@@ -45,7 +45,7 @@ TEST(WithOneThreadABatchRunsOnTheCallingThreadInOnePiece) {
   });
 }
 
-TEST(WithTwoThreadsABatchSplitsInTwoPieces) {
+TEST(Parallel, WithTwoThreadsABatchSplitsInTwoPieces) {
   // A budget of 2 is 2 pieces whatever the machine (the threads it runs on are at most 2).
   WithThreads(2, [] {
     CHECK_EQ(ParallelParts(), 2);
@@ -65,7 +65,7 @@ TEST(WithTwoThreadsABatchSplitsInTwoPieces) {
   });
 }
 
-TEST(WithoutABudgetPartsStayInTheirBounds) {
+TEST(Parallel, WithoutABudgetPartsStayInTheirBounds) {
   // Without a budget the machine decides (oneTBB: the CPUs the process's affinity allows).
   CHECK(ParallelParts() >= 1 && ParallelParts() <= kMaxParallelParts);
 }

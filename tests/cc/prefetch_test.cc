@@ -10,7 +10,7 @@
 
 #include "kernels/core/embedding_table.h"
 #include "kernels/core/table_snapshots.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
@@ -77,14 +77,14 @@ std::vector<unsigned char> Transcript(PrefetchMode mode) {
 
 }  // namespace
 
-TEST(PrefetchModesGiveIdenticalResultsOnEveryBatchPath) {
+TEST(Prefetch, PrefetchModesGiveIdenticalResultsOnEveryBatchPath) {
   const std::vector<unsigned char> off = Transcript(PrefetchMode::kOff);
   CHECK(off.size() > (tfps_test::kUnderTsan ? 300000u : 1000000u));
   CHECK(Transcript(PrefetchMode::kGroup) == off);
   CHECK(Transcript(PrefetchMode::kRolling) == off);
 }
 
-TEST(PrefetchModeIsEachTablesOwn) {
+TEST(Prefetch, PrefetchModeIsEachTablesOwn) {
   InitSpec spec;
   EmbeddingTable a(4, spec), b(4, spec);
   CHECK(a.SetPrefetch(PrefetchMode::kOff) == PrefetchMode::kRolling);
@@ -92,7 +92,7 @@ TEST(PrefetchModeIsEachTablesOwn) {
   CHECK(a.SetPrefetch(PrefetchMode::kRolling) == PrefetchMode::kOff);
 }
 
-TEST(PrefetchedPathsStayExactWhileOtherThreadsRemoveInATableLargerThanTheCache) {
+TEST(Prefetch, PrefetchedPathsStayExactWhileOtherThreadsRemoveInATableLargerThanTheCache) {
   // 2^21 rows of dim 32 (144 bytes each, with the index about 310 MB): past this machine's
   // last-level cache, so prefetched rows really come from memory while others are freed.
   // Under ThreadSanitizer (races, which do not depend on the size; 10x slower) 2^17 rows.

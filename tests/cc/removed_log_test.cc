@@ -11,11 +11,11 @@
 #include "kernels/core/embedding_table.h"
 #include "kernels/core/table_snapshots.h"
 #include "kernels/core/removed_log.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
-TEST(RemovedLogTakesTheKeysStampedSinceAStep) {
+TEST(RemovedLog, RemovedLogTakesTheKeysStampedSinceAStep) {
   RemovedLog log;
   std::mt19937_64 rng(6);
   std::vector<std::pair<int64_t, int64_t>> oracle;
@@ -42,7 +42,7 @@ TEST(RemovedLogTakesTheKeysStampedSinceAStep) {
   }
 }
 
-TEST(RemovedLogOverflowsPastItsBound) {
+TEST(RemovedLog, RemovedLogOverflowsPastItsBound) {
   RemovedLog log;
   for (int64_t k = 0; k < kMaxRemovedPerShard; ++k) log.Log(k, 1);
   CHECK(!log.overflowed());
@@ -65,7 +65,7 @@ TEST(RemovedLogOverflowsPastItsBound) {
   CHECK(keys.empty());
 }
 
-TEST(RemovalTrackingKeepsTheLatestStep) {
+TEST(RemovedLog, RemovalTrackingKeepsTheLatestStep) {
   RemovalTracking tracking;
   CHECK(!tracking.on());
   tracking.set_on(true);
@@ -84,7 +84,7 @@ TEST(RemovalTrackingKeepsTheLatestStep) {
   CHECK_EQ(tracking.stamp(), 5002);
 }
 
-TEST(TableDeltasCarryTheRemovedKeysOnce) {
+TEST(RemovedLog, TableDeltasCarryTheRemovedKeysOnce) {
   // Oracle: the set of keys removed (Remove or Evict) while tracking is on.
   EmbeddingTable t(2, InitSpec());
   std::vector<int64_t> keys;

@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "kernels/core/row_arena.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
-TEST(ArenaRecyclesFreedRowsAndKeepsIdsAcrossGrowth) {
+TEST(RowArena, ArenaRecyclesFreedRowsAndKeepsIdsAcrossGrowth) {
   RowArena arena(6);
   std::vector<uint32_t> ids(5000);
   arena.Allocate(10, ids.data());
@@ -38,7 +38,7 @@ TEST(ArenaRecyclesFreedRowsAndKeepsIdsAcrossGrowth) {
   CHECK_EQ(arena.rows_in_use(), 5001);
 }
 
-TEST(ArenaMatchesAModelOfItsIds) {
+TEST(RowArena, ArenaMatchesAModelOfItsIds) {
   // Random allocations and frees: ids come from the freed stack (last freed first), then new
   // ones in order; every live row keeps what was written to it through growth and recycling.
   RowArena arena(5);

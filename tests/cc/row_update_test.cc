@@ -11,7 +11,7 @@
 
 #include "kernels/core/embedding_table.h"
 #include "kernels/core/row_update.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
@@ -62,7 +62,7 @@ std::vector<float> Random(std::mt19937_64& rng, int64_t n, float lo, float hi) {
 
 }  // namespace
 
-TEST(SgdAndAdagradRowsMatchTheirReferences) {
+TEST(RowUpdate, SgdAndAdagradRowsMatchTheirReferences) {
   std::mt19937_64 rng(1);
   for (int trial = 0; trial < 200; ++trial) {
     const int64_t dim = 1 + static_cast<int64_t>(rng() % 37);  // not a multiple of the vector width
@@ -83,7 +83,7 @@ TEST(SgdAndAdagradRowsMatchTheirReferences) {
   }
 }
 
-TEST(SgdAndAdagradEdgeValues) {
+TEST(RowUpdate, SgdAndAdagradEdgeValues) {
   // A zero rate or a zero gradient leaves the value as it was, bit for bit.
   float w[3] = {1.5f, -0.f, 3e-38f}, g[3] = {2.f, 7.f, -1.f}, zero[3] = {0.f, 0.f, 0.f};
   SgdRow(w, g, 3, 0.f);
@@ -101,7 +101,7 @@ TEST(SgdAndAdagradEdgeValues) {
   CHECK(v1[0] == 0.5f && v1[1] == 1.5f && a1[0] == 9.f && a1[1] == 0.0625f);
 }
 
-TEST(AdamRowMatchesApplyAdamOverSteps) {
+TEST(RowUpdate, AdamRowMatchesApplyAdamOverSteps) {
   // Each step starts the reference from the row's float state, so the check is one step's
   // rounding; steps run from t = 1 (no moments yet) on.
   std::mt19937_64 rng(2);
@@ -131,7 +131,7 @@ TEST(AdamRowMatchesApplyAdamOverSteps) {
   }
 }
 
-TEST(AdamEdgeValues) {
+TEST(RowUpdate, AdamEdgeValues) {
   // t = 1 from zero moments: m = (1-b1) g, v = (1-b2) g^2, and with eps 0 the corrected step
   // is lr * sign(g).
   AdamConfig c;
@@ -161,7 +161,7 @@ TEST(AdamEdgeValues) {
   CHECK(std::fabs(w3[0] - (-1e-2 / (1e-2 + 1e-3))) < 1e-6);
 }
 
-TEST(FtrlRowMatchesApplyFtrlOverSteps) {
+TEST(RowUpdate, FtrlRowMatchesApplyFtrlOverSteps) {
   std::mt19937_64 rng(3);
   const float powers[] = {-0.5f, 0.f, -1.f, -0.25f, -0.75f};
   for (int trial = 0; trial < 100; ++trial) {
@@ -190,7 +190,7 @@ TEST(FtrlRowMatchesApplyFtrlOverSteps) {
   }
 }
 
-TEST(FtrlEdgeValues) {
+TEST(RowUpdate, FtrlEdgeValues) {
   // |linear| equal to l1 is not beyond it: the value is 0. Just below l1, it is not.
   FtrlConfig c;
   c.l1 = 0.5f;
@@ -216,7 +216,7 @@ TEST(FtrlEdgeValues) {
   CHECK(w3[0] == -0.5f);
 }
 
-TEST(LazyAdamThroughTheTableCountsEachRowsOwnSteps) {
+TEST(RowUpdate, LazyAdamThroughTheTableCountsEachRowsOwnSteps) {
   // Rows updated at different steps: each row's bias correction uses its own update count (the
   // table's freq), so a row updated k times holds what k consecutive ApplyAdam steps give.
   EmbeddingTable t(3, InitSpec());
@@ -250,7 +250,7 @@ TEST(LazyAdamThroughTheTableCountsEachRowsOwnSteps) {
   for (int k = 0; k < 9; ++k) CHECK(std::fabs(got[k] - w[k]) < 1e-5);
 }
 
-TEST(TwoThreadsUpdatingTheirOwnRowsGetTheSequentialResult) {
+TEST(RowUpdate, TwoThreadsUpdatingTheirOwnRowsGetTheSequentialResult) {
   // Adagrad on two disjoint key sets, one thread each, against the same updates run alone.
   constexpr int64_t kDim = 5, kKeys = 3000;
   auto run = [&](bool threaded) {

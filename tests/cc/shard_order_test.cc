@@ -6,11 +6,11 @@
 
 #include "kernels/core/hash.h"
 #include "kernels/core/shard_order.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
-TEST(ShardOrderGroupsPositionsByShardInBatchOrder) {
+TEST(ShardOrder, ShardOrderGroupsPositionsByShardInBatchOrder) {
   for (const int64_t n : {int64_t{1}, int64_t{100}, kParallelThreshold + 3, kParallelSortMinKeys + 5,
                           kStreamMinBytes / 16 + 77}) {
     std::mt19937_64 rng(static_cast<uint64_t>(n));

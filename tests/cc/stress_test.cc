@@ -9,7 +9,7 @@
 
 #include "kernels/core/embedding_table.h"
 #include "kernels/core/table_snapshots.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
@@ -47,7 +47,7 @@ bool SnapshotConsistent(const TableSnapshot& snap) {
 
 }  // namespace
 
-TEST(StressFourThreadsMixEveryOperationOnTheParallelPath) {
+TEST(Stress, StressFourThreadsMixEveryOperationOnTheParallelPath) {
   InitSpec spec;
   spec.kind = InitSpec::kConstant;
   spec.a = 0.f;
@@ -118,7 +118,7 @@ TEST(StressFourThreadsMixEveryOperationOnTheParallelPath) {
 
 // Called from one thread: the bound takes 64 * 2^16 removals, 12-16 s under TSan; the stress test
 // races removals (with the log tracked) from 4 threads.
-TEST_ASAN_ONLY(RemovedLogIsBoundedAndOnlyKeptWhenTracked, "one thread, 4M removals; the stress test races removals") {
+TEST_ASAN_ONLY(Stress, RemovedLogIsBoundedAndOnlyKeptWhenTracked, "one thread, 4M removals; the stress test races removals") {
   InitSpec spec;
   EmbeddingTable t(2, spec);
   std::vector<int64_t> keys(200000);

@@ -14,7 +14,7 @@
 
 #include "kernels/core/embedding_table.h"
 #include "kernels/core/table_snapshots.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
@@ -62,7 +62,7 @@ void Fill(EmbeddingTable* t, std::mt19937_64& rng, const std::vector<int64_t>& k
 
 }  // namespace
 
-TEST(VisitShardsSeesEveryRowOnceInOneLayout) {
+TEST(TableSnapshots, VisitShardsSeesEveryRowOnceInOneLayout) {
   std::mt19937_64 rng(1);
   EmbeddingTable t(kDim, InitSpec());
   std::vector<int64_t> keys;
@@ -98,7 +98,7 @@ TEST(VisitShardsSeesEveryRowOnceInOneLayout) {
   CHECK(seen == want);
 }
 
-TEST(ModifyRowsWritesPresentRowsAndClampsTheirMeta) {
+TEST(TableSnapshots, ModifyRowsWritesPresentRowsAndClampsTheirMeta) {
   EmbeddingTable t(kDim, InitSpec());
   const int64_t keys[] = {4, 8, 15};
   const float vals[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
@@ -119,7 +119,7 @@ TEST(ModifyRowsWritesPresentRowsAndClampsTheirMeta) {
   CHECK(std::get<0>(rows.at(15)) == (std::vector<float>{7, 8, 9}) && std::get<1>(rows.at(15)) == 0);
 }
 
-TEST(ReplaceRowsRefusesARepeatedKeyAndLeavesTheTable) {
+TEST(TableSnapshots, ReplaceRowsRefusesARepeatedKeyAndLeavesTheTable) {
   std::mt19937_64 rng(2);
   EmbeddingTable t(kDim, InitSpec());
   Fill(&t, rng, {1, 2, 3, 5, 8});
@@ -144,7 +144,7 @@ TEST(ReplaceRowsRefusesARepeatedKeyAndLeavesTheTable) {
   CHECK(std::get<0>(now.at(11)) == (std::vector<float>{9, 9, 9}) && std::get<1>(now.at(11)) == 1);
 }
 
-TEST(DeltaOnACopyOfAnEarlierStateGivesTheSourceRowForRow) {
+TEST(TableSnapshots, DeltaOnACopyOfAnEarlierStateGivesTheSourceRowForRow) {
   // Source a; b a full copy of it at step 10; then a trains on (updates, new keys, removals
   // and evictions, tracked); a's delta since step 10 applied to b makes b equal a.
   std::mt19937_64 rng(3);
@@ -183,7 +183,7 @@ TEST(DeltaOnACopyOfAnEarlierStateGivesTheSourceRowForRow) {
   }
 }
 
-TEST(SnapshotsRefuseWhatDoesNotFitAndChangeNothing) {
+TEST(TableSnapshots, SnapshotsRefuseWhatDoesNotFitAndChangeNothing) {
   std::mt19937_64 rng(4);
   EmbeddingTable t(kDim, InitSpec());
   Fill(&t, rng, {1, 2, 3});

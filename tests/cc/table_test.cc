@@ -10,11 +10,11 @@
 #include "kernels/core/embedding_table.h"
 #include "kernels/core/table_snapshots.h"
 #include "kernels/core/prefetch.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
-TEST(TableLookupInsertAssignRemove) {
+TEST(Table, TableLookupInsertAssignRemove) {
   InitSpec spec;
   spec.kind = InitSpec::kNormal;
   spec.b = 1.f;
@@ -40,7 +40,7 @@ TEST(TableLookupInsertAssignRemove) {
   CHECK(out[0] == 0 && out[1] == 0 && out[2] == 0);
 }
 
-TEST(TableGrowsAndRemovesManyKeys) {
+TEST(Table, TableGrowsAndRemovesManyKeys) {
   EmbeddingTable t(2, InitSpec());
   std::vector<int64_t> keys;
   std::mt19937_64 rng(1);
@@ -64,7 +64,7 @@ TEST(TableGrowsAndRemovesManyKeys) {
   CHECK_EQ(t.Stats().bytes_reserved, reserved);
 }
 
-TEST(ParallelBatchesKeepBatchOrderWithinAKey) {
+TEST(Table, ParallelBatchesKeepBatchOrderWithinAKey) {
   // A batch is sorted by shard: from kParallelSortMinKeys in pieces, one per thread, and from
   // kStreamMinBytes through line buffers. A key repeated across the pieces must still be seen
   // in batch order (the last assignment wins, updates apply in order) and every position must
@@ -97,7 +97,7 @@ TEST(ParallelBatchesKeepBatchOrderWithinAKey) {
   }
 }
 
-TEST(LookupStreamsWholeLineRowsExactly) {
+TEST(Table, LookupStreamsWholeLineRowsExactly) {
   // A lookup whose output outgrows the cache writes whole-line rows (dim 16, 48) with streaming
   // stores when the output is line-aligned, plain copies otherwise (dim 20, or misaligned).
   // Oracle: the same keys looked up in batches too small to stream. Present and missing keys
@@ -139,7 +139,7 @@ TEST(LookupStreamsWholeLineRowsExactly) {
   }
 }
 
-TEST(TableSlotsUpdateExportImport) {
+TEST(Table, TableSlotsUpdateExportImport) {
   InitSpec spec;
   spec.kind = InitSpec::kConstant;
   spec.a = 0.5f;

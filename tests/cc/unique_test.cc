@@ -7,11 +7,11 @@
 #include "kernels/core/hash.h"
 #include "kernels/core/id_set.h"
 #include "kernels/core/unique.h"
-#include "tests/cc/test_main.h"
+#include "tests/cc/testing.h"
 
 using namespace tfps::core;
 
-TEST(UniqueMatchesReference) {
+TEST(Unique, UniqueMatchesReference) {
   std::mt19937_64 rng(3);
   for (int64_t n : {0, 1, 7, 1000, 50000, 300000}) {
     std::vector<int64_t> ids(n);
@@ -36,7 +36,7 @@ TEST(UniqueMatchesReference) {
   }
 }
 
-TEST(IdSetRobinHoodGrowsFromALowEstimate) {
+TEST(Unique, IdSetRobinHoodGrowsFromALowEstimate) {
   IdSet set(4);  // far too small: must grow many times and keep every id
   std::mt19937_64 rng(5);
   std::vector<int64_t> ids;
@@ -52,7 +52,7 @@ TEST(IdSetRobinHoodGrowsFromALowEstimate) {
   CHECK(EstimateDistinct(same.data(), 100000) < 200);
 }
 
-TEST(UniquePartitionGroupsByPartitionInFirstOccurrenceOrder) {
+TEST(Unique, UniquePartitionGroupsByPartitionInFirstOccurrenceOrder) {
   std::mt19937_64 rng(7);
   for (int64_t n : {0, 1, 100, 70000, 300000}) {
     for (int64_t p : {1, 3, 16}) {
