@@ -220,7 +220,7 @@ cc_test(
     srcs = glob(["tests/cc/*.cc", "tests/cc/*.h"]),
     copts = [{q(core + ["-Werror", "-fsanitize=address,undefined"])}],
     linkopts = ["-fsanitize=address,undefined"],
-    deps = [":core"],
+    deps = [":core", "@com_google_googletest//:gtest_main"],
 )
 
 py_test(
