@@ -55,6 +55,10 @@ def test_bad_yaml_file(tmp_path):
         load_config(str(p))
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config(str(tmp_path / "missing.yaml"))
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(bytes(range(128, 256)) * 2)
+    with pytest.raises(ConfigError, match=f"config {binary} is not text"):
+        load_config(str(binary))
 
 
 def test_checkpoints_by_steps_or_by_seconds():

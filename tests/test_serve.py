@@ -404,11 +404,22 @@ def test_tfps_serve_cli_prints_its_ports_and_stops_on_sigterm(trained):
 def test_tfps_serve_refuses_a_base_path_that_is_not_there(tmp_path, cli):
     code, _, err = cli("serve", "--model_base_path", str(tmp_path / "none"), "--model_name", "demo")
     assert code == 1 and "--model_base_path" in err
+    code, _, err = cli("serve", "--model_config_file", str(tmp_path / "none.config"))
+    assert code == 1 and "--model_config_file" in err and len(err.strip().splitlines()) == 1, err
 
 
-@pytest.mark.parametrize("flag, kwargs", [("--grpc_threads", {"grpc_threads": 0}),
-                                          ("--tensorflow_session_parallelism", {"session_threads": -1})])
-def test_thread_counts_out_of_range_are_refused_by_flag(tmp_path, flag, kwargs):
+@pytest.mark.parametrize("flag, kwargs", [
+    ("--grpc_threads", {"grpc_threads": 0}), ("--tensorflow_session_parallelism", {"session_threads": -1}),
+    ("--batch_timeout_micros", {"batch_timeout_micros": -1}), ("--num_versions", {"num_versions": 0}),
+    ("--grace_secs", {"grace_secs": float("inf")}), ("--grace_secs", {"grace_secs": 1e10}),
+    ("--grace_secs", {"grace_secs": float("nan")}),
+    ("--file_system_poll_wait_seconds", {"poll_secs": float("nan")}),
+    ("--file_system_poll_wait_seconds", {"poll_secs": float("inf")}),
+    ("--follow needs --file_system_poll_wait_seconds > 0", {"poll_secs": 0, "follow": "/tmp"})])
+def test_settings_out_of_range_are_refused_by_flag(tmp_path, flag, kwargs):
+    """Each is refused before anything listens, naming its flag: a grace or poll interval that is
+    not a finite number of seconds up to a day (faulthandler's watchdog takes no more; a nan poll
+    never polled again), and --follow without polls (it would never look at model_dir again)."""
     from tfps.serving.server import ModelServer
     with pytest.raises(ValueError, match=flag):
         ModelServer(ServeConfig(str(tmp_path), "demo", port=0, rest_api_port=None, **kwargs))

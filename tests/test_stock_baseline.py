@@ -77,15 +77,29 @@ def test_the_stock_baseline_of_mtgr_is_refused():
         load_config("configs/movielens_mtgr.yaml", ["model.hashing_trick=true", "data.path=/nonexistent"])
 
 
-def test_the_old_names_of_the_baseline_are_read_as_the_new_with_a_warning():
+def test_the_old_names_of_the_baseline_are_read_as_the_new_with_a_warning(tmp_path):
     """model.stock_tf and model.stock_buckets (the names before hashing_trick and hashing_buckets)
-    give the same config, each with a FutureWarning naming the new key; both names at once are
-    refused."""
+    give the same config, each with a FutureWarning naming the new key, in a file or a --set; a
+    --set of the new name overrides the old one of the file; a file giving both names is refused."""
     with pytest.warns(FutureWarning) as caught:
         old = load_config("configs/demo.yaml", ["model.stock_tf=true", "model.stock_buckets=512"])
     assert sorted(str(w.message) for w in caught) == [
-        "config: model.stock_buckets is now model.hashing_buckets (read as such)",
-        "config: model.stock_tf is now model.hashing_trick (read as such)"]
+        "config: --set model.stock_buckets is now model.hashing_buckets (read as such)",
+        "config: --set model.stock_tf is now model.hashing_trick (read as such)"]
     assert old == load_config("configs/demo.yaml", ["model.hashing_trick=true", "model.hashing_buckets=512"])
-    with pytest.raises(ConfigError, match="model.stock_tf is the old name of model.hashing_trick"):
-        load_config("configs/demo.yaml", ["model.stock_tf=true", "model.hashing_trick=true"])
+    text = open("configs/demo.yaml").read().replace("  merge_tables: true\n",
+                                                     "  merge_tables: true\n  stock_tf: true\n  stock_buckets: 512\n")
+    (tmp_path / "old.yaml").write_text(text)
+    with pytest.warns(FutureWarning) as caught:
+        assert load_config(str(tmp_path / "old.yaml")) == old
+    assert sorted(str(w.message).split(": ", 1)[1] for w in caught) == [
+        "model.stock_buckets is now model.hashing_buckets (read as such)",
+        "model.stock_tf is now model.hashing_trick (read as such)"]
+    assert all(str(w.message).startswith(f"config {tmp_path / 'old.yaml'}: ") for w in caught)
+    with pytest.warns(FutureWarning):
+        changed = load_config(str(tmp_path / "old.yaml"), ["model.hashing_buckets=1024"])
+    assert (changed.model.hashing_trick, changed.model.hashing_buckets) == (True, 1024)
+    (tmp_path / "both.yaml").write_text(text.replace("  stock_tf: true\n",
+                                                     "  stock_tf: true\n  hashing_trick: true\n"))
+    with pytest.raises(ConfigError, match="gives both model.stock_tf and model.hashing_trick"):
+        load_config(str(tmp_path / "both.yaml"))

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+import warnings
 
 from tfps.process import (cpu_allocator_in_use, import_tensorflow, quiet_native_logs, quiet_python_logs,
                           single_threaded_blas, use_cpu_allocator)
@@ -186,9 +187,16 @@ def _op_error_line(message):
     return error_line(RuntimeError(message))
 
 
+def _warning_line(message, category, *_):
+    """A warning as one line (a renamed config key, say), not the file, line and source of the
+    call that raised it."""
+    return f"tfps: {category.__name__}: {message}\n"
+
+
 def main(argv=None):
     quiet_native_logs()
     single_threaded_blas()
+    warnings.formatwarning = _warning_line
     parser = argparse.ArgumentParser(prog="tfps", description="TF1-style PS trainer with hash-table embeddings")
     sub = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)

@@ -249,9 +249,12 @@ def load_config(path=None, overrides=()):
             raise ConfigError(f"cannot read config {path}: {e.strerror}") from None
         except yaml.YAMLError as e:
             raise ConfigError(f"config {path} is not valid YAML: {e}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"config {path} is not text (UTF-8): give the job's YAML config") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"config {path} must be a mapping at the top level")
         _resolve_data_paths(raw, os.path.dirname(os.path.abspath(path)))
+        _rename_old_keys(raw, f"config {path}")
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--set expects key.sub=value, got {item!r}")
@@ -261,8 +264,11 @@ def load_config(path=None, overrides=()):
         except yaml.YAMLError as e:
             raise ConfigError(f"--set {key.strip()}: {text!r} is not a YAML value "
                               f"({str(e).splitlines()[0]})") from None
-        set_dotted(raw, key.strip(), value)
-    _rename_old_keys(raw)
+        key = key.strip()
+        if key in RENAMED:
+            warnings.warn(f"config: --set {key} is now {RENAMED[key]} (read as such)", FutureWarning, stacklevel=2)
+            key = RENAMED[key]
+        set_dotted(raw, key, value)
     cfg = build(JobConfig, raw)
     validate(cfg)
     return cfg
@@ -273,9 +279,10 @@ def load_config(path=None, overrides=()):
 RENAMED = {"model.stock_tf": "model.hashing_trick", "model.stock_buckets": "model.hashing_buckets"}
 
 
-def _rename_old_keys(raw):
-    """Moves each old key of RENAMED in `raw` (a config mapping) to its new name, with a
-    FutureWarning naming both; a config giving both is a ConfigError."""
+def _rename_old_keys(raw, where):
+    """Moves each old key of RENAMED in `raw` (the mapping of a config file, `where`) to its new
+    name, with a FutureWarning naming both; a file giving both is a ConfigError. (A `--set` of
+    either name comes after, and wins.)"""
     for old, new in RENAMED.items():
         section, old_leaf = old.split(".")
         new_leaf = new.split(".")[1]
@@ -283,9 +290,9 @@ def _rename_old_keys(raw):
         if not isinstance(part, dict) or old_leaf not in part:
             continue
         if new_leaf in part:
-            raise ConfigError(f"{old} is the old name of {new}: give {new} only")
+            raise ConfigError(f"{where} gives both {old} and {new}, its new name: keep {new} only")
         part[new_leaf] = part.pop(old_leaf)
-        warnings.warn(f"config: {old} is now {new} (read as such)", FutureWarning, stacklevel=3)
+        warnings.warn(f"{where}: {old} is now {new} (read as such)", FutureWarning, stacklevel=3)
 
 
 def _resolve_data_paths(raw, directory):

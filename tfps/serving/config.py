@@ -8,6 +8,9 @@ from typing import Optional, Tuple
 from tfps.serving.models import ModelEntry, check_name, read_model_config
 
 
+MAX_SECS = 86400   # the longest poll interval and stop grace a server takes (a day)
+
+
 @dataclasses.dataclass(frozen=True)
 class ServeConfig:
     """What a ModelServer serves and how (the flags of `tfps serve`, named after TF Serving's).
@@ -57,10 +60,18 @@ class ServeConfig:
             out.append(f"--tensorflow_session_parallelism must be >= 0, got {self.session_threads}")
         if self.grpc_threads is not None and self.grpc_threads < 1:
             out.append(f"--grpc_threads must be >= 1, got {self.grpc_threads}")
-        if self.poll_secs < 0:
-            out.append(f"--file_system_poll_wait_seconds must be >= 0 (0: load once), got {self.poll_secs}")
-        if not self.grace_secs >= 0:
-            out.append(f"--grace_secs must be >= 0, got {self.grace_secs}")
+        if self.batch_timeout_micros < 0:
+            out.append(f"--batch_timeout_micros must be >= 0, got {self.batch_timeout_micros}")
+        if self.num_versions < 1:
+            out.append(f"--num_versions must be >= 1, got {self.num_versions}")
+        if not 0 <= self.poll_secs <= MAX_SECS:   # (nan too)
+            out.append(f"--file_system_poll_wait_seconds must be in [0, {MAX_SECS}] (0: load once), got "
+                       f"{self.poll_secs}")
+        elif self.poll_secs == 0 and self.follow is not None:
+            out.append("--follow needs --file_system_poll_wait_seconds > 0: with 0 the versions load once and the "
+                       "followed model_dir is never looked at again")
+        if not 0 <= self.grace_secs <= MAX_SECS:
+            out.append(f"--grace_secs must be in [0, {MAX_SECS}], got {self.grace_secs}")
         if (self.models is None) == (self.model_base_path is None and self.model_name is None):
             out.append("give --model_name and --model_base_path, or --model_config_file (models), not both")
         elif self.models is None:
@@ -104,6 +115,8 @@ class ServeConfig:
             if args.model_name is not None:
                 raise ValueError("tfps serve: --model_name goes with --model_base_path; --model_config_file names "
                                  "its models")
+            if not os.path.isfile(args.model_config_file):
+                raise OSError(f"--model_config_file {args.model_config_file!r} is not a file")
             models = tuple(read_model_config(args.model_config_file))
         else:
             if args.model_name is None:
