@@ -11,6 +11,7 @@ from tfps.embedding import layout
 from tfps.embedding.saveable import commit_shards, stage_shards
 from tfps.embedding.stock import AttachedStockTable, attached_stock_tables
 from tfps.embedding.variable import attached_tables
+from tfps.ops.checkpoint import TableRows, table_rows
 from tfps.serving.errors import error_line
 from tfps.state import disk, manifest as manifests
 from tfps.state.deltas import apply_dense_op, apply_tables_op, checkpoint_step, delta_chain, delta_files
@@ -21,20 +22,18 @@ def _full_restore(graph, tables, prefix):
     `prefix`, each read in slices first -- a tfps table's shards each from the parts that can hold
     its keys (staged), a stock table's rows with their pad row (TfpsTableRows) -- and put in only
     once every table has read its rows, so a damaged part changes no table."""
-    from tfps.ops.checkpoint import table_rows
-    reads, puts = [], []
     with graph.as_default():
-        for ev in tables:
-            if isinstance(ev, AttachedStockTable):
-                rows = table_rows(prefix, tf.constant([], tf.string), ev.name, ev.dim, pad_rows=1, with_state=False)
-                reads += [rows.keys, rows.values]
-                puts.append(lambda after, ev=ev, rows=rows: [ev.load(
-                    {"keys": rows.keys, "values": rows.values}, padded=True, after=after)])
+        read = [table_rows(prefix, tf.constant([], tf.string), ev.name, ev.dim, pad_rows=1, with_state=False)
+                if isinstance(ev, AttachedStockTable) else stage_shards(ev, prefix) for ev in tables]
+        every = [t for r in read for t in ((r.keys, r.values) if isinstance(r, TableRows) else r)]
+        puts = []
+        for ev, r in zip(tables, read):
+            if isinstance(r, TableRows):
+                puts.append(ev.load({"keys": r.keys, "values": r.values}, padded=True, after=every))
             else:
-                stages = stage_shards(ev, prefix)
-                reads += stages
-                puts.append(lambda after, ev=ev, stages=stages: commit_shards(ev, stages, after))
-        return tf.group(*[op for put in puts for op in put(reads)])
+                puts += commit_shards(ev, r, every)
+        return tf.group(*puts)
+
 
 class TableFollower:
     """Applies a trainer's model_dir to loaded versions, in place: a newer full checkpoint (tables
