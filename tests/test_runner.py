@@ -201,6 +201,24 @@ def _item_model_fn(features, labels, mode, params):
     return ModelSpec(mode, loss=loss, train_op=tfps.train.AdagradOptimizer(0.5).minimize(loss, global_step=gs))
 
 
+def _train_items(tmp_path, model_fn, seed, ids, examples, batch, steps):
+    """Trains model_fn on tfps's runner into tmp_path/m, `steps` batches of `batch` random items
+    below `ids` (label: the item is even); returns the RunSettings."""
+    import numpy as np
+    from tfps.runner import train
+
+    def input_fn():
+        items = np.random.default_rng(seed).integers(0, ids, examples)
+        return tf.data.Dataset.from_tensor_slices(({"item": items}, (items % 2 == 0).astype(np.float32))).batch(batch)
+    settings = RunSettings(str(tmp_path / "m"), save_checkpoints_steps=100)
+    train(model_fn, {}, lambda: input_fn().repeat(), settings, max_steps=steps)
+    return settings
+
+
+def _item_inputs():
+    return {"item": tf.compat.v1.placeholder(tf.int64, [None], name="item")}
+
+
 @pytest.mark.slow
 def test_the_runners_export_writes_what_tfps_export_writes(tmp_path):
     """tfps.runner.export_saved_model: stock ops by default (TensorFlow alone loads it and scores
@@ -208,19 +226,11 @@ def test_the_runners_export_writes_what_tfps_export_writes(tmp_path):
     with its manifest cut at the trained step, each a new newest version of the base path."""
     import numpy as np
     from stock_compare import assert_same_scores
-    from tfps.runner import export_saved_model, train
+    from tfps.runner import export_saved_model
     from tfps.serving.servable import read_export_manifest
-
-    def input_fn():
-        items = np.random.default_rng(0).integers(0, 1000, 20_000)
-        return tf.data.Dataset.from_tensor_slices(({"item": items}, (items % 2 == 0).astype(np.float32))).batch(256)
-    settings = RunSettings(str(tmp_path / "m"), save_checkpoints_steps=100)
-    train(_item_model_fn, {}, lambda: input_fn().repeat(), settings, max_steps=60)
-
-    def inputs():
-        return {"item": tf.compat.v1.placeholder(tf.int64, [None], name="item")}
-    stock = export_saved_model(_item_model_fn, {}, inputs, settings, str(tmp_path / "e"))
-    own = export_saved_model(_item_model_fn, {}, inputs, settings, str(tmp_path / "e"), format="tfps")
+    settings = _train_items(tmp_path, _item_model_fn, seed=0, ids=1000, examples=20_000, batch=256, steps=60)
+    stock = export_saved_model(_item_model_fn, {}, _item_inputs, settings, str(tmp_path / "e"))
+    own = export_saved_model(_item_model_fn, {}, _item_inputs, settings, str(tmp_path / "e"), format="tfps")
     assert int(os.path.basename(own)) > int(os.path.basename(stock))
     for path, kind in ((stock, "stock"), (own, "tfps")):
         manifest = read_export_manifest(path)
@@ -228,7 +238,7 @@ def test_the_runners_export_writes_what_tfps_export_writes(tmp_path):
     items = np.concatenate([np.arange(0, 40, dtype=np.int64), np.array([2**40, -7], np.int64)])   # and unseen ids
     assert_same_scores(own, stock, {"item": items}, tmp_path)
     with pytest.raises(ValueError, match="format"):
-        export_saved_model(_item_model_fn, {}, inputs, settings, str(tmp_path / "e"), format="onnx")
+        export_saved_model(_item_model_fn, {}, _item_inputs, settings, str(tmp_path / "e"), format="onnx")
 
 
 def _counted_model_fn(features, labels, mode, params):
@@ -248,18 +258,9 @@ def test_the_tfps_export_restores_the_model_fns_own_saveables(tmp_path):
     """The export restores the dense state alone and writes the tables itself: a SaveableObject of
     the model_fn's own (a MutableHashTable) is restored from the checkpoint too, as a restore
     does, and the export holds what the checkpoint holds."""
-    import numpy as np
-    from tfps.runner import export_saved_model, train
-
-    def input_fn():
-        items = np.random.default_rng(1).integers(0, 50, 4096)
-        return tf.data.Dataset.from_tensor_slices(({"item": items}, (items % 2 == 0).astype(np.float32))).batch(64)
-    settings = RunSettings(str(tmp_path / "m"), save_checkpoints_steps=100)
-    train(_counted_model_fn, {}, lambda: input_fn().repeat(), settings, max_steps=20)
-
-    def inputs():
-        return {"item": tf.compat.v1.placeholder(tf.int64, [None], name="item")}
-    path = export_saved_model(_counted_model_fn, {}, inputs, settings, str(tmp_path / "e"), format="tfps")
+    from tfps.runner import export_saved_model
+    settings = _train_items(tmp_path, _counted_model_fn, seed=1, ids=50, examples=4096, batch=64, steps=20)
+    path = export_saved_model(_counted_model_fn, {}, _item_inputs, settings, str(tmp_path / "e"), format="tfps")
     saved = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path / "m")))
     exported = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
     keys = [n for n in saved.get_variable_to_shape_map() if n.startswith("seen") and n.endswith("-keys")]
